@@ -1,0 +1,29 @@
+# Two entry points for a fresh machine: `make run` and `make test`. Everything goes into .venv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+MODELS := build/models
+
+.PHONY: run test models clean
+
+# Stamps record which extra is installed; they are remade when pyproject.toml changes.
+$(VENV)/.export: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --editable '.[export]'
+	touch $@
+
+$(VENV)/.dev: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --editable '.[dev]'
+	touch $(VENV)/.export $@
+
+models: $(VENV)/.export
+	$(BIN)/attnserve build --out $(MODELS)
+
+run: models
+
+test: $(VENV)/.dev
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) build

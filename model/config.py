@@ -1,0 +1,96 @@
+"""ModelConfig: every architectural choice of a model, and the file it lives in (config.json)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from service.model_files import CONFIG_FILE
+
+CONFIG_FORMAT = "attnserve.model/1"
+
+Task = Literal["embedding", "seq2seq"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    task: Task
+    vocab_size: int
+    d_model: int
+    n_heads: int
+    d_ff: int
+    n_encoder_layers: int
+    n_decoder_layers: int = 0  # seq2seq only
+    max_positions: int = 512  # longest sequence the position table covers
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    norm_placement: Literal["post", "pre"] = "post"  # post: the paper; pre: LayerNorm inside the residual branch
+    activation: Literal["relu", "gelu", "gelu_tanh", "silu"] = "relu"
+    layer_norm_eps: float = 1e-5
+    embedding_norm: bool = False  # LayerNorm right after the embedding sum (BERT)
+    type_vocab_size: int = 0  # token-type (segment) embeddings; 0 = none. Inputs are always type 0.
+    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model), as in the paper (3.4)
+    share_embeddings: bool = True  # one token table for encoder and decoder (seq2seq)
+    tie_output: bool = True  # the LM head is the decoder's token table, transposed (seq2seq)
+    output_bias: bool = False  # a bias on the logits (Marian's final_logits_bias)
+    # Embedding models: how last_hidden_state becomes one vector.
+    pooling: Literal["mean", "cls"] = "mean"
+    normalize: bool = True  # L2-normalise by default (a request may say otherwise)
+    # Tokenization: inputs longer than this are truncated (or refused). None: max_positions.
+    max_input_tokens: int | None = None
+    pad_id: int = 0
+    bos_id: int = 1  # decoder start token (seq2seq)
+    eos_id: int = 2
+
+    def __post_init__(self) -> None:
+        if self.max_input_tokens is None:
+            object.__setattr__(self, "max_input_tokens", self.max_positions)
+        problems = []
+        if self.task not in ("embedding", "seq2seq"):
+            problems.append(f"task must be 'embedding' or 'seq2seq', not {self.task!r}")
+        if self.d_model % self.n_heads:
+            problems.append(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads}")
+        if self.task == "seq2seq" and self.n_decoder_layers < 1:
+            problems.append("a seq2seq model needs n_decoder_layers >= 1")
+        if self.task == "embedding" and self.n_decoder_layers:
+            problems.append("an embedding model has no decoder layers")
+        if self.max_input_tokens > self.max_positions:
+            problems.append(f"max_input_tokens {self.max_input_tokens} exceeds max_positions {self.max_positions}")
+        if problems:
+            raise ValueError("invalid ModelConfig: " + "; ".join(problems))
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def final_norm(self) -> bool:
+        # Pre-norm leaves the residual stream un-normalised: one LayerNorm closes each stack.
+        return self.norm_placement == "pre"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig fields: {', '.join(unknown)}")
+        return cls(**data)
+
+
+def save_config(config: ModelConfig, model_dir: Path, name: str) -> None:
+    document = {"format": CONFIG_FORMAT, "name": name, "model": config.to_dict()}
+    (Path(model_dir) / CONFIG_FILE).write_text(json.dumps(document, indent=2) + "\n")
+
+
+def load_config(model_dir: Path) -> tuple[str, ModelConfig]:
+    """Returns (model name, config) from model_dir/config.json."""
+    path = Path(model_dir) / CONFIG_FILE
+    document = json.loads(path.read_text())
+    if document.get("format") != CONFIG_FORMAT:
+        raise ValueError(f"{path}: format is {document.get('format')!r}, expected {CONFIG_FORMAT!r}")
+    return document["name"], ModelConfig.from_dict(document["model"])

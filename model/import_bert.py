@@ -1,0 +1,130 @@
+"""Import a BERT-family sentence-embedding checkpoint (sentence-transformers layout) into a model directory.
+
+The source directory holds config.json (a Hugging Face BertConfig), model.safetensors, tokenizer.json,
+modules.json and 1_Pooling/config.json, as all-MiniLM-L6-v2 does. BERT is the paper's encoder with
+post-norm residuals, learned positions, token-type embeddings and a LayerNorm after the embeddings.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from safetensors import safe_open
+from tokenizers import Tokenizer
+
+from .config import ModelConfig
+from .transformer import EmbeddingModel
+from service.model_files import TOKENIZER_FILE
+
+from .weights import save_model_dir
+
+# Hugging Face BertModel name -> ours; {i} is the layer index.
+BERT_NAMES = {
+    "embeddings.word_embeddings.weight": "encoder.embeddings.tokens.weight",
+    "embeddings.position_embeddings.weight": "encoder.embeddings.positions.weight",
+    "embeddings.token_type_embeddings.weight": "encoder.embeddings.token_types.weight",
+    "embeddings.LayerNorm.{p}": "encoder.embeddings.norm.{p}",
+    "encoder.layer.{i}.attention.self.query.{p}": "encoder.layers.{i}.self_attention.w_q.{p}",
+    "encoder.layer.{i}.attention.self.key.{p}": "encoder.layers.{i}.self_attention.w_k.{p}",
+    "encoder.layer.{i}.attention.self.value.{p}": "encoder.layers.{i}.self_attention.w_v.{p}",
+    "encoder.layer.{i}.attention.output.dense.{p}": "encoder.layers.{i}.self_attention.w_o.{p}",
+    "encoder.layer.{i}.attention.output.LayerNorm.{p}": "encoder.layers.{i}.self_attention_norm.{p}",
+    "encoder.layer.{i}.intermediate.dense.{p}": "encoder.layers.{i}.feed_forward.w_1.{p}",
+    "encoder.layer.{i}.output.dense.{p}": "encoder.layers.{i}.feed_forward.w_2.{p}",
+    "encoder.layer.{i}.output.LayerNorm.{p}": "encoder.layers.{i}.feed_forward_norm.{p}",
+}
+# Present in BERT checkpoints, not used by a sentence embedding.
+IGNORED = re.compile(r"^(embeddings\.position_ids|pooler\..*)$")
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu"}
+
+
+def _pattern(template: str) -> re.Pattern:
+    escaped = re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{p\}", r"(?P<p>weight|bias)")
+    return re.compile(f"^{escaped}$")
+
+
+_RULES = [(_pattern(source), target) for source, target in BERT_NAMES.items()]
+
+
+def rename(bert_name: str) -> str | None:
+    """Our parameter name for a BertModel parameter; None for ones a sentence embedding does not use."""
+    name = bert_name.removeprefix("bert.")
+    if IGNORED.match(name):
+        return None
+    for pattern, target in _RULES:
+        match = pattern.match(name)
+        if match:
+            return target.format(**match.groupdict())
+    raise ValueError(f"unexpected parameter in BERT checkpoint: {bert_name}")
+
+
+def _sentence_transformers_settings(source: Path) -> dict:
+    """Pooling, normalisation and truncation as sentence-transformers applies them."""
+    modules = json.loads((source / "modules.json").read_text())
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+    pooling_dir = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
+    pooling = json.loads((source / pooling_dir / "config.json").read_text())
+    if pooling.get("pooling_mode_mean_tokens"):
+        mode = "mean"
+    elif pooling.get("pooling_mode_cls_token"):
+        mode = "cls"
+    else:
+        raise ValueError(f"{source}: unsupported pooling {pooling}")
+    max_tokens = json.loads((source / "sentence_bert_config.json").read_text())["max_seq_length"]
+    return {"pooling": mode, "normalize": "Normalize" in kinds, "max_input_tokens": max_tokens}
+
+
+def bert_config(source: Path) -> ModelConfig:
+    hf = json.loads((source / "config.json").read_text())
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"{source}: position_embedding_type {hf['position_embedding_type']!r} is not supported")
+    if hf["hidden_act"] not in HF_ACTIVATIONS:
+        raise ValueError(f"{source}: activation {hf['hidden_act']!r} is not supported")
+    tokenizer = Tokenizer.from_file(str(source / TOKENIZER_FILE))
+    return ModelConfig(
+        task="embedding",
+        vocab_size=hf["vocab_size"],
+        d_model=hf["hidden_size"],
+        n_heads=hf["num_attention_heads"],
+        d_ff=hf["intermediate_size"],
+        n_encoder_layers=hf["num_hidden_layers"],
+        max_positions=hf["max_position_embeddings"],
+        positions="learned",
+        norm_placement="post",
+        activation=HF_ACTIVATIONS[hf["hidden_act"]],
+        layer_norm_eps=hf["layer_norm_eps"],
+        embedding_norm=True,
+        type_vocab_size=hf["type_vocab_size"],
+        pad_id=hf.get("pad_token_id", 0),
+        bos_id=tokenizer.token_to_id("[CLS]"),
+        eos_id=tokenizer.token_to_id("[SEP]"),
+        **_sentence_transformers_settings(source),
+    )
+
+
+def import_sentence_transformer(source: Path, out_dir: Path, name: str) -> Path:
+    """Convert a sentence-transformers BERT checkpoint directory into our model directory."""
+    source = Path(source)
+    weights = source / "model.safetensors"
+    if not weights.exists():
+        raise FileNotFoundError(f"{weights} not found (pickled pytorch_model.bin checkpoints are not loaded)")
+    config = bert_config(source)
+    model = EmbeddingModel(config)
+    state = {}
+    with safe_open(str(weights), framework="pt") as f:
+        for key in f.keys():
+            ours = rename(key)
+            if ours is not None:
+                state[ours] = f.get_tensor(key)
+    model.load_state_dict(state, strict=True)
+
+    # Truncation and padding are the server's decision, made explicitly at load time: drop the
+    # fixed padding and truncation (128) that this tokenizer.json carries.
+    tokenizer = Tokenizer.from_file(str(source / TOKENIZER_FILE))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    out_dir = save_model_dir(model.eval(), name, out_dir)
+    tokenizer.save(str(out_dir / TOKENIZER_FILE))
+    return out_dir

@@ -1,0 +1,264 @@
+"""The Transformer of "Attention Is All You Need": embeddings, encoder and decoder stacks, and the
+two models built from them (an embedding model and an encoder-decoder)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .attention import KeysValues, MultiHeadAttention
+from .config import ModelConfig
+
+ACTIVATIONS = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+    "silu": nn.SiLU,
+}
+
+
+def sinusoid_table(n_positions: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)). (P, d_model)"""
+    position = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    frequency = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
+    return table.float()
+
+
+class Embeddings(nn.Module):
+    """Token embedding (optionally x sqrt(d_model)) + position encoding (+ token type 0), then an optional LayerNorm."""
+
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.tokens = tokens
+        self.scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
+        if config.positions == "learned":
+            self.positions = nn.Embedding(config.max_positions, config.d_model)
+        else:
+            self.positions = None
+            # A fixed table, rebuilt from the config: not a weight, so not saved.
+            self.register_buffer("sinusoids", sinusoid_table(config.max_positions, config.d_model), persistent=False)
+        self.token_types = nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embedding_norm else None
+
+    def forward(self, input_ids: Tensor, positions: Tensor) -> Tensor:
+        """input_ids (B, T), positions (B or 1, T) -> (B, T, d_model)"""
+        x = self.tokens(input_ids) * self.scale
+        if self.positions is None:
+            x = x + self.sinusoids[positions]
+        else:
+            x = x + self.positions(positions)
+        if self.token_types is not None:
+            x = x + self.token_types.weight[0]  # every input is a single segment
+        return self.norm(x) if self.norm is not None else x
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, applied at each position alike."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.w_1 = nn.Linear(config.d_model, config.d_ff)
+        self.activation = ACTIVATIONS[config.activation]()
+        self.w_2 = nn.Linear(config.d_ff, config.d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(self.activation(self.w_1(x)))
+
+
+class Block(nn.Module):
+    """Residual connections around sublayers: LayerNorm(x + Sublayer(x)) in the paper (post-norm),
+    or x + Sublayer(LayerNorm(x)) (pre-norm)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.pre_norm = config.norm_placement == "pre"
+
+    def branch_input(self, norm: nn.LayerNorm, x: Tensor) -> Tensor:
+        return norm(x) if self.pre_norm else x
+
+    def residual(self, norm: nn.LayerNorm, x: Tensor, branch: Tensor) -> Tensor:
+        return x + branch if self.pre_norm else norm(x + branch)
+
+
+class EncoderLayer(Block):
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads)
+        self.self_attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = FeedForward(config)
+        self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        """x (B, S, d_model); mask (B, 1, S), True at real tokens."""
+        h = self.branch_input(self.self_attention_norm, x)
+        keys, values = self.self_attention.project_kv(h)
+        x = self.residual(self.self_attention_norm, x, self.self_attention(h, [KeysValues(keys, values, mask)]))
+        h = self.branch_input(self.feed_forward_norm, x)
+        return self.residual(self.feed_forward_norm, x, self.feed_forward(h))
+
+
+class DecoderLayer(Block):
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads)
+        self.self_attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.cross_attention = MultiHeadAttention(config.d_model, config.n_heads)
+        self.cross_attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = FeedForward(config)
+        self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, x: Tensor, past: KeysValues, causal: Tensor, cross: KeysValues) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, d_model): the step's positions. past: cached K/V (B, H, P, Dh) of earlier positions;
+        causal (1, T, T): which of the step's own positions each may see; cross: the encoder output's K/V.
+        Returns the new x and this step's K/V (B, H, T, Dh), which the caller appends to its cache."""
+        h = self.branch_input(self.self_attention_norm, x)
+        keys, values = self.self_attention.project_kv(h)
+        attended = self.self_attention(h, [past, KeysValues(keys, values, causal)])
+        x = self.residual(self.self_attention_norm, x, attended)
+        h = self.branch_input(self.cross_attention_norm, x)
+        x = self.residual(self.cross_attention_norm, x, self.cross_attention(h, [cross]))
+        h = self.branch_input(self.feed_forward_norm, x)
+        return self.residual(self.feed_forward_norm, x, self.feed_forward(h)), keys, values
+
+
+def _final_norm(config: ModelConfig) -> nn.Module:
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.final_norm else nn.Identity()
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.embeddings = Embeddings(config, tokens)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
+        self.final_norm = _final_norm(config)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """input_ids, attention_mask (B, S), right-padded -> last_hidden_state (B, S, d_model)"""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        x = self.embeddings(input_ids, positions)
+        mask = attention_mask.bool()[:, None, :]  # (B, 1, S)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.final_norm(x)
+
+
+class Decoder(nn.Module):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.embeddings = Embeddings(config, tokens)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
+        self.final_norm = _final_norm(config)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        past: list[tuple[Tensor, Tensor]],
+        past_mask: Tensor,
+        cross: list[tuple[Tensor, Tensor]],
+        cross_mask: Tensor,
+    ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """input_ids (B, T): the step's tokens, which follow the past positions.
+        past[i]: layer i's cached self-attention K/V (B, H, P, Dh), P may be 0; past_mask (B, P), 1 at filled positions.
+        cross[i]: layer i's K/V of the encoder output (B, H, S, Dh); cross_mask (B, S), 1 at real source tokens.
+        Returns hidden states (B, T, d_model) and each layer's K/V of the step's positions (B, H, T, Dh)."""
+        length = input_ids.shape[1]
+        # A sequence's next position is the number of positions it has filled, whatever the cache's padding.
+        # The leading zero column keeps the sum's axis non-empty: ONNX Runtime's ReduceSum over an empty axis
+        # (P = 0, a first step) returns an empty tensor instead of zeros. (T >= 1, so input_ids has a column.)
+        zero = input_ids[:, :1] * 0  # (B, 1)
+        offset = torch.cat([zero, past_mask], dim=1).sum(dim=-1, keepdim=True)  # (B, 1)
+        positions = offset + torch.arange(length, device=input_ids.device)[None]  # (B, T)
+        x = self.embeddings(input_ids, positions)
+        past_visible = past_mask.bool()[:, None, :]  # (B, 1, P)
+        causal = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()[None]  # (1, T, T)
+        cross_visible = cross_mask.bool()[:, None, :]  # (B, 1, S)
+        new = []
+        for layer, (past_k, past_v), (cross_k, cross_v) in zip(self.layers, past, cross):
+            x, keys, values = layer(
+                x, KeysValues(past_k, past_v, past_visible), causal, KeysValues(cross_k, cross_v, cross_visible)
+            )
+            new.append((keys, values))
+        return self.final_norm(x), new
+
+
+def _token_table(config: ModelConfig) -> nn.Embedding:
+    table = nn.Embedding(config.vocab_size, config.d_model)
+    # N(0, 1/d_model): with scaled embeddings the input has unit variance, and so do tied logits.
+    nn.init.normal_(table.weight, std=config.d_model**-0.5)
+    return table
+
+
+class EmbeddingModel(nn.Module):
+    """Encoder + pooling: one vector per input."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder(config, _token_table(config))
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """-> last_hidden_state (B, S, d_model), embedding (B, d_model): pooled, not normalised."""
+        hidden = self.encoder(input_ids, attention_mask)
+        if self.config.pooling == "cls":
+            return hidden, hidden[:, 0]
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, S, 1)
+        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        return hidden, pooled
+
+
+class Seq2SeqModel(nn.Module):
+    """Encoder + decoder + LM head. Generation: encode once, project_cross once, then decode step by step."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        source_tokens = _token_table(config)
+        target_tokens = source_tokens if config.share_embeddings else _token_table(config)
+        self.encoder = Encoder(config, source_tokens)
+        self.decoder = Decoder(config, target_tokens)
+        if not config.tie_output:
+            self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.output_bias:
+            self.logits_bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def encode(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        return self.encoder(input_ids, attention_mask)
+
+    def project_cross(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Each decoder layer's cross-attention K/V of the encoder output: computed once per sequence."""
+        return [layer.cross_attention.project_kv(memory) for layer in self.decoder.layers]
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """(..., d_model) -> (..., vocab)"""
+        if self.config.tie_output:
+            out = torch.matmul(hidden, self.decoder.embeddings.tokens.weight.t())
+        else:
+            out = self.lm_head(hidden)
+        return out + self.logits_bias if self.config.output_bias else out
+
+    def decode(self, input_ids, past, past_mask, cross, cross_mask) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """One decoder step (see Decoder.forward). -> logits of the last position (B, vocab), the step's K/V."""
+        hidden, new = self.decoder(input_ids, past, past_mask, cross, cross_mask)
+        return self.logits(hidden[:, -1]), new
+
+    def empty_past(self, batch: int) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
+        """A cache with no positions, for a first step (or for recomputing the whole prefix)."""
+        c = self.config
+        empty = torch.zeros(batch, c.n_heads, 0, c.d_head)
+        return [(empty, empty)] * c.n_decoder_layers, torch.zeros(batch, 0, dtype=torch.long)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, target_ids: Tensor) -> Tensor:
+        """Teacher forcing: logits (B, T, vocab) for every target position, for training."""
+        cross = self.project_cross(self.encode(input_ids, attention_mask))
+        past, past_mask = self.empty_past(input_ids.shape[0])
+        hidden, _ = self.decoder(target_ids, past, past_mask, cross, attention_mask)
+        return self.logits(hidden)
+
+
+def build_model(config: ModelConfig) -> EmbeddingModel | Seq2SeqModel:
+    return EmbeddingModel(config) if config.task == "embedding" else Seq2SeqModel(config)

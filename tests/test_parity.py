@@ -1,0 +1,159 @@
+"""ONNX Runtime against PyTorch in float32: encoder outputs and decoder logits and K/V within 1e-4,
+over the exported configs and hypothesis-drawn shapes, and over hypothesis-drawn configs."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from model.config import ModelConfig
+from model.export import DecoderGraph, EncoderGraph, export_model_dir
+from model.random_model import random_model_dir
+from service.model_files import decoder_inputs, decoder_outputs, encoder_outputs
+
+from .conftest import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS, Exported
+
+TOLERANCE = 1e-4
+
+
+def lengths_with_padding(rng: np.random.Generator, batch: int, length: int) -> np.ndarray:
+    """Per-row real lengths in [length / 10, length]: up to 90% padding; the longest row is full."""
+    lengths = rng.integers(max(1, int(np.ceil(length * 0.1))), length + 1, size=batch)
+    lengths[rng.integers(batch)] = length
+    return lengths
+
+
+def right_padded_mask(lengths: np.ndarray, length: int) -> np.ndarray:
+    return (np.arange(length)[None, :] < lengths[:, None]).astype(np.int64)
+
+
+@st.composite
+def encoder_batches(draw, vocab_size: int, max_length: int):
+    batch = draw(st.integers(1, 16))
+    length = draw(st.integers(1, max_length))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    ids = rng.integers(0, vocab_size, size=(batch, length), dtype=np.int64)
+    return ids, right_padded_mask(lengths_with_padding(rng, batch, length), length)
+
+
+@st.composite
+def decoder_steps(draw, config: ModelConfig, max_past: int = 300, max_source: int = 300, max_step: int = 16):
+    c = config
+    batch = draw(st.integers(1, 16))
+    step = draw(st.integers(1, max_step))
+    past = draw(st.integers(0, max_past))
+    source = draw(st.integers(1, max_source))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    past_mask = right_padded_mask(lengths_with_padding(rng, batch, past), past) if past else np.zeros((batch, 0), np.int64)
+    caches = [
+        rng.standard_normal((batch, c.n_heads, length, c.d_head)).astype(np.float32)
+        for length in [past] * (2 * c.n_decoder_layers) + [source] * (2 * c.n_decoder_layers)
+    ]
+    return [
+        rng.integers(0, c.vocab_size, size=(batch, step), dtype=np.int64),
+        past_mask,
+        right_padded_mask(lengths_with_padding(rng, batch, source), source),
+        *caches,
+    ]
+
+
+def assert_close(names, actual, expected):
+    assert len(actual) == len(expected) == len(names)
+    for name, a, e in zip(names, actual, expected):
+        e = e.numpy()
+        assert a.shape == e.shape, name
+        diff = float(np.abs(a - e).max()) if a.size else 0.0
+        assert diff <= TOLERANCE, f"{name}: max abs diff {diff}"
+
+
+def check_encoder(exported_model, ids, mask):
+    c = exported_model.config
+    with torch.no_grad():
+        expected = EncoderGraph(exported_model.model)(torch.from_numpy(ids), torch.from_numpy(mask))
+    actual = exported_model.encoder.run(None, {"input_ids": ids, "attention_mask": mask})
+    assert_close(encoder_outputs(c.task, c.n_decoder_layers), actual, expected)
+
+
+def check_decoder(exported_model, values):
+    n = exported_model.config.n_decoder_layers
+    with torch.no_grad():
+        expected = DecoderGraph(exported_model.model)(*(torch.from_numpy(v) for v in values))
+    actual = exported_model.decoder.run(None, dict(zip(decoder_inputs(n), values)))
+    assert_close(decoder_outputs(n), actual, expected)
+
+
+@pytest.mark.parametrize("name", [*SEQ2SEQ_CONFIGS, *EMBEDDING_CONFIGS])
+@given(data=st.data())
+@settings(max_examples=20)
+def test_encoder_matches_pytorch(exported, name, data):
+    model = exported[name]
+    ids, mask = data.draw(encoder_batches(model.config.vocab_size, min(300, model.config.max_positions)))
+    check_encoder(model, ids, mask)
+
+
+@pytest.mark.parametrize("name", list(SEQ2SEQ_CONFIGS))
+@given(data=st.data())
+@settings(max_examples=20)
+def test_decoder_step_matches_pytorch(exported, name, data):
+    model = exported[name]
+    check_decoder(model, data.draw(decoder_steps(model.config)))
+
+
+@st.composite
+def model_configs(draw):
+    heads = draw(st.integers(1, 8))
+    task = draw(st.sampled_from(["seq2seq", "embedding"]))
+    return ModelConfig(
+        task=task,
+        vocab_size=draw(st.integers(8, 400)),
+        d_model=heads * draw(st.integers(8, 64)),
+        n_heads=heads,
+        d_ff=draw(st.integers(4, 256)),
+        n_encoder_layers=draw(st.integers(1, 4)),
+        n_decoder_layers=draw(st.integers(1, 4)) if task == "seq2seq" else 0,
+        max_positions=64,
+        max_input_tokens=64,
+        positions=draw(st.sampled_from(["sinusoidal", "learned"])),
+        norm_placement=draw(st.sampled_from(["pre", "post"])),
+        activation=draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu"])),
+        embedding_norm=draw(st.booleans()),
+        type_vocab_size=draw(st.sampled_from([0, 2])),
+        scale_embeddings=draw(st.booleans()),
+        share_embeddings=draw(st.booleans()),
+        tie_output=draw(st.booleans()),
+        output_bias=draw(st.booleans()),
+        pooling=draw(st.sampled_from(["mean", "cls"])),
+    )
+
+
+@given(config=model_configs(), data=st.data())
+@settings(max_examples=8)
+def test_drawn_configs_export_with_parity(tmp_path_factory, config, data):
+    """Each drawn config is exported, then checked on drawn shapes."""
+    model_dir = random_model_dir(config, tmp_path_factory.mktemp("drawn"), "drawn")
+    manifest = export_model_dir(model_dir, progress_stream=io.StringIO())
+    assert all(diff <= TOLERANCE for diff in manifest["parity"].values()), manifest["parity"]
+    drawn = Exported(model_dir)
+    check_encoder(drawn, *data.draw(encoder_batches(config.vocab_size, 30)))
+    if config.task == "seq2seq":
+        check_decoder(drawn, data.draw(decoder_steps(config, max_past=30, max_source=30, max_step=4)))
+
+
+def test_first_step_has_an_empty_past(exported):
+    """Past length 0 (the first decode step) runs through the same graph."""
+    model = exported["h3-d48-pre"]
+    c = model.config
+    rng = np.random.default_rng(0)
+    values = [
+        np.array([[c.bos_id], [c.bos_id]], dtype=np.int64),
+        np.zeros((2, 0), dtype=np.int64),
+        np.ones((2, 5), dtype=np.int64),
+        *[np.zeros((2, c.n_heads, 0, c.d_head), np.float32)] * (2 * c.n_decoder_layers),
+        *[rng.standard_normal((2, c.n_heads, 5, c.d_head)).astype(np.float32) for _ in range(2 * c.n_decoder_layers)],
+    ]
+    check_decoder(model, values)
