@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MODELS := build/models
 
-.PHONY: run test models clean
+.PHONY: run test models proto clean
 
 # Stamps record which extra is installed; they are remade when pyproject.toml changes.
 $(VENV)/.export: pyproject.toml
@@ -21,9 +21,13 @@ models: $(VENV)/.export
 	$(BIN)/attnserve build --out $(MODELS)
 
 run: models
+	$(BIN)/attnserve serve --models $(MODELS)/minilm $(MODELS)/numbers
 
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest
+
+proto: $(VENV)/.dev
+	$(BIN)/python protos/generate.py
 
 clean:
 	rm -rf $(VENV) build

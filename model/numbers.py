@@ -30,7 +30,7 @@ class TrainSettings:
     learning_rate: float = 2e-3
     warmup_steps: int = 300
     threads: int = 2
-    d_model: int = 128
+    d_model: int = 64
     n_heads: int = 4
     layers: int = 3  # encoder and decoder each
     d_ff: int = 512

@@ -82,9 +82,88 @@ def cmd_eval_numbers(args) -> None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
+def cmd_serve(args) -> None:
+    import asyncio
+    import logging
+
+    from service.config import ConfigError, from_sources
+    from service.server import serve
+
+    try:
+        config = from_sources(args)
+    except ConfigError as error:
+        sys.exit(f"attnserve serve: {error}")
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        sys.exit(asyncio.run(serve(config)))
+    except OSError as error:
+        sys.exit(f"attnserve serve: {error}")
+
+
+def cmd_embed(args) -> None:
+    import json
+
+    from service.client import Client
+
+    with Client(args.target) as client:
+        result = client.embed(args.texts, model=args.model, normalize=args.normalize, truncate=args.truncate)
+    for text, vector in zip(args.texts, result.vectors):
+        if args.json:
+            print(json.dumps({"text": text, "embedding": vector.tolist()}))
+        else:
+            head = ", ".join(f"{v:.4f}" for v in vector[:5])
+            print(f"{result.model} [{len(vector)}] [{head}, ...]  {text[:60]!r}")
+    if not args.json:
+        u = result.usage
+        print(
+            f"usage: {u.prompt_tokens} tokens, queue {u.queue_seconds * 1e3:.1f} ms, "
+            f"tokenization {u.tokenization_seconds * 1e3:.1f} ms, inference {u.inference_seconds * 1e3:.1f} ms",
+            file=sys.stderr,
+        )
+
+
+def cmd_models(args) -> None:
+    from service.client import TASK_NAMES, Client
+
+    with Client(args.target) as client:
+        models = client.list_models()
+    rows = [["name", "task", "dimensions", "max input tokens", "provider", "opset", "default"]]
+    for m in models:
+        rows.append([m.name, TASK_NAMES.get(m.task, "?"), m.dimensions, m.max_input_tokens,
+                     m.execution_provider, m.opset, "yes" if m.is_default else ""])  # fmt: skip
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnserve", description="Transformer inference server on ONNX Runtime")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    from service.config import add_arguments
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve models over gRPC",
+        description="Serve models over gRPC. Every option can also be set by its ATTNSERVE_* environment variable.",
+    )
+    add_arguments(serve)
+    serve.set_defaults(run=cmd_serve)
+
+    embed = commands.add_parser("embed", help="embed texts with a running server")
+    embed.add_argument("texts", nargs="+")
+    embed.add_argument("--model", default="", help="default: the server's default embedding model")
+    embed.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
+    embed.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None)
+    embed.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=None)
+    embed.add_argument("--json", action="store_true", help="print whole vectors, one JSON object per line")
+    embed.set_defaults(run=cmd_embed)
+
+    models = commands.add_parser("models", help="list the models of a running server")
+    models.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
+    models.set_defaults(run=cmd_models)
 
     export = commands.add_parser("export", help="export a model directory to ONNX and write its manifest")
     export.add_argument("model_dir", type=Path, help="holds config.json, model.safetensors, tokenizer.json")
@@ -104,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     defaults = TrainSettings()
 
-    train = commands.add_parser("train-numbers", help="train the bundled seq2seq model 'numbers' (about 7 min on 2 cores)")
+    train = commands.add_parser("train-numbers", help="train the bundled seq2seq model 'numbers' (about 4 min on 2 cores)")
     train.add_argument("--out", type=Path, default=CHECKPOINTS_DIR / "numbers", help="default: %(default)s")
     train.add_argument("--seed", type=int, help=f"default: {defaults.seed}")
     train.add_argument("--steps", type=int, help=f"default: {defaults.steps}")

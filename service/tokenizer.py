@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 @dataclass(frozen=True)
 class Encoded:
     ids: list[int]
+    tokens: list[str]
     truncated: bool  # the text had more than max_tokens tokens
 
 
@@ -25,7 +26,7 @@ class TextTokenizer:
         self._tokenizer.enable_truncation(max_length=max_tokens)
 
     def encode(self, texts: list[str]) -> list[Encoded]:
-        return [Encoded(e.ids, bool(e.overflowing)) for e in self._tokenizer.encode_batch(texts)]
+        return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in self._tokenizer.encode_batch(texts)]
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)

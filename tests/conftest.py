@@ -104,6 +104,16 @@ def minilm_dir(tmp_path_factory) -> Path:
     return target
 
 
+@pytest.fixture(scope="session")
+def numbers_dir(tmp_path_factory) -> Path:
+    """The committed numbers checkpoint, exported."""
+    from service.cli import CHECKPOINTS_DIR
+
+    target = Path(shutil.copytree(CHECKPOINTS_DIR / "numbers", tmp_path_factory.mktemp("models") / "numbers"))
+    export_model_dir(target, progress_stream=io.StringIO())
+    return target
+
+
 @pytest.fixture()
 def copy_of(tmp_path):
     """A private copy of a model directory, to modify."""

@@ -6,7 +6,6 @@ import io
 import random
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -14,7 +13,6 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from model.eval_numbers import NumbersModel, evaluate
-from model.export import export_model_dir
 from model.numbers import LIMIT, build_tokenizer, pair, sample_number, to_words
 from model.train_numbers import settings_from, train
 from service.cli import CHECKPOINTS_DIR
@@ -78,24 +76,15 @@ def test_the_checkpoint_is_small_enough_to_commit():
     assert sum(files.values()) <= 20 * 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def exported_numbers(tmp_path_factory) -> Path:
-    import shutil
-
-    target = Path(shutil.copytree(CHECKPOINT, tmp_path_factory.mktemp("numbers") / "numbers"))
-    export_model_dir(target, progress_stream=io.StringIO())
-    return target
-
-
-def test_the_committed_checkpoint_reaches_the_accuracy_floor(exported_numbers):
+def test_the_committed_checkpoint_reaches_the_accuracy_floor(numbers_dir):
     """Through ONNX Runtime with the KV cache, on a fixed sample drawn with a seed not used in training."""
-    report = evaluate(exported_numbers, count=500, seed=777)
+    report = evaluate(numbers_dir, count=500, seed=777)
     for direction, result in report.items():
         assert result["accuracy"] >= 0.995, (direction, result["errors"][:5])
 
 
-def test_the_example_from_the_issue(exported_numbers):
-    model = NumbersModel(exported_numbers)
+def test_the_example_from_the_issue(numbers_dir):
+    model = NumbersModel(numbers_dir)
     assert model.translate(["312405", "three hundred and twelve thousand, four hundred and five", "0"]) == [
         "three hundred and twelve thousand, four hundred and five", "312405", "zero",
     ]  # fmt: skip

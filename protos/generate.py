@@ -1,0 +1,36 @@
+"""Generate the Python gRPC code in service/pb from protos/ (make proto; a test checks it is current)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+PROTOS = Path(__file__).resolve().parent
+PACKAGE_DIR = "attnserve/v1"
+SOURCES = ["inference.proto"]
+
+
+def generate(out_dir: Path) -> list[Path]:
+    """Write *_pb2.py, *_pb2.pyi and *_pb2_grpc.py into out_dir, with imports made package-relative."""
+    from grpc_tools import protoc
+
+    written = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for source in SOURCES:
+            args = ["protoc", f"-I{PROTOS}", f"--python_out={tmp}", f"--pyi_out={tmp}", f"--grpc_python_out={tmp}"]
+            if protoc.main([*args, str(PROTOS / PACKAGE_DIR / source)]) != 0:
+                raise RuntimeError(f"protoc failed on {source}")
+        for generated in sorted((Path(tmp) / PACKAGE_DIR).glob("*.py*")):
+            text = re.sub(r"^from attnserve\.v1 import ", "from . import ", generated.read_text(), flags=re.M)
+            target = Path(out_dir) / generated.name
+            target.write_text(text)
+            written.append(target)
+    return written
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else PROTOS.parent / "service" / "pb"
+    for path in generate(out):
+        print(path)

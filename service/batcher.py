@@ -1,0 +1,220 @@
+"""Dynamic batching for embeddings: texts from many calls merge into batches bounded by a token budget.
+
+A batch holds at most max_batch_size texts and at most max_batch_tokens tokens counting padding
+(texts x longest text). It starts when it is full, or when its oldest text has waited max_delay. Texts
+of similar length go together, to cut padding: around the oldest waiting text, the batch takes whichever
+neighbour by length adds the fewest padding tokens, so that the oldest text always runs next and none
+starves. One call's texts may be split across batches.
+
+The model runs in a worker thread, never on the event loop; while it runs, new texts gather for the next
+batch. A text whose caller has gone (cancelled, past its deadline) is dropped before it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .tokenizer import pad_batch
+
+log = logging.getLogger("attnserve.batcher")
+
+
+class QueueFull(Exception):
+    """More texts are waiting than the queue holds."""
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    max_batch_tokens: int
+    max_batch_size: int
+    max_delay: float  # seconds
+    max_queue: int  # texts waiting, over all calls
+
+
+@dataclass
+class Item:
+    ids: list[int]
+    future: asyncio.Future
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(frozen=True)
+class Embedded:
+    vector: np.ndarray  # (d,) float32, not normalised
+    queue_seconds: float  # from enqueued to its batch's start
+    batch_seconds: float  # the model time of its batch
+    batch_id: int
+
+
+def take_batch(waiting: list[Item], limits: BatchLimits) -> list[Item]:
+    """The waiting items to run next: the oldest (waiting[0]) and its neighbours by length."""
+    by_length = sorted(range(len(waiting)), key=lambda i: (len(waiting[i].ids), i))
+    anchor = by_length.index(0)
+    low, high = anchor, anchor  # inclusive window in by_length
+    longest = len(waiting[0].ids)
+    while high - low + 1 < limits.max_batch_size:
+        count = high - low + 1
+        options = []
+        if low > 0:  # a shorter text: its own padding up to `longest`
+            length = len(waiting[by_length[low - 1]].ids)
+            if (count + 1) * longest <= limits.max_batch_tokens:
+                options.append((longest - length, "low"))
+        if high + 1 < len(by_length):  # a longer text: every text so far pads up to it
+            length = len(waiting[by_length[high + 1]].ids)
+            if (count + 1) * length <= limits.max_batch_tokens:
+                options.append((count * (length - longest), "high"))
+        if not options:
+            break
+        _, side = min(options)
+        if side == "low":
+            low -= 1
+        else:
+            high += 1
+            longest = len(waiting[by_length[high]].ids)
+    return [waiting[i] for i in by_length[low : high + 1]]
+
+
+class EmbeddingBatcher:
+    def __init__(
+        self,
+        embed: Callable[[np.ndarray, np.ndarray], np.ndarray],
+        pad_id: int,
+        limits: BatchLimits,
+        executor: Executor,
+        name: str = "",
+        on_batch: Callable[[int, int, float], None] | None = None,
+        make_run_options: Callable[[], object] | None = None,
+    ):
+        """embed(input_ids, attention_mask, run_options) -> (B, d), run in `executor`. on_batch(texts,
+        padded tokens, seconds) is told of each batch run (for metrics). make_run_options makes the
+        per-batch options object whose `terminate` is set when every caller of a running batch has gone."""
+        self.embed, self.pad_id, self.limits, self.executor, self.name = embed, pad_id, limits, executor, name
+        self.on_batch, self.make_run_options = on_batch, make_run_options
+        self.waiting: list[Item] = []
+        self.running: list[Item] = []
+        self._arrived = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.batches_run = 0
+        self.texts_run = 0
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self.waiting)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher:{self.name}")
+
+    async def stop(self, error: Exception) -> None:
+        """Stop the loop; texts still waiting or running get `error`."""
+        leftover = self.waiting + self.running  # cancelling the loop clears `running`
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for item in leftover:
+            if not item.future.done():
+                item.future.set_exception(error)
+        self.waiting.clear()
+
+    async def submit(self, sequences: list[list[int]]) -> list[Embedded]:
+        """Embed token sequences; raises QueueFull at once if they do not fit in the queue.
+        If the caller is cancelled while waiting, its texts leave the queue (or are ignored if running)."""
+        if len(self.waiting) + len(sequences) > self.limits.max_queue:
+            raise QueueFull(f"{len(self.waiting)} texts are waiting; the queue holds {self.limits.max_queue}")
+        loop = asyncio.get_running_loop()
+        items = [Item(ids, loop.create_future()) for ids in sequences]
+        self.waiting.extend(items)
+        self._arrived.set()
+        try:
+            return list(await asyncio.gather(*(item.future for item in items)))
+        except BaseException:
+            # Cancelled or failed: nothing of this call may stay behind in the queue. (A cancelled gather
+            # has already cancelled the futures; a running batch skips cancelled ones when it ends.)
+            mine = {id(item) for item in items}
+            self.waiting = [item for item in self.waiting if id(item) not in mine]
+            for item in items:
+                item.future.cancel()
+            raise
+
+    def _full(self) -> bool:
+        if len(self.waiting) >= self.limits.max_batch_size:
+            return True
+        longest = max(len(item.ids) for item in self.waiting)
+        return len(self.waiting) * longest >= self.limits.max_batch_tokens
+
+    async def _loop(self) -> None:
+        while True:
+            if not self.waiting:
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            # Wait for the batch to fill, at most until the oldest text has waited max_delay.
+            wait = self.waiting[0].enqueued + self.limits.max_delay - time.perf_counter()
+            if wait > 0 and not self._full():
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            batch = take_batch(self.waiting, self.limits)
+            taken = {id(item) for item in batch}
+            self.waiting = [item for item in self.waiting if id(item) not in taken]
+            await self._run(batch)
+
+    async def _run(self, batch: list[Item]) -> None:
+        batch = [item for item in batch if not item.future.done()]  # callers gone: not run
+        if not batch:
+            return
+        options = self.make_run_options() if self.make_run_options else None
+
+        def stop_if_all_gone(_):
+            # Every caller of a running batch has gone: stop the model call (RunOptions.terminate).
+            if options is not None and all(item.future.done() for item in batch):
+                options.terminate = True
+
+        for item in batch:
+            item.future.add_done_callback(stop_if_all_gone)
+        self.running = batch
+        try:
+            outcome = await asyncio.get_running_loop().run_in_executor(
+                self.executor, self._embed_wanted, batch, options
+            )
+        except Exception as error:  # the model failed: this batch's callers learn it, the loop goes on
+            if not all(item.future.done() for item in batch):
+                log.exception("model %s: batch of %d texts failed", self.name, len(batch))
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(error)
+            return
+        finally:
+            self.running = []
+        if outcome is None:
+            return
+        wanted, vectors, padded_tokens, started, seconds, number = outcome
+        if self.on_batch:
+            self.on_batch(len(wanted), padded_tokens, seconds)
+        for item, vector in zip(wanted, vectors):
+            if not item.future.done():
+                item.future.set_result(Embedded(vector, started - item.enqueued, seconds, number))
+
+    def _embed_wanted(self, batch: list[Item], options):
+        """In the model thread, when the batch's turn has come: only texts whose callers still wait run."""
+        wanted = [item for item in batch if not item.future.done()]
+        if not wanted:
+            return None
+        ids, mask = pad_batch([item.ids for item in wanted], self.pad_id)
+        started = time.perf_counter()
+        vectors = self.embed(ids, mask, options)
+        self.batches_run += 1
+        self.texts_run += len(wanted)
+        return wanted, vectors, int(ids.size), started, time.perf_counter() - started, self.batches_run

@@ -1,0 +1,126 @@
+"""ServerConfig: every server setting, read once from CLI flags and ATTNSERVE_* environment variables.
+
+Precedence: a flag, else its environment variable (ATTNSERVE_ + the field name in capitals), else the
+default. Each field's help text is its documentation in `attnserve serve --help`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV_PREFIX = "ATTNSERVE_"
+
+
+def _setting(default, help: str, choices: tuple | None = None):
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+class ConfigError(ValueError):
+    """Settings that contradict each other or are out of range."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    models: tuple[Path, ...] = _setting(
+        (Path("build/models/minilm"), Path("build/models/numbers")),
+        "model directories to serve (exported, with manifest.json); the first of each task is its default",
+    )
+    host: str = _setting("[::]", "address to listen on")
+    port: int = _setting(50051, "gRPC port; 0 picks a free one")
+    device: str = _setting(
+        "auto", "execution provider: cuda, cpu, or auto (CUDA when its provider really loads)", ("auto", "cuda", "cpu")
+    )
+    intra_op_threads: int = _setting(0, "ONNX Runtime threads per model call; 0: one per available core")
+    graph_optimization: str = _setting(
+        "all", "ONNX Runtime graph optimisation level", ("disable", "basic", "extended", "all")
+    )
+    ort_spinning: bool = _setting(
+        False, "let ONNX Runtime's threads spin between calls (lower latency, but they steal the event loop's CPU)"
+    )
+    max_batch_tokens: int = _setting(16384, "embedding batch budget in tokens, padding included")
+    max_batch_size: int = _setting(32, "most texts in one embedding batch")
+    max_delay_ms: float = _setting(2.0, "longest wait for more texts before a batch that is not full runs")
+    max_queue_inputs: int = _setting(2048, "texts waiting for a batch, over all calls; beyond: RESOURCE_EXHAUSTED")
+    max_client_batch_size: int = _setting(32, "most inputs in one Embed or Tokenize call")
+    max_concurrent_requests: int = _setting(512, "calls in progress at once; beyond: RESOURCE_EXHAUSTED at once")
+    max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")
+    drain_seconds: float = _setting(30.0, "on SIGTERM, how long calls in flight may take to finish")
+    log_level: str = _setting("info", "logging level", ("debug", "info", "warning", "error"))
+
+    def __post_init__(self) -> None:
+        positive = [
+            "max_batch_tokens", "max_batch_size", "max_queue_inputs", "max_client_batch_size",
+            "max_concurrent_requests", "max_message_bytes",
+        ]  # fmt: skip
+        problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
+        for name in ("intra_op_threads", "max_delay_ms", "drain_seconds"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, not {getattr(self, name)}")
+        if not 0 <= self.port <= 65535:
+            problems.append(f"port must be 0..65535, not {self.port}")
+        if not self.models:
+            problems.append("models: at least one model directory is needed")
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                problems.append(f"{f.name} must be one of {', '.join(choices)}, not {getattr(self, f.name)!r}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    @property
+    def max_delay_seconds(self) -> float:
+        return self.max_delay_ms / 1000.0
+
+
+def _parse(kind, text: str):
+    if kind is bool:
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"not a boolean: {text!r}")
+    if kind == "paths":
+        return tuple(Path(p) for p in text.split(",") if p.strip())
+    return kind(text)
+
+
+def _kind(f: dataclasses.Field):
+    return "paths" if f.name == "models" else {"int": int, "float": float, "bool": bool, "str": str}[f.type]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per field; defaults stay None so that the environment can fill what the flags leave."""
+    for f in dataclasses.fields(ServerConfig):
+        flag = "--" + f.name.replace("_", "-")
+        env = ENV_PREFIX + f.name.upper()
+        default = f.default
+        shown = ",".join(str(p) for p in default) if f.name == "models" else default
+        help_text = f"{f.metadata['help']} (env {env}; default: {shown})"
+        kind = _kind(f)
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif kind == "paths":
+            parser.add_argument(flag, nargs="+", type=Path, default=None, metavar="DIR", help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, default=None, choices=f.metadata["choices"], help=help_text)
+
+
+def from_sources(args: argparse.Namespace | None = None, environ: dict | None = None) -> ServerConfig:
+    environ = os.environ if environ is None else environ
+    values = {}
+    for f in dataclasses.fields(ServerConfig):
+        flag_value = getattr(args, f.name, None) if args is not None else None
+        env = ENV_PREFIX + f.name.upper()
+        if flag_value is not None:
+            values[f.name] = tuple(flag_value) if f.name == "models" else flag_value
+        elif env in environ:
+            try:
+                values[f.name] = _parse(_kind(f), environ[env])
+            except ValueError as e:
+                raise ConfigError(f"{env}: {e}") from e
+    return ServerConfig(**values)

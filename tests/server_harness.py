@@ -1,0 +1,65 @@
+"""A real attnserve server on port 0, in a thread with its own event loop, for tests to call over real
+channels."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from pathlib import Path
+
+import grpc
+
+from service.config import ServerConfig
+from service.pb import inference_pb2_grpc as pb_grpc
+from service.server import Server, create_server
+
+
+class RunningServer:
+    def __init__(self, models: list[Path], load: bool = True, **settings):
+        self.config = ServerConfig(models=tuple(models), host="127.0.0.1", port=0, **settings)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="test-server", daemon=True)
+        self.thread.start()
+        self.server: Server
+        self.server, self.port = self.run(create_server(self.config))
+        self.target = f"127.0.0.1:{self.port}"
+        self._channels: list[grpc.Channel] = []
+        if load:
+            self.load()
+
+    def run(self, coroutine, timeout: float = 120):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def call_soon(self, fn, *args):
+        """Run fn on the server's event loop (where its state lives) and return its result."""
+
+        async def call():
+            return fn(*args)
+
+        return self.run(call())
+
+    def load(self) -> None:
+        self.run(self.server.load_models())
+
+    def stub(self) -> pb_grpc.InferenceStub:
+        channel = grpc.insecure_channel(self.target)
+        self._channels.append(channel)
+        return pb_grpc.InferenceStub(channel)
+
+    def channel(self) -> grpc.Channel:
+        channel = grpc.insecure_channel(self.target)
+        self._channels.append(channel)
+        return channel
+
+    def with_settings(self, **settings) -> ServerConfig:
+        return dataclasses.replace(self.config, **settings)
+
+    def close(self) -> None:
+        for channel in self._channels:
+            channel.close()
+        try:
+            self.run(self.server.stop(), timeout=30)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)

@@ -1,0 +1,44 @@
+"""take_batch, the batching policy, as a pure function over waiting items."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from service.batcher import BatchLimits, Item, take_batch
+
+
+def items(lengths: list[int]) -> list[Item]:
+    return [Item(ids=[7] * n, future=None, enqueued=float(i)) for i, n in enumerate(lengths)]
+
+
+@given(
+    lengths=st.lists(st.integers(1, 256), min_size=1, max_size=200),
+    budget=st.integers(256, 20000),
+    size=st.integers(1, 64),
+)
+def test_batches_respect_limits_and_always_take_the_oldest(lengths, budget, size):
+    waiting = items(lengths)
+    limits = BatchLimits(max_batch_tokens=budget, max_batch_size=size, max_delay=0.0, max_queue=10**6)
+    batch = take_batch(waiting, limits)
+    assert batch[0] is not None and waiting[0] in batch
+    assert len(batch) <= size
+    assert len(batch) * max(len(i.ids) for i in batch) <= budget
+    assert len({id(i) for i in batch}) == len(batch)
+    # Not needlessly small: while room is left, no waiting text of a length already covered was left out.
+    longest = max(len(i.ids) for i in batch)
+    if len(batch) < size and (len(batch) + 1) * longest <= budget:
+        left_out = [i for i in waiting if i not in batch]
+        assert all(len(i.ids) > longest for i in left_out)
+
+
+def test_similar_lengths_go_together():
+    waiting = items([50, 3, 200, 48, 51, 2, 199, 49])
+    batch = take_batch(waiting, BatchLimits(max_batch_tokens=10**6, max_batch_size=4, max_delay=0, max_queue=100))
+    assert sorted(len(i.ids) for i in batch) == [48, 49, 50, 51]
+
+
+def test_the_token_budget_counts_padding():
+    waiting = items([10, 100, 10, 10])
+    batch = take_batch(waiting, BatchLimits(max_batch_tokens=100, max_batch_size=32, max_delay=0, max_queue=100))
+    assert [len(i.ids) for i in batch] == [10, 10, 10]  # the 100-token text would make 4 x 100 = 400

@@ -1,0 +1,228 @@
+"""The embeddings service: a real server on port 0 with the real models, called over real channels."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from service.client import Client
+from service.pb import inference_pb2 as pb
+
+from .server_harness import RunningServer
+
+WORDS = "the quick brown fox jumps over a lazy dog while seven tired engineers debug the flaky network".split()
+
+
+def sentence(rng: random.Random, low: int, high: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
+
+
+@pytest.fixture(scope="module")
+def served(minilm_dir, numbers_dir):
+    server = RunningServer([minilm_dir, numbers_dir])
+    yield server
+    server.close()
+
+
+def code_and_details(call):
+    with pytest.raises(grpc.RpcError) as error:
+        call()
+    return error.value.code(), error.value.details()
+
+
+def batcher(served):
+    return served.server.registry.models["minilm"].batcher
+
+
+def test_embeddings_match_the_reference(served):
+    with Client(served.target) as client:
+        result = client.embed(
+            ["The delivery truck, which was late, blocked the narrow street.",
+             "She saw the man with the telescope.", "A woman used a telescope to look at a man."]
+        )  # fmt: skip
+    assert result.model == "minilm" and result.vectors.shape == (3, 384)
+    np.testing.assert_allclose(result.vectors[0, :5], [0.00677752, 0.05905368, 0.04631271, 0.06658518, 0.05197431], atol=1e-6)
+    assert float(result.vectors[1] @ result.vectors[2]) == pytest.approx(0.7728268, abs=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(result.vectors, axis=1), 1.0, atol=1e-6)
+    assert result.usage.prompt_tokens == 15 + 10 + 13
+    assert result.usage.inference_seconds > 0 and result.usage.tokenization_seconds > 0
+
+
+def test_normalize_false_returns_the_pooled_vector(served):
+    with Client(served.target) as client:
+        raw = client.embed(["a sentence to embed"], normalize=False).vectors[0]
+        unit = client.embed(["a sentence to embed"]).vectors[0]
+    assert abs(np.linalg.norm(raw) - 1) > 0.01
+    np.testing.assert_allclose(raw / np.linalg.norm(raw), unit, atol=1e-6)
+
+
+def test_batched_equals_unbatched_for_64_concurrent_clients(served):
+    rng = random.Random(7)
+    calls = [[sentence(rng, 1, 120) for _ in range(rng.randint(1, 4))] for _ in range(64)]
+    with Client(served.target) as client:
+        alone = {text: client.embed([text]).vectors[0] for texts in calls for text in texts}
+    before = (batcher(served).batches_run, batcher(served).texts_run)
+
+    barrier = threading.Barrier(64)
+
+    def call(texts):
+        with Client(served.target) as client:
+            barrier.wait()
+            return client.embed(texts).vectors
+
+    with ThreadPoolExecutor(64) as pool:
+        results = list(pool.map(call, calls))
+    batches = batcher(served).batches_run - before[0]
+    texts = batcher(served).texts_run - before[1]
+    assert texts == sum(len(c) for c in calls)
+    assert batches < texts / 4, f"{texts} texts ran in {batches} batches: little batching happened"
+    for texts_, vectors in zip(calls, results):
+        for text, vector in zip(texts_, vectors):
+            assert np.abs(vector - alone[text]).max() <= 1e-5
+
+
+def test_tokenize(served):
+    with Client(served.target) as client:
+        response = client.tokenize(["Hello world", "word " * 300], model="minilm")
+        numbers = client.tokenize(["312405"], model="numbers")
+    first, long = response.tokenized
+    assert list(first.ids) == [101, 7592, 2088, 102] and list(first.tokens) == ["[CLS]", "hello", "world", "[SEP]"]
+    assert not first.truncated and long.truncated and len(long.ids) == 256
+    assert list(numbers.tokenized[0].tokens) == ["▁", "3", "1", "2", "4", "0", "5", "</s>"]
+
+
+def test_list_models(served):
+    with Client(served.target) as client:
+        models = {m.name: m for m in client.list_models()}
+    minilm, numbers = models["minilm"], models["numbers"]
+    assert (minilm.task, minilm.dimensions, minilm.max_input_tokens, minilm.opset) == (pb.TASK_EMBEDDING, 384, 256, 18)
+    assert minilm.execution_provider == "CPUExecutionProvider" and minilm.is_default
+    assert (numbers.task, numbers.dimensions, numbers.is_default) == (pb.TASK_SEQ2SEQ, 64, True)
+
+
+def test_health_and_reflection(served):
+    channel = served.channel()
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "attnserve.v1.Inference"):
+        assert health.Check(health_pb2.HealthCheckRequest(service=service)).status == health_pb2.HealthCheckResponse.SERVING
+    reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+    (answer,) = reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    names = {s.name for s in answer.list_services_response.service}
+    assert {"attnserve.v1.Inference", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= names
+
+
+@pytest.mark.parametrize(
+    "request_, code, message",
+    [
+        (pb.EmbedRequest(), grpc.StatusCode.INVALID_ARGUMENT, "inputs: empty; send 1 to 32 texts"),
+        (pb.EmbedRequest(inputs=["x"] * 33), grpc.StatusCode.INVALID_ARGUMENT, "inputs: 33 texts; at most 32 per call"),
+        (pb.EmbedRequest(inputs=["ok", ""]), grpc.StatusCode.INVALID_ARGUMENT, "inputs[1]: empty text"),
+        (pb.EmbedRequest(inputs=["short", "word " * 300], truncate=False), grpc.StatusCode.INVALID_ARGUMENT,
+         "inputs[1]: more than 256 tokens, the most model 'minilm' takes"),
+        (pb.EmbedRequest(model="nope", inputs=["x"]), grpc.StatusCode.NOT_FOUND, "model: 'nope' is not served here"),
+        (pb.EmbedRequest(model="numbers", inputs=["1"]), grpc.StatusCode.INVALID_ARGUMENT,
+         "model: 'numbers' is a seq2seq model; Embed needs a embedding model"),
+    ],
+)  # fmt: skip
+def test_bad_requests_are_refused_with_the_field_and_the_limit(served, request_, code, message):
+    before = batcher(served).texts_run
+    got_code, details = code_and_details(lambda: served.stub().Embed(request_))
+    assert got_code == code and message in details
+    assert batcher(served).texts_run == before  # no model work for a refused call
+
+
+def test_a_long_input_is_truncated_by_default(served):
+    with Client(served.target) as client:
+        result = client.embed(["word " * 300])
+    assert result.usage.truncated_inputs == 1 and result.usage.prompt_tokens == 256
+
+
+def hold_model_thread(served):
+    """Block the model thread until the returned event is set: queued work stays queued meanwhile."""
+    release, holding = threading.Event(), threading.Event()
+
+    def hold():
+        holding.set()
+        release.wait(30)
+
+    served.server.model_executor.submit(hold)
+    holding.wait(5)
+    return release
+
+
+def test_work_whose_caller_has_gone_is_dropped_before_it_runs(served):
+    before = batcher(served).texts_run
+    release = hold_model_thread(served)
+    try:
+        stub = served.stub()
+        code, _ = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["deadline"] * 3), timeout=0.3))
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+        future = stub.Embed.future(pb.EmbedRequest(inputs=["cancelled"] * 2))
+        time.sleep(0.2)
+        future.cancel()
+        time.sleep(0.2)
+        assert served.call_soon(lambda: batcher(served).queue_depth) == 0  # nothing left behind
+    finally:
+        release.set()
+    with Client(served.target) as client:
+        client.embed(["after"])
+    assert batcher(served).texts_run == before + 1  # only the last call ran
+
+
+def test_a_full_queue_answers_resource_exhausted_at_once(minilm_dir):
+    server = RunningServer([minilm_dir], max_queue_inputs=4, max_batch_size=2)
+    try:
+        release = hold_model_thread(server)
+        stub = server.stub()
+        # Two of these three form a batch, which waits for the held model thread; one stays queued.
+        waiting = stub.Embed.future(pb.EmbedRequest(inputs=["a", "b", "c"]))
+        time.sleep(0.2)
+        started = time.perf_counter()
+        code, details = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["d", "e", "f", "g"])))
+        assert time.perf_counter() - started < 0.5
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 texts are waiting; the queue holds 4" in details
+        release.set()
+        assert len(waiting.result(timeout=10).embeddings) == 3
+    finally:
+        server.close()
+
+
+def test_calls_beyond_max_concurrent_requests_are_refused_but_health_answers(minilm_dir):
+    server = RunningServer([minilm_dir], max_concurrent_requests=2)
+    try:
+        release = hold_model_thread(server)
+        stub = server.stub()
+        held = [stub.Embed.future(pb.EmbedRequest(inputs=[f"held {i}"])) for i in range(2)]
+        time.sleep(0.2)
+        code, details = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["one too many"])))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_concurrent_requests 2" in details
+        health = health_pb2_grpc.HealthStub(server.channel())
+        assert health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
+        release.set()
+        assert all(len(f.result(timeout=10).embeddings) == 1 for f in held)
+    finally:
+        server.close()
+
+
+def test_health_is_not_serving_until_the_models_are_warm(minilm_dir):
+    server = RunningServer([minilm_dir], load=False)
+    try:
+        health = health_pb2_grpc.HealthStub(server.channel())
+        for service in ("", "attnserve.v1.Inference"):
+            status = health.Check(health_pb2.HealthCheckRequest(service=service)).status
+            assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+        code, details = code_and_details(lambda: server.stub().Embed(pb.EmbedRequest(inputs=["x"])))
+        assert code == grpc.StatusCode.UNAVAILABLE and "models are loading" in details
+        server.load()
+        assert health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
+        assert len(server.stub().Embed(pb.EmbedRequest(inputs=["x"])).embeddings) == 1
+    finally:
+        server.close()
