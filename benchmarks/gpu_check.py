@@ -12,6 +12,7 @@ same rounded weights, so the comparison is of float16 arithmetic alone.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import statistics
@@ -31,6 +32,7 @@ from service.tokenizer import TextTokenizer, pad_batch
 from .common import print_table, sentences
 
 CUDA = torch.device("cuda")  # --device cpu runs the same code without a GPU, to try it out
+BASE = BASE_SEQ2SEQ  # --small: a tiny stand-in, to try the script out quickly
 
 
 def load_any_precision(model_dir: Path):
@@ -78,15 +80,15 @@ def cuda_ms(fn, repeats: int = 30, warmup: int = 3) -> float:
 
 
 def check_base(figures: dict) -> None:
-    cpu = random_model(BASE_SEQ2SEQ, seed=0)
+    cpu = random_model(BASE, seed=0)
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(4, BASE_SEQ2SEQ.vocab_size, (16, 48), generator=g)
+    ids = torch.randint(4, BASE.vocab_size, (16, 48), generator=g)
     mask = torch.ones_like(ids)
     mask[8:, 30:] = 0
     ref_tokens, ref_logits = greedy_with_cache(cpu, ids, mask, 32)
     rows = []
     for dtype in (torch.float32, torch.float16):
-        gpu = random_model(BASE_SEQ2SEQ, seed=0).to(CUDA, dtype)
+        gpu = random_model(BASE, seed=0).to(CUDA, dtype)
         tokens, logits = greedy_with_cache(gpu, ids.to(CUDA), mask.to(CUDA), 32)
         # Logits along the reference's own tokens, so that one early divergence does not compound.
         _, forced = teacher_forced_logits(gpu, ids.to(CUDA), mask.to(CUDA), ref_tokens.to(CUDA))
@@ -168,7 +170,7 @@ def check_minilm(minilm_dir: Path, figures: dict) -> None:
 
 
 def bench_decode(figures: dict) -> None:
-    c = BASE_SEQ2SEQ
+    c = BASE
     rows = []
     for dtype in (torch.float32, torch.float16):
         model = random_model(c, seed=0).to(CUDA, dtype)
@@ -200,9 +202,13 @@ def main() -> None:
     parser.add_argument("--numbers", type=Path, default=Path("models/numbers"))
     parser.add_argument("--out", type=Path, default=Path("."))
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--small", action="store_true")
     args = parser.parse_args()
-    global CUDA
+    global CUDA, BASE
     CUDA = torch.device(args.device)
+    if args.small:
+        BASE = dataclasses.replace(BASE_SEQ2SEQ, d_model=64, n_heads=4, d_ff=128, vocab_size=500,
+                                   n_encoder_layers=2, n_decoder_layers=2)  # fmt: skip
     name = torch.cuda.get_device_name(0) if CUDA.type == "cuda" else "cpu"
     figures = {"device": name, "torch": torch.__version__}
     print(figures)

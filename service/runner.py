@@ -5,6 +5,7 @@ Stateless between calls: what a call needs comes in as arrays and goes out as ar
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 from dataclasses import dataclass
@@ -51,18 +52,31 @@ def _options(settings: SessionSettings) -> ort.SessionOptions:
     return options
 
 
+def nvidia_driver_present() -> bool:
+    """Whether the CUDA driver library loads: without it, asking ONNX Runtime for CUDA can only fail
+    (noisily), so `auto` does not ask."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
 def create_session(path, settings: SessionSettings) -> ort.InferenceSession:
     """A session on CUDA when asked and possible, else on the CPU.
 
     onnxruntime-gpu falls back to the CPU silently when the CUDA provider cannot load (no GPU, no CUDA
     libraries), so the providers the session really got are checked, not the ones asked for."""
     options = _options(settings)
-    wants_cuda = settings.device in ("auto", "cuda") and CUDA in ort.get_available_providers()
-    if settings.device == "cuda" and not wants_cuda:
+    has_provider = CUDA in ort.get_available_providers()
+    if settings.device == "cuda" and not has_provider:
         raise ProviderError(
             f"--device cuda: this onnxruntime ({ort.__version__}) has no CUDA provider "
             f"(available: {', '.join(ort.get_available_providers())}); install onnxruntime-gpu"
         )
+    if settings.device == "cuda" and not nvidia_driver_present():
+        raise ProviderError("--device cuda: no NVIDIA driver (libcuda.so.1 does not load), so the CUDA provider cannot run")
+    wants_cuda = has_provider and settings.device in ("auto", "cuda") and nvidia_driver_present()
     providers = [CUDA, CPU] if wants_cuda else [CPU]
     session = ort.InferenceSession(str(path), options, providers=providers)
     got = session.get_providers()[0]
