@@ -44,6 +44,11 @@ class ServerConfig:
     max_batch_tokens: int = _setting(16384, "embedding batch budget in tokens, padding included")
     max_batch_size: int = _setting(32, "most texts in one embedding batch")
     max_delay_ms: float = _setting(2.0, "longest wait for more texts before a batch that is not full runs")
+    split_cost_tokens: int = _setting(
+        64,
+        "what one more model call costs, in padded tokens: a batch is cut into calls of similar lengths "
+        "where that saves more padding than this per extra call (0 cuts the most, a large value never)",
+    )
     max_queue_inputs: int = _setting(2048, "texts waiting for a batch, over all calls; beyond: RESOURCE_EXHAUSTED")
     max_client_batch_size: int = _setting(32, "most inputs in one Embed or Tokenize call")
     max_concurrent_requests: int = _setting(512, "calls in progress at once; beyond: RESOURCE_EXHAUSTED at once")
@@ -57,7 +62,7 @@ class ServerConfig:
             "max_concurrent_requests", "max_message_bytes",
         ]  # fmt: skip
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
-        for name in ("intra_op_threads", "max_delay_ms", "drain_seconds"):
+        for name in ("intra_op_threads", "max_delay_ms", "drain_seconds", "split_cost_tokens"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, not {getattr(self, name)}")
         if not 0 <= self.port <= 65535:

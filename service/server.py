@@ -82,6 +82,7 @@ class Server:
             max_batch_size=self.config.max_batch_size,
             max_delay=self.config.max_delay_seconds,
             max_queue=self.config.max_queue_inputs,
+            split_cost_tokens=self.config.split_cost_tokens,
         )
         longest = max(m.max_input_tokens for m in models)
         if longest > self.config.max_batch_tokens:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.batcher import BatchLimits, Item, take_batch
+from service.batcher import BatchLimits, Item, split_by_length, take_batch
 
 
 def items(lengths: list[int]) -> list[Item]:
@@ -42,3 +42,24 @@ def test_the_token_budget_counts_padding():
     waiting = items([10, 100, 10, 10])
     batch = take_batch(waiting, BatchLimits(max_batch_tokens=100, max_batch_size=32, max_delay=0, max_queue=100))
     assert [len(i.ids) for i in batch] == [10, 10, 10]  # the 100-token text would make 4 x 100 = 400
+
+
+def padded_cost(groups, call_cost: int) -> int:
+    return sum(call_cost + len(g) * max(len(i.ids) for i in g) for g in groups)
+
+
+@given(lengths=st.lists(st.integers(1, 256), min_size=1, max_size=40), call_cost=st.integers(0, 500))
+def test_splitting_by_length_is_a_cheapest_partition(lengths, call_cost):
+    batch = items(lengths)
+    groups = split_by_length(batch, call_cost)
+    assert sorted(id(i) for g in groups for i in g) == sorted(id(i) for i in batch)
+    flat = [len(i.ids) for g in groups for i in g]
+    assert flat == sorted(flat) and all(groups)
+    # No cheaper than one call, nor than one call per text.
+    assert padded_cost(groups, call_cost) <= padded_cost([sorted(batch, key=lambda i: len(i.ids))], call_cost)
+    assert padded_cost(groups, call_cost) <= padded_cost([[i] for i in batch], call_cost)
+
+
+def test_mixed_lengths_are_cut_and_even_ones_are_not():
+    assert [len(g) for g in split_by_length(items([10] * 30 + [200] * 2), 64)] == [30, 2]
+    assert [len(g) for g in split_by_length(items([40, 41, 42, 43]), 64)] == [4]

@@ -16,7 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from service.client import Client
 from service.pb import inference_pb2 as pb
 
-from .server_harness import RunningServer
+from service.background import BackgroundServer
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven tired engineers debug the flaky network".split()
 
@@ -27,7 +27,7 @@ def sentence(rng: random.Random, low: int, high: int) -> str:
 
 @pytest.fixture(scope="module")
 def served(minilm_dir, numbers_dir):
-    server = RunningServer([minilm_dir, numbers_dir])
+    server = BackgroundServer([minilm_dir, numbers_dir])
     yield server
     server.close()
 
@@ -178,7 +178,7 @@ def test_work_whose_caller_has_gone_is_dropped_before_it_runs(served):
 
 
 def test_a_full_queue_answers_resource_exhausted_at_once(minilm_dir):
-    server = RunningServer([minilm_dir], max_queue_inputs=4, max_batch_size=2)
+    server = BackgroundServer([minilm_dir], max_queue_inputs=4, max_batch_size=2)
     try:
         release = hold_model_thread(server)
         stub = server.stub()
@@ -196,7 +196,7 @@ def test_a_full_queue_answers_resource_exhausted_at_once(minilm_dir):
 
 
 def test_calls_beyond_max_concurrent_requests_are_refused_but_health_answers(minilm_dir):
-    server = RunningServer([minilm_dir], max_concurrent_requests=2)
+    server = BackgroundServer([minilm_dir], max_concurrent_requests=2)
     try:
         release = hold_model_thread(server)
         stub = server.stub()
@@ -213,7 +213,7 @@ def test_calls_beyond_max_concurrent_requests_are_refused_but_health_answers(min
 
 
 def test_health_is_not_serving_until_the_models_are_warm(minilm_dir):
-    server = RunningServer([minilm_dir], load=False)
+    server = BackgroundServer([minilm_dir], load=False)
     try:
         health = health_pb2_grpc.HealthStub(server.channel())
         for service in ("", "attnserve.v1.Inference"):

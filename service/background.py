@@ -1,5 +1,5 @@
-"""A real attnserve server on port 0, in a thread with its own event loop, for tests to call over real
-channels."""
+"""An attnserve server in a background thread with its own event loop: for tests, benchmarks and
+programs that embed a server, which call it over real channels and may look at its state."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import grpc
 
-from service.config import ServerConfig
-from service.pb import inference_pb2_grpc as pb_grpc
-from service.server import Server, create_server
+from .config import ServerConfig
+from .pb import inference_pb2_grpc as pb_grpc
+from .server import Server, create_server
 
 
-class RunningServer:
+class BackgroundServer:
     def __init__(self, models: list[Path], load: bool = True, **settings):
         self.config = ServerConfig(models=tuple(models), host="127.0.0.1", port=0, **settings)
         self.loop = asyncio.new_event_loop()
