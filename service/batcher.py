@@ -92,7 +92,7 @@ def split_by_length(batch: list[Item], call_cost_tokens: int) -> list[list[Item]
     whole and 1.37 s cut this way, with call_cost_tokens 32 to 64)."""
     items = sorted(batch, key=lambda item: len(item.ids))
     lengths = [len(item.ids) for item in items]
-    best = [0] + [0] * len(items)  # best[j]: cost of the first j items
+    best = [0] * (len(items) + 1)  # best[j]: the least cost of the first j items
     cut = [0] * (len(items) + 1)
     for j in range(1, len(items) + 1):
         best[j], cut[j] = min((best[i] + call_cost_tokens + (j - i) * lengths[j - 1], i) for i in range(j))
@@ -107,7 +107,7 @@ def split_by_length(batch: list[Item], call_cost_tokens: int) -> list[list[Item]
 class EmbeddingBatcher:
     def __init__(
         self,
-        embed: Callable[[np.ndarray, np.ndarray], np.ndarray],
+        embed: Callable[[np.ndarray, np.ndarray, object], np.ndarray],
         pad_id: int,
         limits: BatchLimits,
         executor: Executor,
@@ -116,8 +116,8 @@ class EmbeddingBatcher:
         make_run_options: Callable[[], object] | None = None,
     ):
         """embed(input_ids, attention_mask, run_options) -> (B, d), run in `executor`. on_batch(texts,
-        padded tokens, seconds) is told of each batch run (for metrics). make_run_options makes the
-        per-batch options object whose `terminate` is set when every caller of a running batch has gone."""
+        padded tokens, seconds) is told of each model call (for metrics). make_run_options makes the
+        per-call options object whose `terminate` is set when every caller of a running call has gone."""
         self.embed, self.pad_id, self.limits, self.executor, self.name = embed, pad_id, limits, executor, name
         self.on_batch, self.make_run_options = on_batch, make_run_options
         self.waiting: list[Item] = []

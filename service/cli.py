@@ -124,6 +124,21 @@ def cmd_embed(args) -> None:
         )
 
 
+def cmd_health(args) -> None:
+    """Exit 0 when the server (or one service) is SERVING: for container health checks and exec probes."""
+    import grpc
+
+    from service.client import Client
+
+    try:
+        with Client(args.target, timeout=args.timeout) as client:
+            status = client.health(args.service)
+    except grpc.RpcError as error:
+        sys.exit(f"{args.target}: {error.code().name}: {error.details()}")
+    print(status)
+    sys.exit(0 if status == "SERVING" else 1)
+
+
 def cmd_models(args) -> None:
     from service.client import TASK_NAMES, Client
 
@@ -160,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=None)
     embed.add_argument("--json", action="store_true", help="print whole vectors, one JSON object per line")
     embed.set_defaults(run=cmd_embed)
+
+    health = commands.add_parser("health", help="exit 0 if a running server is SERVING, else 1")
+    health.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
+    health.add_argument("--service", default="", help="one service, e.g. attnserve.v1.Inference; default: all")
+    health.add_argument("--timeout", type=float, default=3.0, help="seconds; default: %(default)s")
+    health.set_defaults(run=cmd_health)
 
     models = commands.add_parser("models", help="list the models of a running server")
     models.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")

@@ -95,7 +95,7 @@ class ModelRegistry:
         if model is None:
             raise not_found(f"model: {name!r} is not served here (served: {', '.join(sorted(self.models))})")
         if model.task != task:
-            raise invalid(f"model: {name!r} is a {model.task} model; {rpc} needs a {task} model")
+            raise invalid(f"model: {name!r} is a {model.task} model; {rpc} needs one of task {task!r}")
         return model
 
     def find(self, name: str) -> ServedModel:

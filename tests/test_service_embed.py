@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -129,7 +132,7 @@ def test_health_and_reflection(served):
          "inputs[1]: more than 256 tokens, the most model 'minilm' takes"),
         (pb.EmbedRequest(model="nope", inputs=["x"]), grpc.StatusCode.NOT_FOUND, "model: 'nope' is not served here"),
         (pb.EmbedRequest(model="numbers", inputs=["1"]), grpc.StatusCode.INVALID_ARGUMENT,
-         "model: 'numbers' is a seq2seq model; Embed needs a embedding model"),
+         "model: 'numbers' is a seq2seq model; Embed needs one of task 'embedding'"),
     ],
 )  # fmt: skip
 def test_bad_requests_are_refused_with_the_field_and_the_limit(served, request_, code, message):
@@ -226,3 +229,18 @@ def test_health_is_not_serving_until_the_models_are_warm(minilm_dir):
         assert len(server.stub().Embed(pb.EmbedRequest(inputs=["x"])).embeddings) == 1
     finally:
         server.close()
+
+
+def test_cli_client_commands(served):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "service", *args, "--target", served.target],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    health = cli("health")
+    assert health.returncode == 0 and health.stdout.strip() == "SERVING"
+    models = cli("models").stdout.splitlines()
+    assert models[0].split()[:3] == ["name", "task", "dimensions"]
+    assert models[1].split()[:4] == ["minilm", "embedding", "384", "256"]
+    embedded = cli("embed", "The delivery truck, which was late, blocked the narrow street.", "--json")
+    vector = json.loads(embedded.stdout)["embedding"]
+    assert len(vector) == 384 and abs(vector[0] - 0.00677752) < 1e-6

@@ -1,0 +1,46 @@
+# syntax=docker/dockerfile:1
+# Two stages: one with torch exports the bundled models to ONNX; the runtime has ONNX Runtime (GPU build)
+# and no torch.
+
+# ---- build: import, export and check the bundled models --------------------------------------------
+FROM python:3.11-slim AS models
+# torch==2.13.0 from the default index is its CUDA build (several GB, only used here to export). A CPU
+# wheel index can be given instead: --build-arg PIP_EXTRA_INDEX_URL=<index>.
+ARG PIP_EXTRA_INDEX_URL=""
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY model/ model/
+COPY service/ service/
+COPY models/ models/
+RUN pip install '.[export]' \
+ && attnserve build --out /models
+
+# ---- runtime ---------------------------------------------------------------------------------------
+FROM nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS runtime
+ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv \
+ && rm -rf /var/lib/apt/lists/*
+RUN python3 -m venv /opt/attnserve
+ENV PATH=/opt/attnserve/bin:$PATH
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY model/ model/
+COPY service/ service/
+# The serving dependencies only: onnxruntime-gpu, grpcio, tokenizers, numpy; no torch.
+RUN pip install . && rm -rf /src
+COPY --from=models /models /models
+
+RUN useradd --system --uid 10001 --no-create-home attnserve
+USER 10001
+WORKDIR /home/attnserve
+ENV ATTNSERVE_MODELS=/models/minilm,/models/numbers \
+    ATTNSERVE_DEVICE=auto \
+    ATTNSERVE_PORT=50051
+EXPOSE 50051
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+  CMD ["attnserve", "health", "--target", "localhost:50051"]
+# SIGTERM drains (ATTNSERVE_DRAIN_SECONDS, default 30 s): give `docker stop` a longer timeout.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["attnserve", "serve"]
