@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_model
 
 from model.config import load_config
+from model.kv_cache import ConcatCache
 from model.numbers import pair, sample_number
 from model.random_model import BASE_SEQ2SEQ, random_model
 from model.transformer import build_model
@@ -42,22 +43,26 @@ def load_any_precision(model_dir: Path):
     return config, model.eval()
 
 
+def empty_cache(model, batch: int, like: torch.Tensor) -> ConcatCache:
+    cache = model.empty_cache(batch)
+    cache.past = [(k.to(like.device, like.dtype), v.to(like.device, like.dtype)) for k, v in cache.past]
+    cache.past_mask = cache.past_mask.to(like.device)
+    return cache
+
+
 @torch.inference_mode()
-def greedy_with_cache(model, ids, mask, steps: int, eos_id: int | None = None):
+def greedy_with_cache(model, ids, mask, steps: int):
     """-> tokens (B, 1 + steps), logits (B, steps, vocab) in float32."""
     cross = model.project_cross(model.encode(ids, mask))
-    past, past_mask = model.empty_past(ids.shape[0])
-    dtype = cross[0][0].dtype
-    past = [(k.to(ids.device, dtype), v.to(ids.device, dtype)) for k, v in past]
-    past_mask = past_mask.to(ids.device)
+    cache = empty_cache(model, ids.shape[0], cross[0][0])
     tokens = torch.full((ids.shape[0], 1), model.config.bos_id, device=ids.device)
     all_logits = []
-    for _ in range(steps):
-        logits, new = model.decode(tokens[:, -1:], past, past_mask, cross, mask)
+    for step in range(steps):
+        logits = model.decode(tokens[:, -1:], cache, cross, mask)
         all_logits.append(logits.float())
         tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
-        past = [(torch.cat([pk, nk], 2), torch.cat([pv, nv], 2)) for (pk, pv), (nk, nv) in zip(past, new)]
-        past_mask = torch.ones(ids.shape[0], past_mask.shape[1] + 1, dtype=torch.long, device=ids.device)
+        past = [(torch.cat([pk, nk], 2), torch.cat([pv, nv], 2)) for (pk, pv), (nk, nv) in zip(cache.past, cache.new)]
+        cache = ConcatCache(past, torch.ones(ids.shape[0], step + 1, dtype=torch.long, device=ids.device))
     return tokens, torch.stack(all_logits, 1)
 
 
@@ -106,9 +111,7 @@ def check_base(figures: dict) -> None:
 @torch.inference_mode()
 def teacher_forced_logits(model, ids, mask, tokens):
     cross = model.project_cross(model.encode(ids, mask))
-    past, past_mask = model.empty_past(ids.shape[0])
-    past = [(k.to(ids.device, cross[0][0].dtype), v.to(ids.device, cross[0][0].dtype)) for k, v in past]
-    hidden, _ = model.decoder(tokens[:, :-1], past, past_mask.to(ids.device), cross, mask)
+    hidden = model.decoder(tokens[:, :-1], empty_cache(model, ids.shape[0], cross[0][0]), cross, mask)
     return tokens, model.logits(hidden).float()
 
 
@@ -184,7 +187,7 @@ def bench_decode(figures: dict) -> None:
 
                 @torch.inference_mode()
                 def run():
-                    model.decode(step, past, past_mask, cross, source_mask)
+                    model.decode(step, ConcatCache(past, past_mask), cross, source_mask)
 
                 ms = cuda_ms(run)
                 figures[f"decode_{dtype}_b{batch}_p{prefix}_ms"] = ms

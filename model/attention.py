@@ -8,7 +8,7 @@ d_model x d_model matrix and split into heads by a reshape; likewise W^K and W^V
 
 - encoder self-attention: keys and values from the same sequence, a padding mask;
 - decoder masked self-attention: keys and values of earlier positions come from a cache, the step's
-  own positions under a causal mask; only the step's new K/V are returned, so the cache is never copied;
+  own positions under a causal mask (how the cache is read and written: kv_cache.py);
 - cross-attention: keys and values from the encoder output, projected once per sequence (project_kv)
   and passed in at every step.
 """

@@ -54,6 +54,10 @@ class ModelConfig:
             problems.append(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads}")
         if self.task == "seq2seq" and self.n_decoder_layers < 1:
             problems.append("a seq2seq model needs n_decoder_layers >= 1")
+        if self.task == "seq2seq" and self.d_model % self.n_heads == 0 and self.d_head % 8:
+            # The decoder's cached self-attention runs as ONNX Runtime's GroupQueryAttention, which
+            # takes head sizes in multiples of 8 (64 in every published checkpoint we know of).
+            problems.append(f"a seq2seq model needs d_head (d_model / n_heads) a multiple of 8, not {self.d_head}")
         if self.task == "embedding" and self.n_decoder_layers:
             problems.append("an embedding model has no decoder layers")
         if self.max_input_tokens > self.max_positions:

@@ -2,9 +2,11 @@
 
 The encoder graph runs once per request. For seq2seq models it also returns every decoder layer's
 cross-attention K/V, so decode steps never project the encoder output again. The decoder graph is one
-step: the step's tokens, the cached self-attention K/V of earlier positions (empty on the first step)
-and the cross K/V in; the last position's logits and the step's own K/V out. It never returns the
-cache it was given: appending is the caller's job, on its own buffers.
+step: the step's tokens, each row's filled length, the self-attention K/V buffers of every layer
+(nothing filled on the first step) and the cross K/V in; the last position's logits and the buffers
+with the step's K/V written in out. Its masked self-attention is ONNX Runtime's GroupQueryAttention
+(kv_cache.py): bound to the same buffers as input and output, a step writes in place and reads only
+the filled positions.
 
 The exporter is torch's TorchScript-based one (dynamo=False): it exports in a fraction of a second where
 the dynamo exporter takes seconds, which matters for the parity suite's many configs, and ONNX Runtime's
@@ -44,6 +46,7 @@ from service.model_files import (
 )
 
 from .config import ModelConfig
+from .kv_cache import BufferCache
 from .transformer import EmbeddingModel, Seq2SeqModel
 from .weights import load_model_dir
 
@@ -84,12 +87,12 @@ class DecoderGraph(torch.nn.Module):
         self.model = model
         self.n_layers = model.config.n_decoder_layers
 
-    def forward(self, input_ids, past_mask, encoder_attention_mask, *caches):
+    def forward(self, input_ids, past_lengths, encoder_attention_mask, *caches):
         n = self.n_layers
-        past = [(caches[2 * i], caches[2 * i + 1]) for i in range(n)]
+        cache = BufferCache(list(caches[0 : 2 * n : 2]), list(caches[1 : 2 * n : 2]), past_lengths)
         cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
-        logits, new = self.model.decode(input_ids, past, past_mask, cross, encoder_attention_mask)
-        return (logits, *(t for kv in new for t in kv))
+        logits = self.model.decode(input_ids, cache, cross, encoder_attention_mask)
+        return (logits, *(t for kv in cache.present for t in kv))
 
 
 def example_encoder_inputs(config: ModelConfig, batch: int = 2, length: int = 7, seed: int = 0):
@@ -100,7 +103,7 @@ def example_encoder_inputs(config: ModelConfig, batch: int = 2, length: int = 7,
     return ids, mask
 
 
-def example_decoder_inputs(config: ModelConfig, batch: int = 2, step: int = 3, past: int = 5, source: int = 7):
+def example_decoder_inputs(config: ModelConfig, batch: int = 2, buffer: int = 9, source: int = 7):
     generator = torch.Generator().manual_seed(0)
     c = config
 
@@ -108,15 +111,18 @@ def example_decoder_inputs(config: ModelConfig, batch: int = 2, step: int = 3, p
         return torch.randn(batch, c.n_heads, length, c.d_head, generator=generator)
 
     return (
-        torch.randint(0, c.vocab_size, (batch, step), generator=generator),
-        torch.ones(batch, past, dtype=torch.long),
+        torch.randint(0, c.vocab_size, (batch, 1), generator=generator),
+        torch.tensor([3, 5] + [0] * (batch - 2), dtype=torch.int32)[:batch],
         torch.ones(batch, source, dtype=torch.long),
-        *(cache(past) for _ in range(2 * c.n_decoder_layers)),
+        *(cache(buffer) for _ in range(2 * c.n_decoder_layers)),
         *(cache(source) for _ in range(2 * c.n_decoder_layers)),
     )
 
 
-def _to_onnx(module, args, input_names, output_names, dynamic_axes, name: str, graph: str, config: ModelConfig):
+def _to_onnx(
+    module, args, input_names, output_names, dynamic_axes, name: str, graph: str, config: ModelConfig,
+    custom_opsets: dict | None = None,
+):  # fmt: skip
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         # The TorchScript exporter announces its deprecation; tracer warnings are about Python ints that
@@ -125,6 +131,7 @@ def _to_onnx(module, args, input_names, output_names, dynamic_axes, name: str, g
         torch.onnx.export(
             module, args, buffer, input_names=list(input_names), output_names=list(output_names),
             dynamic_axes=dynamic_axes, opset_version=OPSET, dynamo=False, do_constant_folding=True,
+            custom_opsets=custom_opsets, autograd_inlining=False,
         )  # fmt: skip
     proto = onnx.load_from_string(buffer.getvalue())
     metadata_props = {
@@ -155,15 +162,17 @@ def export_decoder(model: Seq2SeqModel, name: str) -> onnx.ModelProto:
     inputs, outputs = decoder_inputs(n), decoder_outputs(n)
     axes = {
         "input_ids": {0: "batch", 1: "step"},
-        "past_mask": {0: "batch", 1: "past"},
+        "past_lengths": {0: "batch"},
         "encoder_attention_mask": {0: "batch", 1: "source"},
         "logits": {0: "batch"},
     }
-    axes.update({name_: {0: "batch", 2: "past"} for name_ in inputs if name_.startswith("past_") and name_ != "past_mask"})
+    buffers = [name_ for name_ in inputs + outputs if name_.startswith(("past_key", "past_value", "present_"))]
+    axes.update({name_: {0: "batch", 2: "buffer"} for name_ in buffers})
     axes.update({name_: {0: "batch", 2: "source"} for name_ in inputs if name_.startswith("cross_")})
-    axes.update({name_: {0: "batch", 2: "step"} for name_ in outputs[1:]})
     args = example_decoder_inputs(model.config)
-    return _to_onnx(DecoderGraph(model), args, inputs, outputs, axes, name, "decoder", model.config)
+    return _to_onnx(
+        DecoderGraph(model), args, inputs, outputs, axes, name, "decoder", model.config, {"com.microsoft": 1}
+    )
 
 
 def describe_graph(proto: onnx.ModelProto) -> dict:
@@ -218,8 +227,10 @@ def greedy_logits_torch(model: Seq2SeqModel, ids, mask, tokens) -> torch.Tensor:
     """Logits (B, steps, vocab) that PyTorch gives, without a cache, at each step of the given decode.
     tokens (B, steps + 1) starts with the decoder start token."""
     cross = model.project_cross(model.encode(ids, mask))
-    past, past_mask = model.empty_past(ids.shape[0])
-    steps = [model.decode(tokens[:, : t + 1], past, past_mask, cross, mask)[0] for t in range(tokens.shape[1] - 1)]
+    steps = [
+        model.decode(tokens[:, : t + 1], model.empty_cache(ids.shape[0]), cross, mask)
+        for t in range(tokens.shape[1] - 1)
+    ]
     return torch.stack(steps, dim=1)
 
 

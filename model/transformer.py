@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from .attention import KeysValues, MultiHeadAttention
 from .config import ModelConfig
+from .kv_cache import ConcatCache
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -112,18 +113,15 @@ class DecoderLayer(Block):
         self.feed_forward = FeedForward(config)
         self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def forward(self, x: Tensor, past: KeysValues, causal: Tensor, cross: KeysValues) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, T, d_model): the step's positions. past: cached K/V (B, H, P, Dh) of earlier positions;
-        causal (1, T, T): which of the step's own positions each may see; cross: the encoder output's K/V.
-        Returns the new x and this step's K/V (B, H, T, Dh), which the caller appends to its cache."""
+    def forward(self, x: Tensor, cache, index: int, cross: KeysValues) -> Tensor:
+        """x (B, T, d_model): the step's positions. cache: where this layer (number `index`) finds the
+        earlier positions' K/V and leaves the step's (kv_cache.py). cross: the encoder output's K/V."""
         h = self.branch_input(self.self_attention_norm, x)
-        keys, values = self.self_attention.project_kv(h)
-        attended = self.self_attention(h, [past, KeysValues(keys, values, causal)])
-        x = self.residual(self.self_attention_norm, x, attended)
+        x = self.residual(self.self_attention_norm, x, cache.attend(index, self.self_attention, h))
         h = self.branch_input(self.cross_attention_norm, x)
         x = self.residual(self.cross_attention_norm, x, self.cross_attention(h, [cross]))
         h = self.branch_input(self.feed_forward_norm, x)
-        return self.residual(self.feed_forward_norm, x, self.feed_forward(h)), keys, values
+        return self.residual(self.feed_forward_norm, x, self.feed_forward(h))
 
 
 def _final_norm(config: ModelConfig) -> nn.Module:
@@ -154,36 +152,15 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
         self.final_norm = _final_norm(config)
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        past: list[tuple[Tensor, Tensor]],
-        past_mask: Tensor,
-        cross: list[tuple[Tensor, Tensor]],
-        cross_mask: Tensor,
-    ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
-        """input_ids (B, T): the step's tokens, which follow the past positions.
-        past[i]: layer i's cached self-attention K/V (B, H, P, Dh), P may be 0; past_mask (B, P), 1 at filled positions.
+    def forward(self, input_ids: Tensor, cache, cross: list[tuple[Tensor, Tensor]], cross_mask: Tensor) -> Tensor:
+        """input_ids (B, T): the step's tokens, which follow the positions in `cache` (kv_cache.py).
         cross[i]: layer i's K/V of the encoder output (B, H, S, Dh); cross_mask (B, S), 1 at real source tokens.
-        Returns hidden states (B, T, d_model) and each layer's K/V of the step's positions (B, H, T, Dh)."""
-        length = input_ids.shape[1]
-        # A sequence's next position is the number of positions it has filled, whatever the cache's padding.
-        # The leading zero column keeps the sum's axis non-empty: ONNX Runtime's ReduceSum over an empty axis
-        # (P = 0, a first step) returns an empty tensor instead of zeros. (T >= 1, so input_ids has a column.)
-        zero = input_ids[:, :1] * 0  # (B, 1)
-        offset = torch.cat([zero, past_mask], dim=1).sum(dim=-1, keepdim=True)  # (B, 1)
-        positions = offset + torch.arange(length, device=input_ids.device)[None]  # (B, T)
-        x = self.embeddings(input_ids, positions)
-        past_visible = past_mask.bool()[:, None, :]  # (B, 1, P)
-        causal = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()[None]  # (1, T, T)
+        Returns hidden states (B, T, d_model); the cache holds the step's K/V afterwards."""
+        x = self.embeddings(input_ids, cache.positions(input_ids))
         cross_visible = cross_mask.bool()[:, None, :]  # (B, 1, S)
-        new = []
-        for layer, (past_k, past_v), (cross_k, cross_v) in zip(self.layers, past, cross):
-            x, keys, values = layer(
-                x, KeysValues(past_k, past_v, past_visible), causal, KeysValues(cross_k, cross_v, cross_visible)
-            )
-            new.append((keys, values))
-        return self.final_norm(x), new
+        for index, (layer, (cross_k, cross_v)) in enumerate(zip(self.layers, cross)):
+            x = layer(x, cache, index, KeysValues(cross_k, cross_v, cross_visible))
+        return self.final_norm(x)
 
 
 def _token_table(config: ModelConfig) -> nn.Embedding:
@@ -241,22 +218,19 @@ class Seq2SeqModel(nn.Module):
             out = self.lm_head(hidden)
         return out + self.logits_bias if self.config.output_bias else out
 
-    def decode(self, input_ids, past, past_mask, cross, cross_mask) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
-        """One decoder step (see Decoder.forward). -> logits of the last position (B, vocab), the step's K/V."""
-        hidden, new = self.decoder(input_ids, past, past_mask, cross, cross_mask)
-        return self.logits(hidden[:, -1]), new
+    def decode(self, input_ids, cache, cross, cross_mask) -> Tensor:
+        """One decoder step (see Decoder.forward). -> logits of the step's last position (B, vocab)."""
+        return self.logits(self.decoder(input_ids, cache, cross, cross_mask)[:, -1])
 
-    def empty_past(self, batch: int) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
-        """A cache with no positions, for a first step (or for recomputing the whole prefix)."""
+    def empty_cache(self, batch: int) -> ConcatCache:
+        """A cache with no positions: for a first step, or for recomputing a whole prefix."""
         c = self.config
-        empty = torch.zeros(batch, c.n_heads, 0, c.d_head)
-        return [(empty, empty)] * c.n_decoder_layers, torch.zeros(batch, 0, dtype=torch.long)
+        return ConcatCache.empty(batch, c.n_decoder_layers, c.n_heads, c.d_head)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, target_ids: Tensor) -> Tensor:
         """Teacher forcing: logits (B, T, vocab) for every target position, for training."""
         cross = self.project_cross(self.encode(input_ids, attention_mask))
-        past, past_mask = self.empty_past(input_ids.shape[0])
-        hidden, _ = self.decoder(target_ids, past, past_mask, cross, attention_mask)
+        hidden = self.decoder(target_ids, self.empty_cache(input_ids.shape[0]), cross, attention_mask)
         return self.logits(hidden)
 
 

@@ -51,6 +51,13 @@ class ServerConfig:
     )
     max_queue_inputs: int = _setting(2048, "texts waiting for a batch, over all calls; beyond: RESOURCE_EXHAUSTED")
     max_client_batch_size: int = _setting(32, "most inputs in one Embed or Tokenize call")
+    max_new_tokens: int = _setting(
+        256, "most tokens one Generate call may ask for, and the default (capped by a model's positions)"
+    )
+    kv_cache_bytes: int = _setting(1 << 30, "generation cache per seq2seq model, in bytes")
+    kv_cache_tokens: int = _setting(0, "generation cache per seq2seq model in tokens; when > 0, instead of bytes")
+    max_running_sequences: int = _setting(64, "most sequences in one decode step (cache rows are capped by it)")
+    max_waiting_sequences: int = _setting(1024, "Generate calls waiting for cache space; beyond: RESOURCE_EXHAUSTED")
     max_concurrent_requests: int = _setting(512, "calls in progress at once; beyond: RESOURCE_EXHAUSTED at once")
     max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")
     drain_seconds: float = _setting(30.0, "on SIGTERM, how long calls in flight may take to finish")
@@ -59,10 +66,11 @@ class ServerConfig:
     def __post_init__(self) -> None:
         positive = [
             "max_batch_tokens", "max_batch_size", "max_queue_inputs", "max_client_batch_size",
-            "max_concurrent_requests", "max_message_bytes",
+            "max_concurrent_requests", "max_message_bytes", "max_new_tokens", "kv_cache_bytes",
+            "max_running_sequences", "max_waiting_sequences",
         ]  # fmt: skip
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
-        for name in ("intra_op_threads", "max_delay_ms", "drain_seconds", "split_cost_tokens"):
+        for name in ("intra_op_threads", "max_delay_ms", "drain_seconds", "split_cost_tokens", "kv_cache_tokens"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, not {getattr(self, name)}")
         if not 0 <= self.port <= 65535:

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-MANIFEST_FORMAT = "attnserve.manifest/1"
+MANIFEST_FORMAT = "attnserve.manifest/2"  # 2: the decoder step on cache buffers (past_lengths)
 MANIFEST_FILE = "manifest.json"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -35,17 +35,18 @@ def cache_names(prefix: str, n_layers: int) -> tuple[str, ...]:
 
 def decoder_inputs(n_layers: int) -> tuple[str, ...]:
     return (
-        "input_ids",  # (B, T) the step's tokens
-        "past_mask",  # (B, P) 1 where the past cache holds a position
+        "input_ids",  # (B, T) the step's tokens; T > 1 only for a batch of one
+        "past_lengths",  # (B) int32: positions each row has filled in the cache buffers
         "encoder_attention_mask",  # (B, S)
-        *cache_names("past", n_layers),  # (B, H, P, Dh), P may be 0
+        *cache_names("past", n_layers),  # (B, H, L, Dh) buffers; L >= each row's length + T
         *cache_names("cross", n_layers),  # (B, H, S, Dh)
     )
 
 
 def decoder_outputs(n_layers: int) -> tuple[str, ...]:
-    # logits (B, vocab) of the step's last position; new K/V (B, H, T, Dh) of the step's positions only.
-    return ("logits", *cache_names("new", n_layers))
+    # logits (B, vocab) of the step's last position; present K/V: the past buffers with the step's K/V
+    # written at each row's length. Bind each present output to its past input's buffer: written in place.
+    return ("logits", *cache_names("present", n_layers))
 
 
 class ModelFilesError(Exception):
@@ -85,7 +86,10 @@ def open_model_dir(root: Path) -> ModelFiles:
     except (OSError, ValueError) as e:
         raise ModelFilesError(f"{manifest_path}: unreadable: {e}") from e
     if manifest.get("format") != MANIFEST_FORMAT:
-        raise ModelFilesError(f"{manifest_path}: format {manifest.get('format')!r}, expected {MANIFEST_FORMAT!r}")
+        raise ModelFilesError(
+            f"{manifest_path}: format {manifest.get('format')!r}, expected {MANIFEST_FORMAT!r}; "
+            f"export the model again (attnserve export {root})"
+        )
     task = manifest["task"]
     served = [TOKENIZER_FILE, ENCODER_FILE] + ([DECODER_FILE] if task == "seq2seq" else [])
     for relative in served:

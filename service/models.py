@@ -12,8 +12,10 @@ import onnxruntime as ort
 
 from .batcher import BatchLimits, EmbeddingBatcher
 from .errors import invalid, not_found
+from .kv_cache import CacheGeometry, KVCache
 from .model_files import ModelFiles, open_model_dir
-from .runner import EncoderRunner, SessionSettings, create_session, provider_of
+from .runner import EncoderRunner, Seq2SeqRunner, SessionSettings, create_session, provider_of
+from .scheduler import Scheduler
 from .tokenizer import TextTokenizer, pad_batch
 
 log = logging.getLogger("attnserve.models")
@@ -26,8 +28,8 @@ class ServedModel:
     provider: str
     encoder: EncoderRunner | None = None  # embedding models
     batcher: EmbeddingBatcher | None = None  # embedding models, once started
-    decoder_session: object | None = None  # seq2seq models
-    encoder_session: object | None = None
+    seq2seq: Seq2SeqRunner | None = None  # seq2seq models
+    scheduler: Scheduler | None = None  # seq2seq models, once started
 
     @property
     def name(self) -> str:
@@ -60,8 +62,8 @@ def load_model(model_dir: Path, settings: SessionSettings) -> ServedModel:
         model.encoder = EncoderRunner(encoder_session)
         _warm_up_encoder(model)
     else:
-        model.encoder_session = encoder_session
-        model.decoder_session = create_session(files.decoder, settings)
+        decoder_session = create_session(files.decoder, settings)
+        model.seq2seq = Seq2SeqRunner(encoder_session, decoder_session, files.config["n_decoder_layers"])
     log.info("model %s (%s) loaded from %s on %s", files.name, files.task, model_dir, model.provider)
     return model
 
@@ -95,7 +97,8 @@ class ModelRegistry:
         if model is None:
             raise not_found(f"model: {name!r} is not served here (served: {', '.join(sorted(self.models))})")
         if model.task != task:
-            raise invalid(f"model: {name!r} is a {model.task} model; {rpc} needs one of task {task!r}")
+            article = "an" if model.task[0] in "aeiou" else "a"
+            raise invalid(f"model: {name!r} is {article} {model.task} model; {rpc} needs one of task {task!r}")
         return model
 
     def find(self, name: str) -> ServedModel:
@@ -106,8 +109,8 @@ class ModelRegistry:
             raise not_found(f"model: {name!r} is not served here (served: {', '.join(sorted(self.models))})")
         return self.models[name]
 
-    def start(self, limits: BatchLimits, executor: Executor, on_batch=None) -> None:
-        """Start the batching loops (on the running event loop)."""
+    def start(self, limits: BatchLimits, generation: GenerationLimits, executor: Executor, on_batch=None) -> None:
+        """Start the batching and scheduling loops (on the running event loop)."""
         for model in self.models.values():
             if model.task == "embedding":
                 model.batcher = EmbeddingBatcher(
@@ -115,9 +118,56 @@ class ModelRegistry:
                     make_run_options=ort.RunOptions,
                 )
                 model.batcher.start()
+            else:
+                c = model.config
+                cache = KVCache(generation.geometry(c), generation.rows(c))
+                model.scheduler = Scheduler(
+                    model.seq2seq, cache, model.tokenizer, c["bos_id"], c["eos_id"], c["pad_id"], executor,
+                    generation.max_waiting, model.name,
+                )
+                model.scheduler.start()
+                log.info(
+                    "model %s: generation cache of %d rows (%d MB), up to %d new tokens and %d source tokens a row",
+                    model.name, cache.rows, cache.rows * cache.geometry.bytes_per_row >> 20,
+                    cache.geometry.target_tokens - 1, cache.geometry.source_tokens,
+                )  # fmt: skip
 
     async def stop(self, error: Exception) -> None:
-        """Stop the batching loops; calls still waiting on them get `error`."""
+        """Stop the loops; calls still waiting on them get `error`."""
         for model in self.models.values():
             if model.batcher:
                 await model.batcher.stop(error)
+            if model.scheduler:
+                await model.scheduler.stop(error)
+
+
+@dataclass(frozen=True)
+class GenerationLimits:
+    """How big each seq2seq model's cache is, and how many may wait for it."""
+
+    max_new_tokens: int
+    cache_bytes: int
+    cache_tokens: int  # when > 0, instead of cache_bytes
+    max_running: int
+    max_waiting: int
+
+    def new_tokens(self, config: dict) -> int:
+        """The most new tokens a request may ask for: the start token takes one position."""
+        return min(self.max_new_tokens, config["max_positions"] - 1)
+
+    def geometry(self, config: dict) -> CacheGeometry:
+        return CacheGeometry(
+            n_layers=config["n_decoder_layers"],
+            n_heads=config["n_heads"],
+            d_head=config["d_model"] // config["n_heads"],
+            target_tokens=1 + self.new_tokens(config),
+            source_tokens=config["max_input_tokens"],
+        )
+
+    def rows(self, config: dict) -> int:
+        geometry = self.geometry(config)
+        if self.cache_tokens:
+            rows = self.cache_tokens // geometry.tokens_per_row
+        else:
+            rows = self.cache_bytes // geometry.bytes_per_row
+        return min(rows, self.max_running)

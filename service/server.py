@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from .batcher import BatchLimits
 from .config import ServerConfig
 from .errors import unavailable
-from .models import ModelRegistry, load_model
+from .models import GenerationLimits, ModelRegistry, load_model
 from .pb import inference_pb2, inference_pb2_grpc
 from .runner import SessionSettings
 from .servicer import InferenceServicer
@@ -90,7 +90,21 @@ class Server:
                 f"max_batch_tokens {self.config.max_batch_tokens} is less than the longest input a model "
                 f"takes ({longest} tokens): such an input could never run"
             )
-        registry.start(limits, self.model_executor)
+        generation = GenerationLimits(
+            max_new_tokens=self.config.max_new_tokens,
+            cache_bytes=self.config.kv_cache_bytes,
+            cache_tokens=self.config.kv_cache_tokens,
+            max_running=self.config.max_running_sequences,
+            max_waiting=self.config.max_waiting_sequences,
+        )
+        for model in models:
+            if model.task == "seq2seq" and generation.rows(model.config) < 1:
+                g = generation.geometry(model.config)
+                raise ValueError(
+                    f"model {model.name}: the generation cache holds no row: one takes {g.bytes_per_row} bytes "
+                    f"({g.tokens_per_row} tokens); raise kv_cache_bytes or kv_cache_tokens, or lower max_new_tokens"
+                )
+        registry.start(limits, generation, self.model_executor)
         self.registry = registry
         self.servicer.registry = registry
         await self._set_health(SERVING)

@@ -11,22 +11,40 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
 from concurrent.futures import Executor
 
 import grpc
 import numpy as np
 
-from .batcher import QueueFull
+from .batcher import QueueFull as BatcherQueueFull
 from .config import ServerConfig
 from .errors import RequestError, exhausted, invalid, unavailable
 from .models import ModelRegistry, ServedModel
 from .pb import inference_pb2 as pb
 from .pb import inference_pb2_grpc as pb_grpc
+from .sampling import SamplingParams
+from .scheduler import CANCELLED, EOS, LENGTH, STOP, GenerationParams, QueueFull, Usage
 
 log = logging.getLogger("attnserve.servicer")
 
 TASKS = {"embedding": pb.TASK_EMBEDDING, "seq2seq": pb.TASK_SEQ2SEQ}
+FINISH_REASONS = {
+    LENGTH: pb.FINISH_REASON_LENGTH, EOS: pb.FINISH_REASON_EOS, STOP: pb.FINISH_REASON_STOP,
+    CANCELLED: pb.FINISH_REASON_CANCELLED,
+}  # fmt: skip
+MAX_STOP_SEQUENCES = 8
+MAX_STOP_LENGTH = 64
+
+
+async def _queue_checked(model, events):
+    """The scheduler's events; its queue-full refusal comes when the first is asked for."""
+    try:
+        async for event in events:
+            yield event
+    except QueueFull as error:
+        raise exhausted(f"model {model.name!r}: {error}; retry later") from None
 
 
 def handler(method):
@@ -52,6 +70,43 @@ def handler(method):
             self.in_flight -= 1
 
     return wrapper
+
+
+def stream_handler(method):
+    """handler() for server-streaming methods (async generators)."""
+
+    @functools.wraps(method)
+    async def wrapper(self: InferenceServicer, request, context: grpc.aio.ServicerContext):
+        try:
+            self.admit()
+        except RequestError as error:
+            await context.abort(error.code, error.message)
+        self.in_flight += 1
+        try:
+            async for message in method(self, request, context):
+                yield message
+        except RequestError as error:
+            await context.abort(error.code, error.message)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception:
+            log.exception("%s failed", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{method.__name__}: internal error (see the server log)")
+        finally:
+            self.in_flight -= 1
+
+    return wrapper
+
+
+def _usage(usage: Usage | None) -> pb.GenerateUsage | None:
+    if usage is None:
+        return None
+    return pb.GenerateUsage(
+        prompt_tokens=usage.prompt_tokens,
+        generated_tokens=usage.generated_tokens,
+        time_to_first_token_seconds=usage.time_to_first_token,
+        queue_seconds=usage.queue_seconds,
+    )
 
 
 class InferenceServicer(pb_grpc.InferenceServicer):
@@ -108,7 +163,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                     )
         try:
             results = await model.batcher.submit([e.ids for e in encoded])
-        except QueueFull as error:
+        except BatcherQueueFull as error:
             raise exhausted(f"model {model.name!r}: {error}; retry later") from None
 
         vectors = np.stack([r.vector for r in results])
@@ -135,6 +190,69 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             model=model.name,
             tokenized=[pb.TokenizedInput(ids=e.ids, tokens=e.tokens, truncated=e.truncated) for e in encoded],
         )
+
+    def _generation_params(self, model: ServedModel, p: pb.GenerationParams) -> GenerationParams:
+        geometry = model.scheduler.cache.geometry
+        limit = geometry.target_tokens - 1
+        max_new_tokens = p.max_new_tokens or limit
+        if max_new_tokens > limit:
+            raise invalid(
+                f"params.max_new_tokens: {max_new_tokens}; at most {limit} for model {model.name!r} "
+                f"(its cache rows hold {geometry.target_tokens} decoder positions)"
+            )
+        if not math.isfinite(p.temperature) or p.temperature < 0:
+            raise invalid(f"params.temperature: {p.temperature}; must be finite and >= 0 (0: greedy)")
+        top_p = p.top_p or 1.0
+        if not math.isfinite(top_p) or not 0 < top_p <= 1:
+            raise invalid(f"params.top_p: {p.top_p}; must be in (0, 1]")
+        penalty = p.repetition_penalty or 1.0
+        if not math.isfinite(penalty) or penalty < 0:
+            raise invalid(f"params.repetition_penalty: {p.repetition_penalty}; must be finite and > 0")
+        if len(p.stop) > MAX_STOP_SEQUENCES:
+            raise invalid(f"params.stop: {len(p.stop)} sequences; at most {MAX_STOP_SEQUENCES}")
+        for i, stop in enumerate(p.stop):
+            if not 1 <= len(stop) <= MAX_STOP_LENGTH:
+                raise invalid(f"params.stop[{i}]: {len(stop)} characters; 1 to {MAX_STOP_LENGTH}")
+        return GenerationParams(
+            max_new_tokens=max_new_tokens,
+            sampling=SamplingParams(p.temperature, p.top_k, top_p, penalty),
+            seed=p.seed if p.HasField("seed") else None,
+            stop=tuple(p.stop),
+            ignore_eos=p.ignore_eos,
+        )
+
+    async def _events(self, request: pb.GenerateRequest, rpc: str):
+        """-> the model, and the events of the request's generation."""
+        model = self.registry.get(request.model, "seq2seq", rpc)
+        if not request.input:
+            raise invalid("input: empty text")
+        params = self._generation_params(model, request.params)
+        (encoded,) = await self._tokenize(model, [request.input])
+        if encoded.truncated:
+            raise invalid(f"input: more than {model.max_input_tokens} tokens, the most model {model.name!r} takes")
+        return model, _queue_checked(model, model.scheduler.generate(encoded.ids, params))
+
+    @handler
+    async def Generate(self, request: pb.GenerateRequest, context) -> pb.GenerateResponse:
+        model, events = await self._events(request, "Generate")
+        text, token_ids = [], []
+        async for event in events:
+            text.append(event.text)
+            token_ids.extend(event.token_ids)
+        return pb.GenerateResponse(
+            model=model.name, text="".join(text), token_ids=token_ids,
+            finish_reason=FINISH_REASONS[event.finish_reason], usage=_usage(event.usage),
+        )  # fmt: skip
+
+    @stream_handler
+    async def GenerateStream(self, request: pb.GenerateRequest, context):
+        model, events = await self._events(request, "GenerateStream")
+        async for event in events:
+            yield pb.GenerateStreamResponse(
+                model=model.name, text=event.text, token_ids=event.token_ids,
+                finish_reason=FINISH_REASONS.get(event.finish_reason, pb.FINISH_REASON_UNSPECIFIED),
+                usage=_usage(event.usage),
+            )  # fmt: skip
 
     @handler
     async def ListModels(self, request: pb.ListModelsRequest, context) -> pb.ListModelsResponse:

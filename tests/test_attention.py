@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from model.attention import KeysValues, MultiHeadAttention, attention
+from model.kv_cache import BufferCache, ConcatCache
 from model.config import ModelConfig
 from model.random_model import random_model
 
@@ -88,20 +89,52 @@ def test_decoder_is_causal_and_the_cache_equals_recomputing():
     source_mask[1, 6:] = 0
     cross = model.project_cross(model.encode(source, source_mask))
     target = torch.randint(4, 50, (2, 7), generator=g)
-    empty, empty_mask = model.empty_past(2)
-    full, _ = model.decoder(target, empty, empty_mask, cross, source_mask)
+    full = model.decoder(target, model.empty_cache(2), cross, source_mask)
 
     # Changing later tokens does not change earlier positions.
     changed = target.clone()
     changed[:, 4:] = (changed[:, 4:] + 1) % 50
-    prefix, _ = model.decoder(changed, empty, empty_mask, cross, source_mask)
+    prefix = model.decoder(changed, model.empty_cache(2), cross, source_mask)
     torch.testing.assert_close(prefix[:, :4], full[:, :4])
     assert not torch.allclose(prefix[:, 4:], full[:, 4:])
 
-    # One position at a time through the cache gives the same hidden states.
-    past, past_mask = empty, empty_mask
+    # One position at a time through either cache gives the same hidden states.
+    concat = model.empty_cache(2)
+    c = SMALL
+    buffers = [torch.zeros(2, c.n_heads, 12, c.d_head) for _ in range(2 * c.n_decoder_layers)]
     for t in range(target.shape[1]):
-        hidden, new = model.decoder(target[:, t : t + 1], past, past_mask, cross, source_mask)
+        hidden = model.decoder(target[:, t : t + 1], concat, cross, source_mask)
         torch.testing.assert_close(hidden[:, 0], full[:, t], rtol=1e-5, atol=1e-5)
-        past = [(torch.cat([pk, nk], 2), torch.cat([pv, nv], 2)) for (pk, pv), (nk, nv) in zip(past, new)]
-        past_mask = torch.ones(2, t + 1, dtype=torch.long)
+        past = [(torch.cat([pk, nk], 2), torch.cat([pv, nv], 2)) for (pk, pv), (nk, nv) in zip(concat.past, concat.new)]
+        concat = ConcatCache(past, torch.ones(2, t + 1, dtype=torch.long))
+
+        cache = BufferCache(buffers[0::2], buffers[1::2], torch.full((2,), t, dtype=torch.int32))
+        hidden = model.decoder(target[:, t : t + 1], cache, cross, source_mask)
+        torch.testing.assert_close(hidden[:, 0], full[:, t], rtol=1e-5, atol=1e-5)
+        buffers = [b for kv in cache.present for b in kv]
+    # The buffers hold each position's K/V where it was written, and nothing past the last one.
+    for (keys, _), (concat_keys, _) in zip(cache.present, concat.past):
+        torch.testing.assert_close(keys[:, :, :7], concat_keys)
+        assert not keys[:, :, 7:].any()
+
+
+@given(lengths=st.lists(st.integers(0, 9), min_size=1, max_size=5), seed=st.integers(0, 2**31))
+@torch.no_grad()
+def test_buffer_cache_rows_of_different_lengths_attend_to_their_own_positions(lengths, seed):
+    """A batch of rows filled to different lengths equals each row decoded alone."""
+    model = random_model(SMALL, seed=1)
+    c = SMALL
+    g = torch.Generator().manual_seed(seed)
+    batch = len(lengths)
+    source = torch.randint(4, 50, (batch, 6), generator=g)
+    cross = model.project_cross(model.encode(source, torch.ones_like(source)))
+    buffers = [torch.randn(batch, c.n_heads, 12, c.d_head, generator=g) for _ in range(2 * c.n_decoder_layers)]
+    step = torch.randint(4, 50, (batch, 1), generator=g)
+    together = BufferCache(buffers[0::2], buffers[1::2], torch.tensor(lengths, dtype=torch.int32))
+    logits = model.decode(step, together, cross, torch.ones_like(source))
+    for row, length in enumerate(lengths):
+        past = [(k[row : row + 1, :, :length], v[row : row + 1, :, :length]) for k, v in zip(buffers[0::2], buffers[1::2])]
+        alone = ConcatCache(past, torch.ones(1, length, dtype=torch.long))
+        crossed = [(k[row : row + 1], v[row : row + 1]) for k, v in cross]
+        expected = model.decode(step[row : row + 1], alone, crossed, torch.ones_like(source[:1]))
+        torch.testing.assert_close(logits[row : row + 1], expected, rtol=1e-5, atol=1e-5)

@@ -24,6 +24,7 @@ def test_config_json_round_trip(tmp_path, config):
         (dict(n_decoder_layers=0), "needs n_decoder_layers"),
         (dict(task="classification"), "task must be"),
         (dict(max_input_tokens=2000), "exceeds max_positions"),
+        (dict(d_model=12, n_heads=1, d_ff=8), "d_head .* a multiple of 8, not 12"),
     ],
 )
 def test_invalid_configs_are_refused(change, message):

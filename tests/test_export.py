@@ -39,11 +39,11 @@ def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
 
     decoder = manifest["graphs"]["decoder"]
     names = [i["name"] for i in decoder["inputs"]]
-    assert names[:5] == ["input_ids", "past_mask", "encoder_attention_mask", "past_key.0", "past_value.0"]
+    assert names[:5] == ["input_ids", "past_lengths", "encoder_attention_mask", "past_key.0", "past_value.0"]
     assert names[-2:] == ["cross_key.2", "cross_value.2"]
     shapes = {i["name"]: i["shape"] for i in decoder["inputs"] + decoder["outputs"]}
-    assert shapes["past_key.0"] == ["batch", 3, "past", 16]
-    assert shapes["new_value.2"] == ["batch", 3, "step", 16]
+    assert shapes["past_key.0"] == shapes["present_value.2"] == ["batch", 3, "buffer", 16]
+    assert shapes["past_lengths"] == ["batch"]
     assert shapes["logits"] == ["batch", 257]
 
 

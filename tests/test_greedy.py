@@ -17,11 +17,10 @@ def greedy_without_cache(model, prompt: list[int], steps: int) -> tuple[list[int
     ids = torch.tensor([prompt])
     mask = torch.ones_like(ids)
     cross = model.project_cross(model.encode(ids, mask))
-    empty_past, empty_mask = model.empty_past(1)
     tokens = [model.config.bos_id]
     step_logits = []
     for _ in range(steps):
-        logits, _ = model.decode(torch.tensor([tokens]), empty_past, empty_mask, cross, mask)
+        logits = model.decode(torch.tensor([tokens]), model.empty_cache(1), cross, mask)
         tokens.append(int(logits.argmax(-1)))
         step_logits.append(logits[0].numpy())
     return tokens, np.stack(step_logits)

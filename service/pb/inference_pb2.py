@@ -24,15 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x61ttnserve/v1/inference.proto\x12\x0c\x61ttnserve.v1\"w\n\x0c\x45mbedRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x16\n\tnormalize\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x15\n\x08truncate\x18\x04 \x01(\x08H\x01\x88\x01\x01\x42\x0c\n\n_normalizeB\x0b\n\t_truncate\"\x1b\n\tEmbedding\x12\x0e\n\x06values\x18\x01 \x03(\x02\"\x8d\x01\n\nEmbedUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x18\n\x10truncated_inputs\x18\x02 \x01(\r\x12\x15\n\rqueue_seconds\x18\x03 \x01(\x01\x12\x1c\n\x14tokenization_seconds\x18\x04 \x01(\x01\x12\x19\n\x11inference_seconds\x18\x05 \x01(\x01\"t\n\rEmbedResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12+\n\nembeddings\x18\x02 \x03(\x0b\x32\x17.attnserve.v1.Embedding\x12\'\n\x05usage\x18\x03 \x01(\x0b\x32\x18.attnserve.v1.EmbedUsage\"0\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\"@\n\x0eTokenizedInput\x12\x0b\n\x03ids\x18\x01 \x03(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\t\x12\x11\n\ttruncated\x18\x03 \x01(\x08\"R\n\x10TokenizeResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12/\n\ttokenized\x18\x02 \x03(\x0b\x32\x1c.attnserve.v1.TokenizedInput\"\x13\n\x11ListModelsRequest\"\xa8\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x04task\x18\x02 \x01(\x0e\x32\x12.attnserve.v1.Task\x12\x12\n\ndimensions\x18\x03 \x01(\r\x12\x18\n\x10max_input_tokens\x18\x04 \x01(\r\x12\x1a\n\x12\x65xecution_provider\x18\x05 \x01(\t\x12\r\n\x05opset\x18\x06 \x01(\r\x12\x12\n\nis_default\x18\x07 \x01(\x08\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.attnserve.v1.ModelInfo*B\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\x12\n\x0eTASK_EMBEDDING\x10\x01\x12\x10\n\x0cTASK_SEQ2SEQ\x10\x02\x32\xe9\x01\n\tInference\x12@\n\x05\x45mbed\x12\x1a.attnserve.v1.EmbedRequest\x1a\x1b.attnserve.v1.EmbedResponse\x12I\n\x08Tokenize\x12\x1d.attnserve.v1.TokenizeRequest\x1a\x1e.attnserve.v1.TokenizeResponse\x12O\n\nListModels\x12\x1f.attnserve.v1.ListModelsRequest\x1a .attnserve.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x61ttnserve/v1/inference.proto\x12\x0c\x61ttnserve.v1\"w\n\x0c\x45mbedRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x16\n\tnormalize\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x15\n\x08truncate\x18\x04 \x01(\x08H\x01\x88\x01\x01\x42\x0c\n\n_normalizeB\x0b\n\t_truncate\"\x1b\n\tEmbedding\x12\x0e\n\x06values\x18\x01 \x03(\x02\"\x8d\x01\n\nEmbedUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x18\n\x10truncated_inputs\x18\x02 \x01(\r\x12\x15\n\rqueue_seconds\x18\x03 \x01(\x01\x12\x1c\n\x14tokenization_seconds\x18\x04 \x01(\x01\x12\x19\n\x11inference_seconds\x18\x05 \x01(\x01\"t\n\rEmbedResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12+\n\nembeddings\x18\x02 \x03(\x0b\x32\x17.attnserve.v1.Embedding\x12\'\n\x05usage\x18\x03 \x01(\x0b\x32\x18.attnserve.v1.EmbedUsage\"0\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\"@\n\x0eTokenizedInput\x12\x0b\n\x03ids\x18\x01 \x03(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\t\x12\x11\n\ttruncated\x18\x03 \x01(\x08\"R\n\x10TokenizeResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12/\n\ttokenized\x18\x02 \x03(\x0b\x32\x1c.attnserve.v1.TokenizedInput\"\x13\n\x11ListModelsRequest\"\xa8\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x04task\x18\x02 \x01(\x0e\x32\x12.attnserve.v1.Task\x12\x12\n\ndimensions\x18\x03 \x01(\r\x12\x18\n\x10max_input_tokens\x18\x04 \x01(\r\x12\x1a\n\x12\x65xecution_provider\x18\x05 \x01(\t\x12\r\n\x05opset\x18\x06 \x01(\r\x12\x12\n\nis_default\x18\x07 \x01(\x08\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.attnserve.v1.ModelInfo\"\xb7\x01\n\x10GenerationParams\x12\x16\n\x0emax_new_tokens\x18\x01 \x01(\r\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\r\x12\r\n\x05top_p\x18\x04 \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\x05 \x01(\x02\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x42\x07\n\x05_seed\"_\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x05input\x18\x02 \x01(\t\x12.\n\x06params\x18\x03 \x01(\x0b\x32\x1e.attnserve.v1.GenerationParams\"|\n\rGenerateUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x18\n\x10generated_tokens\x18\x02 \x01(\r\x12#\n\x1btime_to_first_token_seconds\x18\x03 \x01(\x01\x12\x15\n\rqueue_seconds\x18\x04 \x01(\x01\"\xa1\x01\n\x10GenerateResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x31\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x1a.attnserve.v1.FinishReason\x12*\n\x05usage\x18\x05 \x01(\x0b\x32\x1b.attnserve.v1.GenerateUsage\"\xa7\x01\n\x16GenerateStreamResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x31\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x1a.attnserve.v1.FinishReason\x12*\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.attnserve.v1.GenerateUsage\x12\r\n\x05model\x18\x05 \x01(\t*B\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\x12\n\x0eTASK_EMBEDDING\x10\x01\x12\x10\n\x0cTASK_SEQ2SEQ\x10\x02*\x93\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x15\n\x11\x46INISH_REASON_EOS\x10\x02\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x03\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x04\x32\x8d\x03\n\tInference\x12@\n\x05\x45mbed\x12\x1a.attnserve.v1.EmbedRequest\x1a\x1b.attnserve.v1.EmbedResponse\x12I\n\x08Tokenize\x12\x1d.attnserve.v1.TokenizeRequest\x1a\x1e.attnserve.v1.TokenizeResponse\x12O\n\nListModels\x12\x1f.attnserve.v1.ListModelsRequest\x1a .attnserve.v1.ListModelsResponse\x12I\n\x08Generate\x12\x1d.attnserve.v1.GenerateRequest\x1a\x1e.attnserve.v1.GenerateResponse\x12W\n\x0eGenerateStream\x12\x1d.attnserve.v1.GenerateRequest\x1a$.attnserve.v1.GenerateStreamResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'attnserve.v1.inference_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TASK']._serialized_start=913
-  _globals['_TASK']._serialized_end=979
+  _globals['_TASK']._serialized_start=1656
+  _globals['_TASK']._serialized_end=1722
+  _globals['_FINISHREASON']._serialized_start=1725
+  _globals['_FINISHREASON']._serialized_end=1872
   _globals['_EMBEDREQUEST']._serialized_start=46
   _globals['_EMBEDREQUEST']._serialized_end=165
   _globals['_EMBEDDING']._serialized_start=167
@@ -53,6 +55,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODELINFO']._serialized_end=848
   _globals['_LISTMODELSRESPONSE']._serialized_start=850
   _globals['_LISTMODELSRESPONSE']._serialized_end=911
-  _globals['_INFERENCE']._serialized_start=982
-  _globals['_INFERENCE']._serialized_end=1215
+  _globals['_GENERATIONPARAMS']._serialized_start=914
+  _globals['_GENERATIONPARAMS']._serialized_end=1097
+  _globals['_GENERATEREQUEST']._serialized_start=1099
+  _globals['_GENERATEREQUEST']._serialized_end=1194
+  _globals['_GENERATEUSAGE']._serialized_start=1196
+  _globals['_GENERATEUSAGE']._serialized_end=1320
+  _globals['_GENERATERESPONSE']._serialized_start=1323
+  _globals['_GENERATERESPONSE']._serialized_end=1484
+  _globals['_GENERATESTREAMRESPONSE']._serialized_start=1487
+  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1654
+  _globals['_INFERENCE']._serialized_start=1875
+  _globals['_INFERENCE']._serialized_end=2272
 # @@protoc_insertion_point(module_scope)

@@ -49,6 +49,16 @@ class InferenceStub:
                 request_serializer=attnserve_dot_v1_dot_inference__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=attnserve_dot_v1_dot_inference__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.Generate = channel.unary_unary(
+                '/attnserve.v1.Inference/Generate',
+                request_serializer=attnserve_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_inference__pb2.GenerateResponse.FromString,
+                _registered_method=True)
+        self.GenerateStream = channel.unary_stream(
+                '/attnserve.v1.Inference/GenerateStream',
+                request_serializer=attnserve_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_inference__pb2.GenerateStreamResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServicer:
@@ -75,6 +85,21 @@ class InferenceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Generate(self, request, context):
+        """Generate text from an input with a seq2seq model; the whole output at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GenerateStream(self, request, context):
+        """The same, as it is generated: each message carries the new text and token ids, the last one the
+        finish reason and usage.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +117,16 @@ def add_InferenceServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=attnserve_dot_v1_dot_inference__pb2.ListModelsRequest.FromString,
                     response_serializer=attnserve_dot_v1_dot_inference__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'Generate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Generate,
+                    request_deserializer=attnserve_dot_v1_dot_inference__pb2.GenerateRequest.FromString,
+                    response_serializer=attnserve_dot_v1_dot_inference__pb2.GenerateResponse.SerializeToString,
+            ),
+            'GenerateStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.GenerateStream,
+                    request_deserializer=attnserve_dot_v1_dot_inference__pb2.GenerateRequest.FromString,
+                    response_serializer=attnserve_dot_v1_dot_inference__pb2.GenerateStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +210,60 @@ class Inference:
             '/attnserve.v1.Inference/ListModels',
             attnserve_dot_v1_dot_inference__pb2.ListModelsRequest.SerializeToString,
             attnserve_dot_v1_dot_inference__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Generate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attnserve.v1.Inference/Generate',
+            attnserve_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
+            attnserve_dot_v1_dot_inference__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/attnserve.v1.Inference/GenerateStream',
+            attnserve_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
+            attnserve_dot_v1_dot_inference__pb2.GenerateStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

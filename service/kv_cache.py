@@ -1,0 +1,159 @@
+"""The generation cache of one seq2seq model: preallocated rows, one per running sequence, and its books.
+
+Layout (docs/kv_cache.md explains the choice): per decoder layer, a self-attention key buffer and a
+value buffer of shape (rows, heads, target_tokens, d_head), allocated once, and cross-attention buffers
+(rows, heads, source capacity, d_head). Running sequences occupy rows 0..used-1, so a decode step binds
+the leading `used` rows of every buffer, a contiguous view, as its past input and present output: the
+step writes its keys and values in place and reads only each row's filled positions. Nothing is copied
+per step. When a sequence leaves, the last row moves into its place (one sequence's cache, once).
+
+Cross-attention reads its buffer's whole source capacity, so that capacity follows the longest source
+among running sequences: it doubles when a longer one arrives and returns to its minimum when the cache
+empties (copies at admission, never per step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+BYTES_PER_VALUE = 4  # float32
+MIN_SOURCE_CAPACITY = 16
+
+
+@dataclass(frozen=True)
+class CacheGeometry:
+    n_layers: int
+    n_heads: int
+    d_head: int
+    target_tokens: int  # decoder positions a row holds: the start token + max new tokens
+    source_tokens: int  # the longest source a row holds
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.n_layers * 2 * self.n_heads * self.d_head * BYTES_PER_VALUE  # keys and values
+
+    @property
+    def tokens_per_row(self) -> int:
+        return self.target_tokens + self.source_tokens
+
+    @property
+    def bytes_per_row(self) -> int:
+        return self.tokens_per_row * self.bytes_per_token
+
+
+class CacheFull(Exception):
+    """No free row."""
+
+
+class KVCache:
+    def __init__(self, geometry: CacheGeometry, rows: int):
+        if rows < 1:
+            raise ValueError(f"the cache must hold at least one row of {geometry.bytes_per_row} bytes")
+        g = self.geometry = geometry
+        self.rows = rows
+        shape = (rows, g.n_heads, g.target_tokens, g.d_head)
+        self.self_keys = [np.zeros(shape, np.float32) for _ in range(g.n_layers)]
+        self.self_values = [np.zeros(shape, np.float32) for _ in range(g.n_layers)]
+        self.lengths = np.zeros(rows, np.int32)  # decoder positions filled per row
+        self.source_lengths = np.zeros(rows, np.int32)
+        self.reserved = np.zeros(rows, np.int64)  # tokens each row's sequence may need
+        self.used = 0
+        self._allocate_cross(MIN_SOURCE_CAPACITY)
+
+    def _allocate_cross(self, capacity: int) -> None:
+        g = self.geometry
+        shape = (self.rows, g.n_heads, capacity, g.d_head)
+        old = (getattr(self, "cross_keys", None), getattr(self, "cross_values", None))
+        self.cross_keys = [np.zeros(shape, np.float32) for _ in range(g.n_layers)]
+        self.cross_values = [np.zeros(shape, np.float32) for _ in range(g.n_layers)]
+        self.source_mask = np.zeros((self.rows, capacity), np.int64)
+        if old[0] is not None and self.used:
+            keep = min(capacity, old[0][0].shape[2])
+            for new, previous in zip(self.cross_keys + self.cross_values, old[0] + old[1]):
+                new[: self.used, :, :keep] = previous[: self.used, :, :keep]
+            for row in range(self.used):
+                self.source_mask[row, : self.source_lengths[row]] = 1
+
+    @property
+    def source_capacity(self) -> int:
+        return self.cross_keys[0].shape[2]
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.rows * self.geometry.tokens_per_row
+
+    @property
+    def reserved_tokens(self) -> int:
+        return int(self.reserved[: self.used].sum())
+
+    @property
+    def usage_ratio(self) -> float:
+        """Share of the cache's tokens reserved by running sequences."""
+        return self.reserved_tokens / self.capacity_tokens
+
+    @property
+    def free_rows(self) -> int:
+        return self.rows - self.used
+
+    def fits(self, source_tokens: int, new_tokens: int) -> bool:
+        """Whether a request could ever run here (else it is too large for the whole cache)."""
+        g = self.geometry
+        return source_tokens <= g.source_tokens and 1 + new_tokens <= g.target_tokens
+
+    def allocate(self, source_tokens: int, new_tokens: int) -> int:
+        """A row for a sequence with this source that may generate `new_tokens`; raises CacheFull."""
+        if not self.fits(source_tokens, new_tokens):
+            raise ValueError(f"a request of {source_tokens} + {new_tokens} tokens never fits this cache")
+        if self.used == self.rows:
+            raise CacheFull(f"all {self.rows} rows are in use")
+        if source_tokens > self.source_capacity:
+            capacity = self.source_capacity
+            while capacity < source_tokens:
+                capacity *= 2
+            self._allocate_cross(min(capacity, self.geometry.source_tokens))
+        row = self.used
+        self.used += 1
+        self.lengths[row] = 0
+        self.source_lengths[row] = source_tokens
+        self.reserved[row] = source_tokens + 1 + new_tokens
+        self.source_mask[row] = 0
+        self.source_mask[row, :source_tokens] = 1
+        return row
+
+    def write_cross(self, row: int, keys: list[np.ndarray], values: list[np.ndarray]) -> None:
+        """A row's cross-attention K/V, each layer's (heads, source, d_head), computed once per request."""
+        length = self.source_lengths[row]
+        for buffer, data in zip(self.cross_keys + self.cross_values, keys + values):
+            buffer[row, :, :length] = data[:, :length]
+
+    def free(self, row: int) -> int | None:
+        """Release a row. The last used row moves into it: -> the row number that moved, if any."""
+        last = self.used - 1
+        moved = None
+        if row != last:
+            filled, source = self.lengths[last], self.source_lengths[last]
+            for buffer in self.self_keys + self.self_values:
+                buffer[row, :, :filled] = buffer[last, :, :filled]
+            for buffer in self.cross_keys + self.cross_values:
+                buffer[row, :, :source] = buffer[last, :, :source]
+            for books in (self.lengths, self.source_lengths, self.reserved):
+                books[row] = books[last]
+            self.source_mask[row] = self.source_mask[last]
+            moved = last
+        self.used -= 1
+        self.reserved[self.used] = 0
+        if self.used == 0 and self.source_capacity > MIN_SOURCE_CAPACITY:
+            self._allocate_cross(MIN_SOURCE_CAPACITY)  # a long source once need not cost every step after
+        return moved
+
+    def step_inputs(self) -> dict:
+        """The leading `used` rows of every buffer (views, not copies) and the books a step needs."""
+        n = self.used
+        return {
+            "past_lengths": self.lengths[:n],
+            "encoder_attention_mask": self.source_mask[:n],
+            "self": [b[:n] for kv in zip(self.self_keys, self.self_values) for b in kv],
+            "cross": [b[:n] for kv in zip(self.cross_keys, self.cross_values) for b in kv],
+        }

@@ -1,0 +1,202 @@
+"""Generation over gRPC: a real server on port 0 with the bundled numbers model, real channels."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+
+from model.numbers import pair, sample_number
+from service.background import BackgroundServer
+from service.pb import inference_pb2 as pb
+
+NUMBERS_FULL = "nine hundred and ninety-nine million, nine hundred and ninety-nine thousand, nine hundred and ninety-nine"
+
+
+@pytest.fixture(scope="module")
+def served(minilm_dir, numbers_dir):
+    server = BackgroundServer([numbers_dir, minilm_dir])
+    yield server
+    server.close()
+
+
+def scheduler(server):
+    return server.server.registry.models["numbers"].scheduler
+
+
+def generate(stub, text: str, **params) -> pb.GenerateResponse:
+    return stub.Generate(pb.GenerateRequest(input=text, params=pb.GenerationParams(**params)), timeout=30)
+
+
+def code_and_details(call):
+    with pytest.raises(grpc.RpcError) as error:
+        call()
+    return error.value.code(), error.value.details()
+
+
+def test_translates_both_ways(served):
+    stub = served.stub()
+    response = generate(stub, "312405")
+    assert response.text == "three hundred and twelve thousand, four hundred and five"
+    assert response.finish_reason == pb.FINISH_REASON_EOS and response.model == "numbers"
+    assert response.usage.prompt_tokens == 8 and response.usage.generated_tokens == len(response.token_ids) == 10
+    assert 0 < response.usage.time_to_first_token_seconds < 5
+    assert generate(stub, "three hundred and twelve thousand, four hundred and five").text == "312405"
+
+
+def test_batched_greedy_equals_each_request_alone(served):
+    rng = random.Random(3)
+    inputs = [pair(sample_number(rng), to_digits=bool(i % 2))[0] for i in range(32)]
+    stub = served.stub()
+    alone = [generate(stub, text) for text in inputs]
+    scheduler(served).largest_step = 0
+    barrier = threading.Barrier(32)
+
+    def concurrent(text):
+        own = served.stub()
+        barrier.wait()
+        return generate(own, text)
+
+    with ThreadPoolExecutor(32) as pool:
+        together = list(pool.map(concurrent, inputs))
+    assert scheduler(served).largest_step >= 8, "the requests did not share decode steps"
+    for text, a, b in zip(inputs, alone, together):
+        assert list(a.token_ids) == list(b.token_ids) and a.text == b.text, text
+        assert b.text == pair(int(text) if text.isdigit() else int(b.text), to_digits=not text.isdigit())[1]
+
+
+def test_stream_carries_the_same_tokens_and_ends_with_the_reason(served):
+    stub = served.stub()
+    messages = list(stub.GenerateStream(pb.GenerateRequest(input="999999999"), timeout=30))
+    assert "".join(m.text for m in messages) == NUMBERS_FULL
+    unary = generate(stub, "999999999")
+    assert [t for m in messages for t in m.token_ids] == list(unary.token_ids)
+    assert all(m.finish_reason == pb.FINISH_REASON_UNSPECIFIED for m in messages[:-1])
+    assert messages[-1].finish_reason == pb.FINISH_REASON_EOS and messages[-1].usage.generated_tokens == 16
+    assert len(messages) == 17  # one message per token, and the last
+
+
+def test_stop_sequences_cut_exactly(served):
+    stub = served.stub()
+    response = generate(stub, "999999999", stop=["thousand", "million"])
+    assert response.text == NUMBERS_FULL[: NUMBERS_FULL.index("million")]
+    assert response.finish_reason == pb.FINISH_REASON_STOP
+    streamed = stub.GenerateStream(pb.GenerateRequest(input="999999999", params=pb.GenerationParams(stop=[", nine"])))
+    assert "".join(m.text for m in streamed) == "nine hundred and ninety-nine million"
+
+
+def test_max_new_tokens_ends_with_length(served):
+    response = generate(served.stub(), "999999999", max_new_tokens=3)
+    assert response.text == "nine hundred and" and response.finish_reason == pb.FINISH_REASON_LENGTH
+    assert len(response.token_ids) == 3
+
+
+def test_seeded_sampling_is_reproducible(served):
+    stub = served.stub()
+    params = dict(temperature=1.5, top_k=20, top_p=0.95, seed=1234, ignore_eos=True, max_new_tokens=24)
+    first = generate(stub, "4711", **params)
+    with ThreadPoolExecutor(4) as pool:  # also while sharing steps with others
+        others = [pool.submit(generate, served.stub(), "88", max_new_tokens=30, ignore_eos=True) for _ in range(3)]
+        again = generate(stub, "4711", **params)
+        [f.result() for f in others]
+    assert list(first.token_ids) == list(again.token_ids) and len(first.token_ids) == 24
+    seeds = {tuple(generate(stub, "4711", **{**params, "seed": s}).token_ids) for s in range(5)}
+    assert len(seeds) > 1
+
+
+def test_cancelling_a_stream_frees_its_cache_row(served):
+    stub = served.stub()
+    stream = stub.GenerateStream(
+        pb.GenerateRequest(input="7", params=pb.GenerationParams(ignore_eos=True, max_new_tokens=60))
+    )
+    for _, message in zip(range(5), stream):
+        assert message.token_ids
+    assert served.call_soon(lambda: scheduler(served).cache.used) == 1
+    stream.cancel()
+    deadline = time.monotonic() + 5
+    while served.call_soon(lambda: scheduler(served).cache.used) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert served.call_soon(lambda: (scheduler(served).cache.used, scheduler(served).running)) == (0, 0)
+
+
+def test_requests_that_do_not_fit_wait_then_finish(numbers_dir):
+    # One row holds 64 decoder + 32 source positions: 192 tokens make two rows.
+    server = BackgroundServer([numbers_dir], kv_cache_tokens=192)
+    try:
+        assert scheduler(server).cache.rows == 2
+        rng = random.Random(9)
+        inputs = [str(sample_number(rng)) for _ in range(8)]
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda t: generate(server.stub(), t), inputs))
+        assert [r.text for r in results] == [pair(int(t), to_digits=False)[1] for t in inputs]
+        assert scheduler(server).largest_step == 2
+        assert max(r.usage.queue_seconds for r in results) > 0.001  # some waited for a row
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    "request_, code, message",
+    [
+        (pb.GenerateRequest(model="nope", input="1"), grpc.StatusCode.NOT_FOUND, "model: 'nope' is not served here"),
+        (pb.GenerateRequest(model="minilm", input="1"), grpc.StatusCode.INVALID_ARGUMENT,
+         "model: 'minilm' is an embedding model; Generate"),
+        (pb.GenerateRequest(input=""), grpc.StatusCode.INVALID_ARGUMENT, "input: empty text"),
+        (pb.GenerateRequest(input="1" * 40), grpc.StatusCode.INVALID_ARGUMENT,
+         "input: more than 32 tokens, the most model 'numbers' takes"),
+        (pb.GenerateRequest(input="1", params=pb.GenerationParams(max_new_tokens=64)), grpc.StatusCode.INVALID_ARGUMENT,
+         "params.max_new_tokens: 64; at most 63 for model 'numbers' (its cache rows hold 64 decoder positions)"),
+        (pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=-1)), grpc.StatusCode.INVALID_ARGUMENT,
+         "params.temperature: -1.0; must be finite and >= 0"),
+        (pb.GenerateRequest(input="1", params=pb.GenerationParams(top_p=1.5)), grpc.StatusCode.INVALID_ARGUMENT,
+         "params.top_p: 1.5; must be in (0, 1]"),
+        (pb.GenerateRequest(input="1", params=pb.GenerationParams(repetition_penalty=float("nan"))),
+         grpc.StatusCode.INVALID_ARGUMENT, "params.repetition_penalty: nan; must be finite and > 0"),
+        (pb.GenerateRequest(input="1", params=pb.GenerationParams(stop=["a"] * 9)), grpc.StatusCode.INVALID_ARGUMENT,
+         "params.stop: 9 sequences; at most 8"),
+        (pb.GenerateRequest(input="1", params=pb.GenerationParams(stop=["ok", ""])), grpc.StatusCode.INVALID_ARGUMENT,
+         "params.stop[1]: 0 characters; 1 to 64"),
+    ],
+)  # fmt: skip
+def test_bad_requests_are_refused(served, request_, code, message):
+    steps = scheduler(served).steps_run
+    for call in (served.stub().Generate, lambda r: list(served.stub().GenerateStream(r))):
+        got, details = code_and_details(lambda: call(request_))
+        assert got == code and message in details, details
+    assert scheduler(served).steps_run == steps  # no model work for a refused call
+
+
+def hold_model_thread(server):
+    """Block the model thread until the returned event is set."""
+    release, holding = threading.Event(), threading.Event()
+
+    def hold():
+        holding.set()
+        release.wait(30)
+
+    server.server.model_executor.submit(hold)
+    holding.wait(5)
+    return release
+
+
+def test_a_full_waiting_queue_answers_resource_exhausted(numbers_dir):
+    server = BackgroundServer([numbers_dir], kv_cache_tokens=96, max_waiting_sequences=1)
+    try:
+        release = hold_model_thread(server)
+        stub = server.stub()
+        running = stub.Generate.future(pb.GenerateRequest(input="5"))  # takes the only row
+        time.sleep(0.1)
+        waiting = stub.Generate.future(pb.GenerateRequest(input="6"))  # waits for it
+        time.sleep(0.1)
+        started = time.perf_counter()
+        code, details = code_and_details(lambda: stub.Generate(pb.GenerateRequest(input="7"), timeout=10))
+        assert time.perf_counter() - started < 0.5
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 requests are waiting; the queue holds 1" in details
+        release.set()
+        assert running.result(timeout=30).text == "five" and waiting.result(timeout=30).text == "six"
+    finally:
+        server.close()
