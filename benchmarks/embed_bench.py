@@ -48,11 +48,12 @@ def st_encode(threads: int):
 
 
 class InProcess:
-    def __init__(self, model_dir: Path, threads: int):
+    def __init__(self, model_dir: Path, threads: int, spinning: bool):
         files = open_model_dir(model_dir)
         self.config = files.config
         self.tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
-        self.session = create_session(files.encoder, SessionSettings(device="cpu", intra_op_threads=threads))
+        settings = SessionSettings(device="cpu", intra_op_threads=threads, spinning=spinning)
+        self.session = create_session(files.encoder, settings)
 
     def sorted_batches(self, size: int = 32, by_length: bool = True) -> np.ndarray:
         """Tokenize, then run batches of `size` (sorted by length, or in arrival order)."""
@@ -118,14 +119,18 @@ def main() -> None:
     parser.add_argument("--model-dir", type=Path, default=Path("build/models/minilm"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--spinning", action=argparse.BooleanOptionalAction, default=True,
+                        help="ONNX Runtime's threads spin between calls, in-process and in the server")
     args = parser.parse_args()
 
     st = st_encode(args.threads)
-    raw = InProcess(args.model_dir, args.threads)
+    raw = InProcess(args.model_dir, args.threads, args.spinning)
     reference = st()
     cosine = float((reference * raw.sorted_batches()).sum(1).min())
-    server = RecordingServer(args.model_dir, intra_op_threads=args.threads)
-    unbatched = RecordingServer(args.model_dir, intra_op_threads=args.threads, max_batch_size=1)
+    server = RecordingServer(args.model_dir, intra_op_threads=args.threads, ort_spinning=args.spinning)
+    unbatched = RecordingServer(
+        args.model_dir, intra_op_threads=args.threads, ort_spinning=args.spinning, max_batch_size=1
+    )
 
     st_name, raw_name = "sentence-transformers encode (batch 32)", "ONNX Runtime in-process (32, sorted)"
     in_process = {
@@ -201,7 +206,7 @@ def main() -> None:
         rows64,
     )
     write_results("embed_bench", {
-        "threads": args.threads, "seconds": medians, "min_cosine": {"onnx": cosine, "service": service_cosine},
+        "threads": args.threads, "spinning": args.spinning, "seconds": medians, "min_cosine": {"onnx": cosine, "service": service_cosine},
         "clients64": figures64, "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__},
     })  # fmt: skip
 

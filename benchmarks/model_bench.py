@@ -24,9 +24,11 @@ import torch
 
 from model.export import export_model_dir
 from model.import_bert import import_sentence_transformer
+from model.kv_cache import ConcatCache
 from model.random_model import BASE_SEQ2SEQ, random_model_dir
 from model.weights import load_model_dir
-from service.model_files import decoder_inputs, open_model_dir
+from service.model_files import open_model_dir
+from service.runner import Seq2SeqRunner
 from service.tokenizer import TextTokenizer, pad_batch
 
 from .common import median_seconds, print_table, sentences, write_results
@@ -114,41 +116,45 @@ def bench_minilm(minilm_dir: Path, threads: int, repeats: int) -> dict:
 
 
 def bench_decode_step(base_dir: Path, threads: int, repeats: int) -> dict:
+    """ONNX Runtime through the serving path (Seq2SeqRunner, buffers bound in place) and PyTorch eager."""
     files = open_model_dir(base_dir)
     c = files.config
     n_layers, heads, d_head = c["n_decoder_layers"], c["n_heads"], c["d_model"] // c["n_heads"]
-    decoder = session(files.decoder, threads)
+    runner = Seq2SeqRunner(session(files.encoder, threads), session(files.decoder, threads), n_layers)
     _, _, torch_model = load_model_dir(base_dir)
     rng = np.random.default_rng(0)
     cross = [rng.standard_normal((1, heads, SOURCE_LENGTH, d_head)).astype(np.float32) for _ in range(2 * n_layers)]
     source_mask = np.ones((1, SOURCE_LENGTH), np.int64)
-    names = decoder_inputs(n_layers)
 
-    def feed(tokens: int, past: int) -> dict:
-        past_kv = [rng.standard_normal((1, heads, past, d_head)).astype(np.float32) for _ in range(2 * n_layers)]
+    def onnx_step(tokens: int, past: int, buffer: int):
+        buffers = [rng.standard_normal((1, heads, buffer, d_head)).astype(np.float32) for _ in range(2 * n_layers)]
         ids = rng.integers(4, c["vocab_size"], size=(1, tokens), dtype=np.int64)
-        return dict(zip(names, [ids, np.ones((1, past), np.int64), source_mask, *past_kv, *cross]))
+        lengths = np.array([past], np.int32)
+        return lambda: runner.step(ids, lengths, source_mask, buffers, cross)
 
-    def torch_step(values: dict):
-        t = {k: torch.from_numpy(v) for k, v in values.items()}
-        past = [(t[f"past_key.{i}"], t[f"past_value.{i}"]) for i in range(n_layers)]
-        crossed = [(t[f"cross_key.{i}"], t[f"cross_value.{i}"]) for i in range(n_layers)]
+    def torch_step(tokens: int, past: int):
+        kv = [torch.randn(1, heads, past, d_head) for _ in range(2 * n_layers)]
+        cache = ConcatCache(list(zip(kv[0::2], kv[1::2])), torch.ones(1, past, dtype=torch.long))
+        crossed = [(torch.from_numpy(k), torch.from_numpy(v)) for k, v in zip(cross[0::2], cross[1::2])]
+        ids = torch.randint(4, c["vocab_size"], (1, tokens))
 
         @torch.inference_mode()
         def run():
-            torch_model.decode(t["input_ids"], past, t["past_mask"], crossed, t["encoder_attention_mask"])
+            cache.new.clear()
+            torch_model.decode(ids, cache, crossed, torch.from_numpy(source_mask))
 
         return run
 
     figures, rows = {}, []
     for prefix in PREFIXES:
-        cached, recompute = feed(1, prefix), feed(prefix + 1, 0)
         slow_repeats = max(5, repeats // 3) if prefix >= 256 else repeats
         m = {
-            "onnx_cached_ms": median_seconds(lambda: decoder.run(None, cached), repeats) * 1e3,
-            "onnx_recompute_ms": median_seconds(lambda: decoder.run(None, recompute), slow_repeats) * 1e3,
-            "torch_cached_ms": median_seconds(torch_step(cached), repeats) * 1e3,
-            "torch_recompute_ms": median_seconds(torch_step(recompute), slow_repeats) * 1e3,
+            # The cache: one new token against `prefix` filled positions of a serving-size buffer.
+            "onnx_cached_ms": median_seconds(onnx_step(1, prefix, c["max_positions"]), repeats) * 1e3,
+            # No cache: the decoder runs over the whole prefix again.
+            "onnx_recompute_ms": median_seconds(onnx_step(prefix + 1, 0, prefix + 1), slow_repeats) * 1e3,
+            "torch_cached_ms": median_seconds(torch_step(1, prefix), repeats) * 1e3,
+            "torch_recompute_ms": median_seconds(torch_step(prefix + 1, 0), slow_repeats) * 1e3,
         }
         figures[prefix] = m
         rows.append([prefix, m["onnx_cached_ms"], m["onnx_recompute_ms"], m["onnx_recompute_ms"] / m["onnx_cached_ms"],

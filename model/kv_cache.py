@@ -31,9 +31,7 @@ class ConcatCache:
 
     def positions(self, input_ids: Tensor) -> Tensor:
         """(B, T): a sequence's next position is the number of positions it has filled."""
-        # The leading zero column keeps the sum's axis non-empty: ONNX Runtime's ReduceSum over an empty
-        # axis (P = 0) returns an empty tensor instead of zeros. (T >= 1: input_ids has a column.)
-        filled = torch.cat([input_ids[:, :1] * 0, self.past_mask], dim=1).sum(dim=-1, keepdim=True)
+        filled = self.past_mask.sum(dim=-1, keepdim=True)
         return filled + torch.arange(input_ids.shape[1], device=input_ids.device)[None]
 
     def attend(self, layer: int, attn: MultiHeadAttention, h: Tensor) -> Tensor:

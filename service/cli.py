@@ -124,6 +124,33 @@ def cmd_embed(args) -> None:
         )
 
 
+def cmd_generate(args) -> None:
+    """Streams the output to the terminal as it is generated."""
+    import grpc
+
+    from service.client import FINISH_REASON_NAMES, Client
+
+    params = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
+              "top_p": args.top_p, "repetition_penalty": args.repetition_penalty, "stop": args.stop,
+              "ignore_eos": args.ignore_eos}  # fmt: skip
+    if args.seed is not None:
+        params["seed"] = args.seed
+    try:
+        with Client(args.target, timeout=args.timeout) as client:
+            for message in client.generate_stream(args.text, model=args.model, **params):
+                print(message.text, end="", flush=True)
+                if message.finish_reason:
+                    u = message.usage
+                    print()
+                    print(
+                        f"[{FINISH_REASON_NAMES[message.finish_reason]}: {u.generated_tokens} tokens, "
+                        f"first after {u.time_to_first_token_seconds * 1e3:.1f} ms]",
+                        file=sys.stderr,
+                    )
+    except grpc.RpcError as error:
+        sys.exit(f"\n{error.code().name}: {error.details()}")
+
+
 def cmd_health(args) -> None:
     """Exit 0 when the server (or one service) is SERVING: for container health checks and exec probes."""
     import grpc
@@ -175,6 +202,21 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=None)
     embed.add_argument("--json", action="store_true", help="print whole vectors, one JSON object per line")
     embed.set_defaults(run=cmd_embed)
+
+    gen = commands.add_parser("generate", help="generate with a running server, streaming to the terminal")
+    gen.add_argument("text")
+    gen.add_argument("--model", default="", help="default: the server's default seq2seq model")
+    gen.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
+    gen.add_argument("--max-new-tokens", type=int, default=0, help="default: the server's limit")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=0.0, help="default: 1")
+    gen.add_argument("--repetition-penalty", type=float, default=0.0, help="default: 1")
+    gen.add_argument("--seed", type=int)
+    gen.add_argument("--stop", action="append", default=[], help="a stop sequence; may be repeated")
+    gen.add_argument("--ignore-eos", action="store_true")
+    gen.add_argument("--timeout", type=float, default=120.0, help="seconds; default: %(default)s")
+    gen.set_defaults(run=cmd_generate)
 
     health = commands.add_parser("health", help="exit 0 if a running server is SERVING, else 1")
     health.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")

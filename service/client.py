@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -12,6 +13,10 @@ from .pb import inference_pb2 as pb
 from .pb import inference_pb2_grpc as pb_grpc
 
 TASK_NAMES = {pb.TASK_EMBEDDING: "embedding", pb.TASK_SEQ2SEQ: "seq2seq"}
+FINISH_REASON_NAMES = {
+    pb.FINISH_REASON_LENGTH: "length", pb.FINISH_REASON_EOS: "eos", pb.FINISH_REASON_STOP: "stop",
+    pb.FINISH_REASON_CANCELLED: "cancelled",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,15 @@ class Client:
         response = self.stub.Embed(request, timeout=self.timeout)
         vectors = np.array([e.values for e in response.embeddings], dtype=np.float32)
         return Embeddings(response.model, vectors, response.usage)
+
+    def generate(self, text: str, model: str = "", **params) -> pb.GenerateResponse:
+        """params: the fields of GenerationParams (max_new_tokens, temperature, top_k, top_p, ...)."""
+        request = pb.GenerateRequest(model=model, input=text, params=pb.GenerationParams(**params))
+        return self.stub.Generate(request, timeout=self.timeout)
+
+    def generate_stream(self, text: str, model: str = "", **params) -> Iterator[pb.GenerateStreamResponse]:
+        request = pb.GenerateRequest(model=model, input=text, params=pb.GenerationParams(**params))
+        return self.stub.GenerateStream(request, timeout=self.timeout)
 
     def tokenize(self, texts: list[str], model: str = "") -> pb.TokenizeResponse:
         return self.stub.Tokenize(pb.TokenizeRequest(model=model, inputs=texts), timeout=self.timeout)

@@ -39,7 +39,10 @@ class ServerConfig:
         "all", "ONNX Runtime graph optimisation level", ("disable", "basic", "extended", "all")
     )
     ort_spinning: bool = _setting(
-        False, "let ONNX Runtime's threads spin between calls (lower latency, but they steal the event loop's CPU)"
+        True,
+        "let ONNX Runtime's threads spin between operators instead of sleeping: a decode step runs ~150 "
+        "small operators, and waking sleeping threads for each costs more than the spinning takes from the "
+        "event loop (measured: docs/benchmarks.md)",
     )
     max_batch_tokens: int = _setting(16384, "embedding batch budget in tokens, padding included")
     max_batch_size: int = _setting(32, "most texts in one embedding batch")

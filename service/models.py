@@ -126,6 +126,11 @@ class ModelRegistry:
                     generation.max_waiting, model.name,
                 )
                 model.scheduler.start()
+                if model.seq2seq.provider != "CPUExecutionProvider":
+                    log.warning(
+                        "model %s: the generation cache lives in host memory, so each decode step copies it to "
+                        "%s and back (docs/kv_cache.md, 'On the GPU')", model.name, model.seq2seq.provider,
+                    )  # fmt: skip
                 log.info(
                     "model %s: generation cache of %d rows (%d MB), up to %d new tokens and %d source tokens a row",
                     model.name, cache.rows, cache.rows * cache.geometry.bytes_per_row >> 20,

@@ -34,7 +34,7 @@ class SessionSettings:
     device: str = "auto"  # auto | cuda | cpu
     intra_op_threads: int = 0  # 0: one per available core
     graph_optimization: str = "all"
-    spinning: bool = False
+    spinning: bool = True
 
 
 def available_cores() -> int:
@@ -46,7 +46,8 @@ def _options(settings: SessionSettings) -> ort.SessionOptions:
     options.intra_op_num_threads = settings.intra_op_threads or available_cores()
     options.inter_op_num_threads = 1
     options.graph_optimization_level = OPTIMIZATION_LEVELS[settings.graph_optimization]
-    # Spinning threads burn the cores that the event loop and tokenization need between calls.
+    # Spinning between operators saves a thread wake-up per operator; it also burns the cores that the
+    # event loop and tokenization need, a trade measured in docs/benchmarks.md.
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.spinning else "0")
     options.log_severity_level = 3  # errors only: the CUDA probe on a CPU machine is expected to fail
     return options

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -200,3 +202,13 @@ def test_a_full_waiting_queue_answers_resource_exhausted(numbers_dir):
         assert running.result(timeout=30).text == "five" and waiting.result(timeout=30).text == "six"
     finally:
         server.close()
+
+
+def test_cli_generate_streams_to_the_terminal(served):
+    result = subprocess.run(
+        [sys.executable, "-m", "service", "generate", "312405", "--target", served.target],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "three hundred and twelve thousand, four hundred and five\n"
+    assert result.stderr.startswith("[eos: 10 tokens, first after ")
