@@ -32,7 +32,7 @@ from model.random_model import BASE_SEQ2SEQ, random_model_dir
 from model.weights import load_model_dir
 from service.background import BackgroundServer
 from service.model_files import open_model_dir
-from service.runner import SessionSettings, Seq2SeqRunner, create_session
+from service.runner import Seq2SeqRunner, SessionSettings, create_session
 from service.tokenizer import TextTokenizer, pad_batch
 
 from .common import median_seconds, print_table, write_results

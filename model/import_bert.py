@@ -14,10 +14,10 @@ from pathlib import Path
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
-from .config import ModelConfig
-from .transformer import EmbeddingModel
 from service.model_files import TOKENIZER_FILE
 
+from .config import ModelConfig
+from .transformer import EmbeddingModel
 from .weights import save_model_dir
 
 # Hugging Face BertModel name -> ours; {i} is the layer index.

@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from .config import ModelConfig
-from .transformer import build_model
 from service.model_files import TOKENIZER_FILE
 
+from .config import ModelConfig
+from .transformer import build_model
 from .weights import save_model_dir
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3, as ModelConfig's defaults expect

@@ -9,6 +9,7 @@ turn away health checks too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import math
@@ -48,26 +49,12 @@ async def _queue_checked(model, events):
 
 
 def handler(method):
-    """Admission, and errors turned into statuses: RequestError as it says, anything else INTERNAL."""
+    """A unary method behind admission, with its errors turned into statuses (InferenceServicer.call)."""
 
     @functools.wraps(method)
     async def wrapper(self: InferenceServicer, request, context: grpc.aio.ServicerContext):
-        try:
-            self.admit()
-        except RequestError as error:
-            await context.abort(error.code, error.message)
-        self.in_flight += 1
-        try:
+        async with self.call(context, method.__name__):
             return await method(self, request, context)
-        except RequestError as error:
-            await context.abort(error.code, error.message)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception:
-            log.exception("%s failed", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"{method.__name__}: internal error (see the server log)")
-        finally:
-            self.in_flight -= 1
 
     return wrapper
 
@@ -77,23 +64,9 @@ def stream_handler(method):
 
     @functools.wraps(method)
     async def wrapper(self: InferenceServicer, request, context: grpc.aio.ServicerContext):
-        try:
-            self.admit()
-        except RequestError as error:
-            await context.abort(error.code, error.message)
-        self.in_flight += 1
-        try:
+        async with self.call(context, method.__name__):
             async for message in method(self, request, context):
                 yield message
-        except RequestError as error:
-            await context.abort(error.code, error.message)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception:
-            log.exception("%s failed", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"{method.__name__}: internal error (see the server log)")
-        finally:
-            self.in_flight -= 1
 
     return wrapper
 
@@ -116,6 +89,26 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         self.registry: ModelRegistry | None = None  # set once the models are loaded and warm
         self.draining = False
         self.in_flight = 0
+
+    @contextlib.asynccontextmanager
+    async def call(self, context: grpc.aio.ServicerContext, name: str):
+        """Admission first; then RequestError becomes its status, anything else INTERNAL."""
+        try:
+            self.admit()
+        except RequestError as error:
+            await context.abort(error.code, error.message)
+        self.in_flight += 1
+        try:
+            yield
+        except RequestError as error:
+            await context.abort(error.code, error.message)
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("%s failed", name)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{name}: internal error (see the server log)")
+        finally:
+            self.in_flight -= 1
 
     def admit(self) -> None:
         if self.draining:

@@ -16,10 +16,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from service.background import BackgroundServer
 from service.client import Client
 from service.pb import inference_pb2 as pb
 
-from service.background import BackgroundServer
+from .conftest import hold_model_thread
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven tired engineers debug the flaky network".split()
 
@@ -146,19 +147,6 @@ def test_a_long_input_is_truncated_by_default(served):
     with Client(served.target) as client:
         result = client.embed(["word " * 300])
     assert result.usage.truncated_inputs == 1 and result.usage.prompt_tokens == 256
-
-
-def hold_model_thread(served):
-    """Block the model thread until the returned event is set: queued work stays queued meanwhile."""
-    release, holding = threading.Event(), threading.Event()
-
-    def hold():
-        holding.set()
-        release.wait(30)
-
-    served.server.model_executor.submit(hold)
-    holding.wait(5)
-    return release
 
 
 def test_work_whose_caller_has_gone_is_dropped_before_it_runs(served):

@@ -16,6 +16,8 @@ from model.numbers import pair, sample_number
 from service.background import BackgroundServer
 from service.pb import inference_pb2 as pb
 
+from .conftest import hold_model_thread
+
 NUMBERS_FULL = "nine hundred and ninety-nine million, nine hundred and ninety-nine thousand, nine hundred and ninety-nine"
 
 
@@ -170,19 +172,6 @@ def test_bad_requests_are_refused(served, request_, code, message):
         got, details = code_and_details(lambda: call(request_))
         assert got == code and message in details, details
     assert scheduler(served).steps_run == steps  # no model work for a refused call
-
-
-def hold_model_thread(server):
-    """Block the model thread until the returned event is set."""
-    release, holding = threading.Event(), threading.Event()
-
-    def hold():
-        holding.set()
-        release.wait(30)
-
-    server.server.model_executor.submit(hold)
-    holding.wait(5)
-    return release
 
 
 def test_a_full_waiting_queue_answers_resource_exhausted(numbers_dir):

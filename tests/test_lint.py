@@ -1,0 +1,17 @@
+"""The code passes the project's lint (pyproject.toml [tool.ruff]): no unused imports, undefined names."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_ruff_is_clean():
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or "ruff"
+    result = subprocess.run([ruff, "check", "model", "service", "tests", "benchmarks", "protos"], cwd=ROOT,
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
