@@ -201,3 +201,19 @@ def test_cli_generate_streams_to_the_terminal(served):
     assert result.returncode == 0, result.stderr
     assert result.stdout == "three hundred and twelve thousand, four hundred and five\n"
     assert result.stderr.startswith("[eos: 10 tokens, first after ")
+
+
+def test_a_deadline_ends_the_call_and_frees_its_row(served):
+    stub = served.stub()
+    request = pb.GenerateRequest(input="8", params=pb.GenerationParams(ignore_eos=True, max_new_tokens=63))
+    release = hold_model_thread(served)
+    try:
+        code, _ = code_and_details(lambda: stub.Generate(request, timeout=0.2))
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while served.call_soon(lambda: scheduler(served).cache.used) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert served.call_soon(lambda: (scheduler(served).cache.used, scheduler(served).running)) == (0, 0)
+    assert generate(stub, "8").text == "eight"  # and the server goes on
