@@ -13,12 +13,16 @@ COPY pyproject.toml README.md ./
 COPY model/ model/
 COPY service/ service/
 COPY models/ models/
+# The project pins what matters (torch==2.13.0) in pyproject.toml.
+# hadolint ignore=DL3013
 RUN pip install '.[export]' \
  && attnserve build --out /models
 
 # ---- runtime ---------------------------------------------------------------------------------------
 FROM nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS runtime
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# The distribution's Python, whatever its patch release: pinning it would break with each security update.
+# hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv \
  && rm -rf /var/lib/apt/lists/*
@@ -28,7 +32,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY model/ model/
 COPY service/ service/
-# The serving dependencies only: onnxruntime-gpu, grpcio, tokenizers, numpy; no torch.
+# The serving dependencies only: onnxruntime-gpu, grpcio, tokenizers, numpy, prometheus-client; no torch.
+# hadolint ignore=DL3013
 RUN pip install . && rm -rf /src
 COPY --from=models /models /models
 
@@ -37,8 +42,10 @@ USER 10001
 WORKDIR /home/attnserve
 ENV ATTNSERVE_MODELS=/models/minilm,/models/numbers \
     ATTNSERVE_DEVICE=auto \
-    ATTNSERVE_PORT=50051
-EXPOSE 50051
+    ATTNSERVE_PORT=50051 \
+    ATTNSERVE_METRICS_PORT=9464
+# gRPC, and HTTP for /metrics, /healthz, /readyz.
+EXPOSE 50051 9464
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
   CMD ["attnserve", "health", "--target", "localhost:50051"]
 # SIGTERM drains (ATTNSERVE_DRAIN_SECONDS, default 30 s): give `docker stop` a longer timeout.

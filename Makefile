@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MODELS := build/models
 
-.PHONY: run test models proto clean
+.PHONY: run test test-deps models proto clean
 
 # Stamps record which extra is installed; they are remade when pyproject.toml changes.
 $(VENV)/.export: pyproject.toml
@@ -23,7 +23,13 @@ models: $(VENV)/.export
 run: models
 	$(BIN)/attnserve serve --models $(MODELS)/minilm $(MODELS)/numbers
 
-test: $(VENV)/.dev
+# Debian's prometheus package: its server and promtool run in the metrics and deployment tests.
+test-deps:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
+	  { apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; }; }
+
+test: $(VENV)/.dev test-deps
 	$(BIN)/python -m pytest
 
 proto: $(VENV)/.dev

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .metrics import ModelMetrics
 from .tokenizer import pad_batch
 
 log = logging.getLogger("attnserve.batcher")
@@ -112,14 +113,14 @@ class EmbeddingBatcher:
         limits: BatchLimits,
         executor: Executor,
         name: str = "",
-        on_batch: Callable[[int, int, float], None] | None = None,
+        metrics: ModelMetrics | None = None,
         make_run_options: Callable[[], object] | None = None,
     ):
-        """embed(input_ids, attention_mask, run_options) -> (B, d), run in `executor`. on_batch(texts,
-        padded tokens, seconds) is told of each model call (for metrics). make_run_options makes the
-        per-call options object whose `terminate` is set when every caller of a running call has gone."""
+        """embed(input_ids, attention_mask, run_options) -> (B, d), run in `executor`. metrics hears of
+        each model call and each text's time in the queue. make_run_options makes the per-call options
+        object whose `terminate` is set when every caller of a running call has gone."""
         self.embed, self.pad_id, self.limits, self.executor, self.name = embed, pad_id, limits, executor, name
-        self.on_batch, self.make_run_options = on_batch, make_run_options
+        self.metrics, self.make_run_options = metrics, make_run_options
         self.waiting: list[Item] = []
         self.running: list[Item] = []
         self._arrived = asyncio.Event()
@@ -227,8 +228,10 @@ class EmbeddingBatcher:
         if outcome is None:
             return
         wanted, vectors, padded_tokens, started, seconds, number = outcome
-        if self.on_batch:
-            self.on_batch(len(wanted), padded_tokens, seconds)
+        if self.metrics:
+            self.metrics.model_call("embed", len(wanted), padded_tokens, seconds)
+            for item in wanted:
+                self.metrics.queued(started - item.enqueued)
         for item, vector in zip(wanted, vectors):
             if not item.future.done():
                 item.future.set_result(Embedded(vector, started - item.enqueued, seconds, number))

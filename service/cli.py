@@ -84,18 +84,16 @@ def cmd_eval_numbers(args) -> None:
 
 def cmd_serve(args) -> None:
     import asyncio
-    import logging
 
     from service.config import ConfigError, from_sources
+    from service.logs import configure as configure_logs
     from service.server import serve
 
     try:
         config = from_sources(args)
     except ConfigError as error:
         sys.exit(f"attnserve serve: {error}")
-    logging.basicConfig(
-        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    configure_logs(config.log_level, config.log_format)
     try:
         sys.exit(asyncio.run(serve(config)))
     except OSError as error:

@@ -31,6 +31,7 @@ class ServerConfig:
     )
     host: str = _setting("[::]", "address to listen on")
     port: int = _setting(50051, "gRPC port; 0 picks a free one")
+    metrics_port: int = _setting(9464, "HTTP port of /metrics, /healthz and /readyz; 0 picks a free one")
     device: str = _setting(
         "auto", "execution provider: cuda, cpu, or auto (CUDA when its provider really loads)", ("auto", "cuda", "cpu")
     )
@@ -65,6 +66,7 @@ class ServerConfig:
     max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")
     drain_seconds: float = _setting(30.0, "on SIGTERM, how long calls in flight may take to finish")
     log_level: str = _setting("info", "logging level", ("debug", "info", "warning", "error"))
+    log_format: str = _setting("json", "json: one JSON object a line (one per call too); text: for people", ("json", "text"))
 
     def __post_init__(self) -> None:
         positive = [
@@ -76,8 +78,11 @@ class ServerConfig:
         for name in ("intra_op_threads", "max_delay_ms", "drain_seconds", "split_cost_tokens", "kv_cache_tokens"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, not {getattr(self, name)}")
-        if not 0 <= self.port <= 65535:
-            problems.append(f"port must be 0..65535, not {self.port}")
+        for name in ("port", "metrics_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                problems.append(f"{name} must be 0..65535, not {getattr(self, name)}")
+        if self.port and self.port == self.metrics_port:
+            problems.append(f"port and metrics_port are both {self.port}")
         if not self.models:
             problems.append("models: at least one model directory is needed")
         for f in dataclasses.fields(self):

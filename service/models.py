@@ -13,6 +13,7 @@ import onnxruntime as ort
 from .batcher import BatchLimits, EmbeddingBatcher
 from .errors import invalid, not_found
 from .kv_cache import CacheGeometry, KVCache
+from .metrics import Metrics, ModelMetrics
 from .model_files import ModelFiles, open_model_dir
 from .runner import EncoderRunner, Seq2SeqRunner, SessionSettings, create_session, provider_of
 from .scheduler import Scheduler
@@ -30,6 +31,7 @@ class ServedModel:
     batcher: EmbeddingBatcher | None = None  # embedding models, once started
     seq2seq: Seq2SeqRunner | None = None  # seq2seq models
     scheduler: Scheduler | None = None  # seq2seq models, once started
+    metrics: ModelMetrics | None = None  # once started
 
     @property
     def name(self) -> str:
@@ -109,23 +111,28 @@ class ModelRegistry:
             raise not_found(f"model: {name!r} is not served here (served: {', '.join(sorted(self.models))})")
         return self.models[name]
 
-    def start(self, limits: BatchLimits, generation: GenerationLimits, executor: Executor, on_batch=None) -> None:
+    def start(self, limits: BatchLimits, generation: GenerationLimits, executor: Executor, metrics: Metrics) -> None:
         """Start the batching and scheduling loops (on the running event loop)."""
         for model in self.models.values():
+            model.metrics = metrics.for_model(model.name, model.task)
+            metrics.model_info.labels(model.name, model.task, model.provider, str(model.files.manifest["opset"])).set(1)
             if model.task == "embedding":
                 model.batcher = EmbeddingBatcher(
-                    model.encoder.embed, model.config["pad_id"], limits, executor, model.name, on_batch,
+                    model.encoder.embed, model.config["pad_id"], limits, executor, model.name, model.metrics,
                     make_run_options=ort.RunOptions,
                 )
                 model.batcher.start()
+                model.metrics.watch_queue(lambda batcher=model.batcher: batcher.queue_depth)
             else:
                 c = model.config
                 cache = KVCache(generation.geometry(c), generation.rows(c))
                 model.scheduler = Scheduler(
                     model.seq2seq, cache, model.tokenizer, c["bos_id"], c["eos_id"], c["pad_id"], executor,
-                    generation.max_waiting, model.name,
+                    generation.max_waiting, model.name, model.metrics,
                 )
                 model.scheduler.start()
+                model.metrics.watch_queue(lambda scheduler=model.scheduler: len(scheduler.waiting))
+                model.metrics.watch_cache(lambda cache=cache: cache.usage_ratio, cache.capacity_tokens)
                 if model.seq2seq.provider != "CPUExecutionProvider":
                     log.warning(
                         "model %s: the generation cache lives in host memory, so each decode step copies it to "

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .kv_cache import KVCache
+from .metrics import ModelMetrics
 from .runner import Seq2SeqRunner
 from .sampling import SamplingParams, next_token
 from .text_stream import TextStream
@@ -73,6 +74,7 @@ class Sequence:
     arrived: float = field(default_factory=time.perf_counter)
     admitted: float | None = None
     first_token: float | None = None
+    last_token: float | None = None
     row: int | None = None
     generated: list[int] = field(default_factory=list)
     unsent: list[int] = field(default_factory=list)  # ids not yet in an event
@@ -102,10 +104,11 @@ class Scheduler:
         executor: Executor,
         max_waiting: int,
         name: str = "",
+        metrics: ModelMetrics | None = None,
     ):
         self.runner, self.cache, self.tokenizer, self.executor = runner, cache, tokenizer, executor
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
-        self.max_waiting, self.name = max_waiting, name
+        self.max_waiting, self.name, self.metrics = max_waiting, name, metrics
         self.waiting: deque[Sequence] = deque()
         self.rows: list[Sequence] = []  # rows[i] is the sequence in cache row i
         self._wake = asyncio.Event()
@@ -170,7 +173,7 @@ class Scheduler:
             if not self.rows:
                 continue
             try:
-                tokens = await loop.run_in_executor(self.executor, self._model_turn, admitted, list(self.rows))
+                tokens, timings = await loop.run_in_executor(self.executor, self._model_turn, admitted, list(self.rows))
             except Exception as error:  # a model fault: these sequences fail, the loop goes on
                 log.exception("model %s: decode step failed", self.name)
                 for sequence in list(self.rows):
@@ -179,6 +182,9 @@ class Scheduler:
                 continue
             self.steps_run += 1
             self.largest_step = max(self.largest_step, len(tokens))
+            if self.metrics:
+                for stage, inputs, positions, seconds in timings:
+                    self.metrics.model_call(stage, inputs, positions, seconds)
             self._advance(tokens)
 
     def _admit(self) -> list[Sequence]:
@@ -187,18 +193,24 @@ class Scheduler:
             sequence = self.waiting.popleft()
             sequence.row = self.cache.allocate(len(sequence.prompt), sequence.params.max_new_tokens)
             sequence.admitted = time.perf_counter()
+            if self.metrics:
+                self.metrics.queued(sequence.admitted - sequence.arrived)
             self.rows.append(sequence)
             admitted.append(sequence)
         return admitted
 
-    def _model_turn(self, admitted: list[Sequence], rows: list[Sequence]) -> list[int]:
+    def _model_turn(self, admitted: list[Sequence], rows: list[Sequence]) -> tuple[list[int], list[tuple]]:
         """In the model thread: encode the newly admitted sources, one decoder step for all rows, choose
-        each row's next token."""
+        each row's next token. -> the tokens, and (stage, inputs, positions, seconds) of each model call."""
+        timings = []
         if admitted:
+            started = time.perf_counter()
             ids, mask = pad_batch([s.prompt for s in admitted], self.pad_id)
             cross = self.runner.encode(ids, mask)
             for i, sequence in enumerate(admitted):
                 self.cache.write_cross(sequence.row, [c[i] for c in cross[0::2]], [c[i] for c in cross[1::2]])
+            timings.append(("encode", len(admitted), int(ids.size), time.perf_counter() - started))
+        started = time.perf_counter()
         last = [s.generated[-1] if s.generated else self.bos_id for s in rows]
         inputs = self.cache.step_inputs()
         logits = self.runner.step(
@@ -208,7 +220,9 @@ class Scheduler:
             inputs["self"],
             inputs["cross"],
         )
-        return [next_token(logits[i], s.generated, s.params.sampling, s.rng) for i, s in enumerate(rows)]
+        tokens = [next_token(logits[i], s.generated, s.params.sampling, s.rng) for i, s in enumerate(rows)]
+        timings.append(("decode", len(rows), len(rows), time.perf_counter() - started))
+        return tokens, timings
 
     def _advance(self, tokens: list[int]) -> None:
         # The step filled one more position of every row: count it before any row moves.
@@ -217,14 +231,22 @@ class Scheduler:
         for sequence, token in zip(list(self.rows), tokens):
             if sequence.gone:
                 continue  # leaves at the start of the next turn
+            if self.metrics:
+                if sequence.first_token is None:
+                    self.metrics.first_token(now - sequence.arrived)
+                else:
+                    self.metrics.between_tokens(now - sequence.last_token)
             if sequence.first_token is None:
                 sequence.first_token = now
+            sequence.last_token = now
             if token == self.eos_id and not sequence.params.ignore_eos:
                 sequence.finish(EOS, sequence.text.update(sequence.generated, final=True))
                 self._leave(sequence)
                 continue
             sequence.generated.append(token)
             sequence.unsent.append(token)
+            if self.metrics:
+                self.metrics.generated(1)
             at_limit = len(sequence.generated) >= sequence.params.max_new_tokens
             text = sequence.text.update(sequence.generated, final=at_limit)
             if sequence.text.stopped:

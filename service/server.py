@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from .batcher import BatchLimits
 from .config import ServerConfig
 from .errors import unavailable
+from .metrics import Metrics, MetricsServer
 from .models import GenerationLimits, ModelRegistry, load_model
 from .pb import inference_pb2, inference_pb2_grpc
 from .runner import SessionSettings
@@ -36,7 +37,9 @@ class Server:
         # One thread runs every model call: on a CPU, concurrent calls would only fight over the cores.
         self.model_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
         self.tokenize_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
-        self.servicer = InferenceServicer(config, self.tokenize_executor)
+        self.metrics = Metrics()
+        self.metrics_server: MetricsServer | None = None
+        self.servicer = InferenceServicer(config, self.tokenize_executor, self.metrics)
         self.health = health_aio.HealthServicer()
         self.registry: ModelRegistry | None = None
         self.grpc_server: grpc.aio.Server | None = None
@@ -61,8 +64,15 @@ class Server:
             raise OSError(f"cannot listen on {self.config.host}:{self.config.port}")
         await server.start()
         self.grpc_server = server
-        log.info("listening on port %d (health NOT_SERVING until the models are warm)", self.port)
+        self.metrics_server = MetricsServer(self.metrics, self.config.host, self.config.metrics_port, self.ready)
+        log.info(
+            "listening on port %d, metrics on %d (health NOT_SERVING until the models are warm)",
+            self.port, self.metrics_server.port,
+        )  # fmt: skip
         return self.port
+
+    def ready(self) -> bool:
+        return self.registry is not None and not self.servicer.draining
 
     async def load_models(self) -> None:
         settings = SessionSettings(
@@ -104,7 +114,7 @@ class Server:
                     f"model {model.name}: the generation cache holds no row: one takes {g.bytes_per_row} bytes "
                     f"({g.tokens_per_row} tokens); raise kv_cache_bytes or kv_cache_tokens, or lower max_new_tokens"
                 )
-        registry.start(limits, generation, self.model_executor)
+        registry.start(limits, generation, self.model_executor, self.metrics)
         self.registry = registry
         self.servicer.registry = registry
         await self._set_health(SERVING)
@@ -133,6 +143,8 @@ class Server:
             await self.registry.stop(unavailable("the server shut down before this call finished; retry"))
         if self.grpc_server is not None:
             await self.grpc_server.stop(grace=1.0 if self.servicer.in_flight else 0)
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         self.model_executor.shutdown(wait=False, cancel_futures=True)
         self.tokenize_executor.shutdown(wait=False, cancel_futures=True)
 

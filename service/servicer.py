@@ -20,13 +20,15 @@ import grpc
 import numpy as np
 
 from .batcher import QueueFull as BatcherQueueFull
+from .calls import CallRecord, request_id
 from .config import ServerConfig
 from .errors import RequestError, exhausted, invalid, unavailable
+from .metrics import Metrics
 from .models import ModelRegistry, ServedModel
 from .pb import inference_pb2 as pb
 from .pb import inference_pb2_grpc as pb_grpc
 from .sampling import SamplingParams
-from .scheduler import CANCELLED, EOS, LENGTH, STOP, GenerationParams, QueueFull, Usage
+from .scheduler import CANCELLED, EOS, LENGTH, STOP, Event, GenerationParams, QueueFull, Usage
 
 log = logging.getLogger("attnserve.servicer")
 
@@ -53,8 +55,8 @@ def handler(method):
 
     @functools.wraps(method)
     async def wrapper(self: InferenceServicer, request, context: grpc.aio.ServicerContext):
-        async with self.call(context, method.__name__):
-            return await method(self, request, context)
+        async with self.call(context, method.__name__) as record:
+            return await method(self, request, record)
 
     return wrapper
 
@@ -64,11 +66,19 @@ def stream_handler(method):
 
     @functools.wraps(method)
     async def wrapper(self: InferenceServicer, request, context: grpc.aio.ServicerContext):
-        async with self.call(context, method.__name__):
-            async for message in method(self, request, context):
+        async with self.call(context, method.__name__) as record:
+            async for message in method(self, request, record):
                 yield message
 
     return wrapper
+
+
+def _record_usage(record: CallRecord, last: Event) -> None:
+    u = last.usage
+    record.figures.update(
+        prompt_tokens=u.prompt_tokens, generated_tokens=u.generated_tokens, finish_reason=last.finish_reason,
+        queue_seconds=round(u.queue_seconds, 6), time_to_first_token_seconds=round(u.time_to_first_token, 6),
+    )  # fmt: skip
 
 
 def _usage(usage: Usage | None) -> pb.GenerateUsage | None:
@@ -83,32 +93,43 @@ def _usage(usage: Usage | None) -> pb.GenerateUsage | None:
 
 
 class InferenceServicer(pb_grpc.InferenceServicer):
-    def __init__(self, config: ServerConfig, tokenize_executor: Executor):
+    def __init__(self, config: ServerConfig, tokenize_executor: Executor, metrics: Metrics):
         self.config = config
         self.tokenize_executor = tokenize_executor
+        self.metrics = metrics
         self.registry: ModelRegistry | None = None  # set once the models are loaded and warm
         self.draining = False
         self.in_flight = 0
 
     @contextlib.asynccontextmanager
     async def call(self, context: grpc.aio.ServicerContext, name: str):
-        """Admission first; then RequestError becomes its status, anything else INTERNAL."""
+        """Admission first; then RequestError becomes its status, anything else INTERNAL. Every call,
+        admitted or not, ends with one record: counted, timed and logged (calls.py)."""
+        record = CallRecord(name, request_id(context), self.metrics)
+        admitted = False
         try:
             self.admit()
+            admitted = True
+            self.in_flight += 1
+            yield record
         except RequestError as error:
+            record.code = error.code
             await context.abort(error.code, error.message)
-        self.in_flight += 1
-        try:
-            yield
-        except RequestError as error:
-            await context.abort(error.code, error.message)
+        except (asyncio.CancelledError, GeneratorExit):
+            remaining = context.time_remaining()
+            expired = remaining is not None and remaining <= 0
+            record.code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
+            raise
         except grpc.aio.AbortError:
             raise
         except Exception:
+            record.code = grpc.StatusCode.INTERNAL
             log.exception("%s failed", name)
             await context.abort(grpc.StatusCode.INTERNAL, f"{name}: internal error (see the server log)")
         finally:
-            self.in_flight -= 1
+            if admitted:
+                self.in_flight -= 1
+            record.close()
 
     def admit(self) -> None:
         if self.draining:
@@ -138,8 +159,9 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         return await loop.run_in_executor(self.tokenize_executor, model.tokenizer.encode, texts)
 
     @handler
-    async def Embed(self, request: pb.EmbedRequest, context) -> pb.EmbedResponse:
+    async def Embed(self, request: pb.EmbedRequest, record: CallRecord) -> pb.EmbedResponse:
         model = self.registry.get(request.model, "embedding", "Embed")
+        record.use_model(model.name)
         texts = self._texts(request.inputs)
         normalize = request.normalize if request.HasField("normalize") else model.normalize_by_default
         truncate = request.truncate if request.HasField("truncate") else True
@@ -164,8 +186,12 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors = vectors / np.maximum(norms, 1e-12)
         batch_seconds = {r.batch_id: r.batch_seconds for r in results}
+        prompt_tokens = sum(len(e.ids) for e in encoded)
+        model.metrics.prompt(prompt_tokens)
+        record.figures.update(inputs=len(texts), prompt_tokens=prompt_tokens,
+                              queue_seconds=round(max(r.queue_seconds for r in results), 6))  # fmt: skip
         usage = pb.EmbedUsage(
-            prompt_tokens=sum(len(e.ids) for e in encoded),
+            prompt_tokens=prompt_tokens,
             truncated_inputs=sum(e.truncated for e in encoded),
             queue_seconds=max(r.queue_seconds for r in results),
             tokenization_seconds=tokenization_seconds,
@@ -176,8 +202,9 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         )
 
     @handler
-    async def Tokenize(self, request: pb.TokenizeRequest, context) -> pb.TokenizeResponse:
+    async def Tokenize(self, request: pb.TokenizeRequest, record: CallRecord) -> pb.TokenizeResponse:
         model = self.registry.find(request.model)
+        record.use_model(model.name)
         encoded = await self._tokenize(model, self._texts(request.inputs))
         return pb.TokenizeResponse(
             model=model.name,
@@ -214,33 +241,38 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             ignore_eos=p.ignore_eos,
         )
 
-    async def _events(self, request: pb.GenerateRequest, rpc: str):
+    async def _events(self, request: pb.GenerateRequest, record: CallRecord):
         """-> the model, and the events of the request's generation."""
-        model = self.registry.get(request.model, "seq2seq", rpc)
+        model = self.registry.get(request.model, "seq2seq", record.rpc)
+        record.use_model(model.name)
         if not request.input:
             raise invalid("input: empty text")
         params = self._generation_params(model, request.params)
         (encoded,) = await self._tokenize(model, [request.input])
         if encoded.truncated:
             raise invalid(f"input: more than {model.max_input_tokens} tokens, the most model {model.name!r} takes")
+        model.metrics.prompt(len(encoded.ids))
         return model, _queue_checked(model, model.scheduler.generate(encoded.ids, params))
 
     @handler
-    async def Generate(self, request: pb.GenerateRequest, context) -> pb.GenerateResponse:
-        model, events = await self._events(request, "Generate")
+    async def Generate(self, request: pb.GenerateRequest, record: CallRecord) -> pb.GenerateResponse:
+        model, events = await self._events(request, record)
         text, token_ids = [], []
         async for event in events:
             text.append(event.text)
             token_ids.extend(event.token_ids)
+        _record_usage(record, event)
         return pb.GenerateResponse(
             model=model.name, text="".join(text), token_ids=token_ids,
             finish_reason=FINISH_REASONS[event.finish_reason], usage=_usage(event.usage),
         )  # fmt: skip
 
     @stream_handler
-    async def GenerateStream(self, request: pb.GenerateRequest, context):
-        model, events = await self._events(request, "GenerateStream")
+    async def GenerateStream(self, request: pb.GenerateRequest, record: CallRecord):
+        model, events = await self._events(request, record)
         async for event in events:
+            if event.finish_reason is not None:
+                _record_usage(record, event)
             yield pb.GenerateStreamResponse(
                 model=model.name, text=event.text, token_ids=event.token_ids,
                 finish_reason=FINISH_REASONS.get(event.finish_reason, pb.FINISH_REASON_UNSPECIFIED),
@@ -248,7 +280,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             )  # fmt: skip
 
     @handler
-    async def ListModels(self, request: pb.ListModelsRequest, context) -> pb.ListModelsResponse:
+    async def ListModels(self, request: pb.ListModelsRequest, record: CallRecord) -> pb.ListModelsResponse:
         infos = []
         for model in self.registry.models.values():
             infos.append(

@@ -1,0 +1,55 @@
+"""One record per call: its id, RPC, model, status and figures; counted in the metrics and written as
+one JSON access-log line when the call ends."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import grpc
+
+from .metrics import Metrics
+
+access_log = logging.getLogger("attnserve.access")
+
+REQUEST_ID_HEADER = "x-request-id"
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+def request_id(context: grpc.aio.ServicerContext) -> str:
+    """The caller's x-request-id when it is a sane token, else a new one (never unbounded user text)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == REQUEST_ID_HEADER and isinstance(value, str) and _SAFE_ID.match(value):
+            return value
+    return uuid.uuid4().hex
+
+
+@dataclass
+class CallRecord:
+    rpc: str
+    id: str
+    metrics: Metrics
+    started: float = field(default_factory=time.perf_counter)
+    model: str = ""  # a served model's name once the call names one; "" before (or for an unknown one)
+    code: grpc.StatusCode = grpc.StatusCode.OK
+    figures: dict = field(default_factory=dict)  # token counts and timings for the access log
+
+    def use_model(self, name: str) -> None:
+        self.model = name
+        self.metrics.requests_running.labels(name).inc()
+
+    def close(self) -> None:
+        seconds = time.perf_counter() - self.started
+        code = self.code.name
+        self.metrics.requests.labels(self.rpc, self.model, code).inc()
+        self.metrics.request_duration.labels(self.rpc, self.model).observe(seconds)
+        if self.model:
+            self.metrics.requests_running.labels(self.model).dec()
+        access_log.info(
+            "%s %s %s %.1f ms", self.rpc, self.model or "-", code, seconds * 1e3,
+            extra={"request_id": self.id, "rpc": self.rpc, "model": self.model, "code": code,
+                   "seconds": round(seconds, 6), **self.figures},
+        )  # fmt: skip

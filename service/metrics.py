@@ -1,0 +1,202 @@
+"""Every Prometheus metric of the server, defined once, and the HTTP endpoint that serves them.
+
+Labels take only bounded values: RPC names, status code names, the names of served models (an unknown
+model in a request is counted under model=""), fixed stage names. No request ids, no user text.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+from importlib import metadata
+from socketserver import ThreadingMixIn
+from typing import Callable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
+
+# Seconds: sub-millisecond decode steps up to minute-long generations.
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
+)  # fmt: skip
+SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+# Stages of a model call: "embed" (an embedding batch), "encode" (the encoder pass of newly admitted
+# generations), "decode" (one decoder step of all running sequences).
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.requests = Counter(
+            "attnserve_requests", "Calls answered, by RPC, model and status code.", ["rpc", "model", "code"],
+            registry=registry,
+        )  # fmt: skip
+        self.request_duration = Histogram(
+            "attnserve_request_duration_seconds", "Time from a call's arrival to its answer (its last message).",
+            ["rpc", "model"], buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.queue_duration = Histogram(
+            "attnserve_queue_duration_seconds",
+            "Time an input (a text to embed, a sequence to generate) waited before the model took it.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.batch_size = Histogram(
+            "attnserve_batch_size", "Inputs in one model call.", ["model", "stage"], buckets=SIZE_BUCKETS,
+            registry=registry,
+        )  # fmt: skip
+        self.batch_tokens = Histogram(
+            "attnserve_batch_tokens", "Token positions in one model call, padding included.", ["model", "stage"],
+            buckets=TOKEN_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.inference_duration = Histogram(
+            "attnserve_inference_duration_seconds", "Time of one model call.", ["model", "stage"],
+            buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.queue_depth = Gauge(
+            "attnserve_queue_depth", "Inputs waiting for the model: texts to embed, or sequences for a cache row.",
+            ["model"], registry=registry,
+        )  # fmt: skip
+        self.requests_running = Gauge(
+            "attnserve_requests_running", "Calls in progress.", ["model"], registry=registry
+        )
+        self.time_to_first_token = Histogram(
+            "attnserve_time_to_first_token_seconds", "Time from a generation's arrival to its first token.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.inter_token_latency = Histogram(
+            "attnserve_inter_token_latency_seconds", "Time between two tokens of one sequence.", ["model"],
+            buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.prompt_tokens = Counter(
+            "attnserve_prompt_tokens", "Tokens of inputs fed to the model.", ["model"], registry=registry
+        )
+        self.generated_tokens = Counter(
+            "attnserve_generated_tokens", "Tokens generated.", ["model"], registry=registry
+        )
+        self.kv_cache_usage = Gauge(
+            "attnserve_kv_cache_usage_ratio", "Share of the generation cache reserved by running sequences.",
+            ["model"], registry=registry,
+        )  # fmt: skip
+        self.kv_cache_capacity = Gauge(
+            "attnserve_kv_cache_capacity_tokens", "Token positions the generation cache holds.", ["model"],
+            registry=registry,
+        )  # fmt: skip
+        self.model_info = Gauge(
+            "attnserve_model_info", "A served model (always 1).", ["model", "task", "provider", "opset"],
+            registry=registry,
+        )  # fmt: skip
+        self.build_info = Info("attnserve_build", "The attnserve build.", registry=registry)
+        self.build_info.info(_versions())
+
+    def for_model(self, model: str, task: str) -> ModelMetrics:
+        return ModelMetrics(self, model, task)
+
+
+class ModelMetrics:
+    """The metrics of one model, its label bound: what the batcher and the scheduler report to."""
+
+    def __init__(self, metrics: Metrics, model: str, task: str):
+        """Only the series a model of this task has are created (an embedding model has no cache)."""
+        self.metrics, self.model = metrics, model
+        self._queue = metrics.queue_duration.labels(model)
+        self._prompt = metrics.prompt_tokens.labels(model)
+        self._batches = {
+            stage: (
+                metrics.batch_size.labels(model, stage),
+                metrics.batch_tokens.labels(model, stage),
+                metrics.inference_duration.labels(model, stage),
+            )
+            for stage in (("embed",) if task == "embedding" else ("encode", "decode"))
+        }
+        if task == "seq2seq":
+            self._ttft = metrics.time_to_first_token.labels(model)
+            self._itl = metrics.inter_token_latency.labels(model)
+            self._generated = metrics.generated_tokens.labels(model)
+
+    def model_call(self, stage: str, inputs: int, tokens: int, seconds: float) -> None:
+        size, token_count, duration = self._batches[stage]
+        size.observe(inputs)
+        token_count.observe(tokens)
+        duration.observe(seconds)
+
+    def queued(self, seconds: float) -> None:
+        self._queue.observe(seconds)
+
+    def first_token(self, seconds: float) -> None:
+        self._ttft.observe(seconds)
+
+    def between_tokens(self, seconds: float) -> None:
+        self._itl.observe(seconds)
+
+    def prompt(self, tokens: int) -> None:
+        self._prompt.inc(tokens)
+
+    def generated(self, tokens: int) -> None:
+        self._generated.inc(tokens)
+
+    def watch_queue(self, depth: Callable[[], float]) -> None:
+        """The queue depth, read when scraped."""
+        self.metrics.queue_depth.labels(self.model).set_function(depth)
+
+    def watch_cache(self, usage: Callable[[], float], capacity_tokens: int) -> None:
+        self.metrics.kv_cache_usage.labels(self.model).set_function(usage)
+        self.metrics.kv_cache_capacity.labels(self.model).set(capacity_tokens)
+
+
+def _versions() -> dict:
+    versions = {"python": platform.python_version()}
+    for package in ("attnserve", "onnxruntime", "onnxruntime-gpu", "grpcio"):
+        try:
+            versions[package.replace("-", "_")] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    versions["version"] = versions.pop("attnserve", "unknown")
+    return versions
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # scrapes and probes every few seconds: not worth a log line
+        pass
+
+
+class MetricsServer:
+    """/metrics (Prometheus text), /healthz (the process answers) and /readyz (serving) on their own port."""
+
+    def __init__(self, metrics: Metrics, host: str, port: int, ready: Callable[[], bool]):
+        exposition = make_wsgi_app(metrics.registry)
+
+        def app(environ, start_response):
+            path = environ.get("PATH_INFO", "")
+            if path == "/healthz":
+                start_response("200 OK", [("Content-Type", "text/plain")])
+                return [b"ok\n"]
+            if path == "/readyz":
+                if ready():
+                    start_response("200 OK", [("Content-Type", "text/plain")])
+                    return [b"ready\n"]
+                start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+                return [b"not ready\n"]
+            if path == "/metrics":
+                return exposition(environ, start_response)
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: /metrics, /healthz, /readyz\n"]
+
+        host = host.strip("[]") or "::"
+        server_class = _ThreadingWSGIServer
+        if ":" in host:
+            import socket
+
+            server_class = type("_V6Server", (_ThreadingWSGIServer,), {"address_family": socket.AF_INET6})
+        self.httpd = make_server(host, port, app, server_class=server_class, handler_class=_QuietHandler)
+        self.port = self.httpd.server_port
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="metrics", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
