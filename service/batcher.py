@@ -115,12 +115,13 @@ class EmbeddingBatcher:
         name: str = "",
         metrics: ModelMetrics | None = None,
         make_run_options: Callable[[], object] | None = None,
+        health=None,
     ):
         """embed(input_ids, attention_mask, run_options) -> (B, d), run in `executor`. metrics hears of
         each model call and each text's time in the queue. make_run_options makes the per-call options
         object whose `terminate` is set when every caller of a running call has gone."""
         self.embed, self.pad_id, self.limits, self.executor, self.name = embed, pad_id, limits, executor, name
-        self.metrics, self.make_run_options = metrics, make_run_options
+        self.metrics, self.make_run_options, self.health = metrics, make_run_options, health
         self.waiting: list[Item] = []
         self.running: list[Item] = []
         self._arrived = asyncio.Event()
@@ -219,14 +220,18 @@ class EmbeddingBatcher:
                 self.executor, self._embed_wanted, group, options
             )
         except Exception as error:  # the model failed: this group's callers learn it, the loop goes on
-            if not all(item.future.done() for item in group):
+            if not all(item.future.done() for item in group):  # else: stopped because all callers left
                 log.exception("model %s: batch of %d texts failed", self.name, len(group))
+                if self.health:
+                    self.health.failed()
             for item in group:
                 if not item.future.done():
                     item.future.set_exception(error)
             return
         if outcome is None:
             return
+        if self.health:
+            self.health.succeeded()
         wanted, vectors, padded_tokens, started, seconds, number = outcome
         if self.metrics:
             self.metrics.model_call("embed", len(wanted), padded_tokens, seconds)

@@ -32,6 +32,7 @@ class CallRecord:
     rpc: str
     id: str
     metrics: Metrics
+    context: grpc.aio.ServicerContext
     started: float = field(default_factory=time.perf_counter)
     model: str = ""  # a served model's name once the call names one; "" before (or for an unknown one)
     code: grpc.StatusCode = grpc.StatusCode.OK

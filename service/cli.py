@@ -103,9 +103,7 @@ def cmd_serve(args) -> None:
 def cmd_embed(args) -> None:
     import json
 
-    from service.client import Client
-
-    with Client(args.target) as client:
+    with _client(args) as client:
         result = client.embed(args.texts, model=args.model, normalize=args.normalize, truncate=args.truncate)
     for text, vector in zip(args.texts, result.vectors):
         if args.json:
@@ -126,7 +124,7 @@ def cmd_generate(args) -> None:
     """Streams the output to the terminal as it is generated."""
     import grpc
 
-    from service.client import FINISH_REASON_NAMES, Client
+    from service.client import FINISH_REASON_NAMES
 
     params = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
               "top_p": args.top_p, "repetition_penalty": args.repetition_penalty, "stop": args.stop,
@@ -134,7 +132,7 @@ def cmd_generate(args) -> None:
     if args.seed is not None:
         params["seed"] = args.seed
     try:
-        with Client(args.target, timeout=args.timeout) as client:
+        with _client(args, timeout=args.timeout) as client:
             for message in client.generate_stream(args.text, model=args.model, **params):
                 print(message.text, end="", flush=True)
                 if message.finish_reason:
@@ -153,10 +151,9 @@ def cmd_health(args) -> None:
     """Exit 0 when the server (or one service) is SERVING: for container health checks and exec probes."""
     import grpc
 
-    from service.client import Client
 
     try:
-        with Client(args.target, timeout=args.timeout) as client:
+        with _client(args, timeout=args.timeout) as client:
             status = client.health(args.service)
     except grpc.RpcError as error:
         sys.exit(f"{args.target}: {error.code().name}: {error.details()}")
@@ -165,9 +162,9 @@ def cmd_health(args) -> None:
 
 
 def cmd_models(args) -> None:
-    from service.client import TASK_NAMES, Client
+    from service.client import TASK_NAMES
 
-    with Client(args.target) as client:
+    with _client(args) as client:
         models = client.list_models()
     rows = [["name", "task", "dimensions", "max input tokens", "provider", "opset", "default"]]
     for m in models:
@@ -176,6 +173,21 @@ def cmd_models(args) -> None:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def _client(args, **kwargs):
+    from service.client import Client
+
+    token = Path(args.token_file).read_text().strip() if args.token_file else None
+    return Client(args.target, tls_ca=args.tls_ca, tls_cert=args.tls_cert, tls_key=args.tls_key, token=token, **kwargs)
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
+    parser.add_argument("--tls-ca", help="PEM CA to trust the server with (TLS)")
+    parser.add_argument("--tls-cert", help="this client's PEM certificate (mutual TLS)")
+    parser.add_argument("--tls-key", help="its PEM private key")
+    parser.add_argument("--token-file", help="a file holding the bearer token to send")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -195,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     embed = commands.add_parser("embed", help="embed texts with a running server")
     embed.add_argument("texts", nargs="+")
     embed.add_argument("--model", default="", help="default: the server's default embedding model")
-    embed.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
+    _client_options(embed)
     embed.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None)
     embed.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=None)
     embed.add_argument("--json", action="store_true", help="print whole vectors, one JSON object per line")
@@ -204,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = commands.add_parser("generate", help="generate with a running server, streaming to the terminal")
     gen.add_argument("text")
     gen.add_argument("--model", default="", help="default: the server's default seq2seq model")
-    gen.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
+    _client_options(gen)
     gen.add_argument("--max-new-tokens", type=int, default=0, help="default: the server's limit")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
     gen.add_argument("--top-k", type=int, default=0)
@@ -217,13 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(run=cmd_generate)
 
     health = commands.add_parser("health", help="exit 0 if a running server is SERVING, else 1")
-    health.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
+    _client_options(health)
     health.add_argument("--service", default="", help="one service, e.g. attnserve.v1.Inference; default: all")
     health.add_argument("--timeout", type=float, default=3.0, help="seconds; default: %(default)s")
     health.set_defaults(run=cmd_health)
 
     models = commands.add_parser("models", help="list the models of a running server")
-    models.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
+    _client_options(models)
     models.set_defaults(run=cmd_models)
 
     export = commands.add_parser("export", help="export a model directory to ONNX and write its manifest")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -27,8 +28,31 @@ class Embeddings:
 
 
 class Client:
-    def __init__(self, target: str = "localhost:50051", timeout: float | None = 60.0, options=()):
-        self.channel = grpc.insecure_channel(target, options=list(options))
+    def __init__(
+        self,
+        target: str = "localhost:50051",
+        timeout: float | None = 60.0,
+        options=(),
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        token: str | None = None,
+    ):
+        """tls_ca: PEM CA to trust the server with (TLS); tls_cert and tls_key: this client's certificate
+        (mutual TLS); token: sent as 'authorization: Bearer <token>' with every call."""
+        if tls_ca or tls_cert:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(tls_ca), private_key=_read(tls_key), certificate_chain=_read(tls_cert)
+            )
+            if token:
+                credentials = grpc.composite_channel_credentials(
+                    credentials, grpc.access_token_call_credentials(token)
+                )
+            self.channel = grpc.secure_channel(target, credentials, options=list(options))
+        else:
+            # Call credentials need a secure channel; without TLS the token goes as plain metadata.
+            interceptors = [_BearerToken(token)] if token else []
+            self.channel = grpc.intercept_channel(grpc.insecure_channel(target, options=list(options)), *interceptors)
         self.stub = pb_grpc.InferenceStub(self.channel)
         self.health_stub = health_pb2_grpc.HealthStub(self.channel)
         self.timeout = timeout
@@ -69,3 +93,29 @@ class Client:
         """SERVING, NOT_SERVING, ... for the whole server ("") or one service."""
         response = self.health_stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=self.timeout)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+
+def _read(path: str | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    def __init__(self, token: str):
+        self.header = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details):
+        metadata = list(details.metadata or []) + [self.header]
+        return details._replace(metadata=metadata) if hasattr(details, "_replace") else _Details(details, metadata)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+
+class _Details(grpc.ClientCallDetails):
+    def __init__(self, details, metadata):
+        self.method, self.timeout, self.credentials = details.method, details.timeout, details.credentials
+        self.wait_for_ready, self.compression = details.wait_for_ready, details.compression
+        self.metadata = metadata

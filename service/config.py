@@ -65,6 +65,19 @@ class ServerConfig:
     max_concurrent_requests: int = _setting(512, "calls in progress at once; beyond: RESOURCE_EXHAUSTED at once")
     max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")
     drain_seconds: float = _setting(30.0, "on SIGTERM, how long calls in flight may take to finish")
+    stream_write_timeout: float = _setting(
+        30.0, "a GenerateStream whose client reads nothing for this long is ended (DEADLINE_EXCEEDED)"
+    )
+    fault_threshold: int = _setting(
+        3, "consecutive failed model calls after which health turns NOT_SERVING until a probe call passes"
+    )
+    probe_seconds: float = _setting(5.0, "how often a model that failed is probed with a small call")
+    tls_cert: str = _setting("", "PEM certificate chain: serve gRPC over TLS (with tls_key)")
+    tls_key: str = _setting("", "PEM private key of tls_cert")
+    tls_client_ca: str = _setting("", "PEM CA bundle: require client certificates signed by it (mutual TLS)")
+    auth_token_file: str = _setting(
+        "", "file of bearer tokens, one a line: calls must send 'authorization: Bearer <token>' (health exempt)"
+    )
     log_level: str = _setting("info", "logging level", ("debug", "info", "warning", "error"))
     log_format: str = _setting("json", "json: one JSON object a line (one per call too); text: for people", ("json", "text"))
 
@@ -76,6 +89,20 @@ class ServerConfig:
         ]  # fmt: skip
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
         for name in ("intra_op_threads", "max_delay_ms", "drain_seconds", "split_cost_tokens", "kv_cache_tokens"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, not {getattr(self, name)}")
+        for name in ("stream_write_timeout", "fault_threshold", "probe_seconds"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0, not {getattr(self, name)}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            problems.append("tls_cert and tls_key go together")
+        if self.tls_client_ca and not self.tls_cert:
+            problems.append("tls_client_ca (mutual TLS) needs tls_cert and tls_key")
+        for name in ("tls_cert", "tls_key", "tls_client_ca", "auth_token_file"):
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                problems.append(f"{name}: {path} is not a readable file")
+        for name in ():
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, not {getattr(self, name)}")
         for name in ("port", "metrics_port"):

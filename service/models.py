@@ -12,6 +12,7 @@ import onnxruntime as ort
 
 from .batcher import BatchLimits, EmbeddingBatcher
 from .errors import invalid, not_found
+from .greedy import greedy_decode_onnx
 from .kv_cache import CacheGeometry, KVCache
 from .metrics import Metrics, ModelMetrics
 from .model_files import ModelFiles, open_model_dir
@@ -20,6 +21,28 @@ from .scheduler import Scheduler
 from .tokenizer import TextTokenizer, pad_batch
 
 log = logging.getLogger("attnserve.models")
+
+
+class ModelHealth:
+    """Consecutive failed model calls. Past the threshold the model is unhealthy; any call that passes
+    (a request's, or a probe's) makes it healthy again."""
+
+    def __init__(self, threshold: int, on_change):
+        self.threshold, self.on_change = threshold, on_change
+        self.failures = 0
+        self.healthy = True
+
+    def succeeded(self) -> None:
+        self.failures = 0
+        if not self.healthy:
+            self.healthy = True
+            self.on_change()
+
+    def failed(self) -> None:
+        self.failures += 1
+        if self.healthy and self.failures >= self.threshold:
+            self.healthy = False
+            self.on_change()
 
 
 @dataclass
@@ -32,6 +55,7 @@ class ServedModel:
     seq2seq: Seq2SeqRunner | None = None  # seq2seq models
     scheduler: Scheduler | None = None  # seq2seq models, once started
     metrics: ModelMetrics | None = None  # once started
+    health: ModelHealth | None = None  # once started
 
     @property
     def name(self) -> str:
@@ -70,9 +94,20 @@ def load_model(model_dir: Path, settings: SessionSettings) -> ServedModel:
     return model
 
 
-def _warm_up_encoder(model: ServedModel) -> None:
+def probe(model: ServedModel) -> None:
+    """A small real call through every graph of the model (blocking: run it in the model thread)."""
+    if model.task == "embedding":
+        _warm_up_encoder(model, longest=False)
+        return
+    ids, mask = pad_batch([model.tokenizer.encode(["1"])[0].ids], model.config["pad_id"])
+    c = model.config
+    greedy_decode_onnx(model.seq2seq.encoder, model.seq2seq.decoder, ids, mask, c["bos_id"], 1, c["n_decoder_layers"])
+
+
+def _warm_up_encoder(model: ServedModel, longest: bool = True) -> None:
     """First calls allocate and plan: run them before the first request does, short and longest."""
-    for text, repeat in (("warm up", 1), ("warm up " * model.max_input_tokens, 2)):
+    texts = [("warm up", 1), ("warm up " * model.max_input_tokens, 2)] if longest else [("warm up", 1)]
+    for text, repeat in texts:
         ids, mask = pad_batch([e.ids for e in model.tokenizer.encode([text] * repeat)], model.config["pad_id"])
         vectors = model.encoder.embed(ids, mask)
         if not np.isfinite(vectors).all():
@@ -111,15 +146,19 @@ class ModelRegistry:
             raise not_found(f"model: {name!r} is not served here (served: {', '.join(sorted(self.models))})")
         return self.models[name]
 
-    def start(self, limits: BatchLimits, generation: GenerationLimits, executor: Executor, metrics: Metrics) -> None:
+    def start(
+        self, limits: BatchLimits, generation: GenerationLimits, executor: Executor, metrics: Metrics,
+        fault_threshold: int, on_health_change,
+    ) -> None:  # fmt: skip
         """Start the batching and scheduling loops (on the running event loop)."""
         for model in self.models.values():
             model.metrics = metrics.for_model(model.name, model.task)
+            model.health = ModelHealth(fault_threshold, on_health_change)
             metrics.model_info.labels(model.name, model.task, model.provider, str(model.files.manifest["opset"])).set(1)
             if model.task == "embedding":
                 model.batcher = EmbeddingBatcher(
                     model.encoder.embed, model.config["pad_id"], limits, executor, model.name, model.metrics,
-                    make_run_options=ort.RunOptions,
+                    make_run_options=ort.RunOptions, health=model.health,
                 )
                 model.batcher.start()
                 model.metrics.watch_queue(lambda batcher=model.batcher: batcher.queue_depth)
@@ -128,7 +167,7 @@ class ModelRegistry:
                 cache = KVCache(generation.geometry(c), generation.rows(c))
                 model.scheduler = Scheduler(
                     model.seq2seq, cache, model.tokenizer, c["bos_id"], c["eos_id"], c["pad_id"], executor,
-                    generation.max_waiting, model.name, model.metrics,
+                    generation.max_waiting, model.name, model.metrics, model.health,
                 )
                 model.scheduler.start()
                 model.metrics.watch_queue(lambda scheduler=model.scheduler: len(scheduler.waiting))
@@ -143,6 +182,10 @@ class ModelRegistry:
                     model.name, cache.rows, cache.rows * cache.geometry.bytes_per_row >> 20,
                     cache.geometry.target_tokens - 1, cache.geometry.source_tokens,
                 )  # fmt: skip
+
+    @property
+    def healthy(self) -> bool:
+        return all(m.health is None or m.health.healthy for m in self.models.values())
 
     async def stop(self, error: Exception) -> None:
         """Stop the loops; calls still waiting on them get `error`."""

@@ -105,10 +105,11 @@ class Scheduler:
         max_waiting: int,
         name: str = "",
         metrics: ModelMetrics | None = None,
+        health=None,
     ):
         self.runner, self.cache, self.tokenizer, self.executor = runner, cache, tokenizer, executor
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
-        self.max_waiting, self.name, self.metrics = max_waiting, name, metrics
+        self.max_waiting, self.name, self.metrics, self.health = max_waiting, name, metrics, health
         self.waiting: deque[Sequence] = deque()
         self.rows: list[Sequence] = []  # rows[i] is the sequence in cache row i
         self._wake = asyncio.Event()
@@ -176,10 +177,14 @@ class Scheduler:
                 tokens, timings = await loop.run_in_executor(self.executor, self._model_turn, admitted, list(self.rows))
             except Exception as error:  # a model fault: these sequences fail, the loop goes on
                 log.exception("model %s: decode step failed", self.name)
+                if self.health:
+                    self.health.failed()
                 for sequence in list(self.rows):
                     sequence.events.put_nowait(error)
                     self._leave(sequence)
                 continue
+            if self.health:
+                self.health.succeeded()
             self.steps_run += 1
             self.largest_step = max(self.largest_step, len(tokens))
             if self.metrics:

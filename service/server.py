@@ -20,9 +20,10 @@ from .batcher import BatchLimits
 from .config import ServerConfig
 from .errors import unavailable
 from .metrics import Metrics, MetricsServer
-from .models import GenerationLimits, ModelRegistry, load_model
+from .models import GenerationLimits, ModelRegistry, load_model, probe
 from .pb import inference_pb2, inference_pb2_grpc
 from .runner import SessionSettings
+from .security import BearerTokenInterceptor, read_tokens, server_credentials
 from .servicer import InferenceServicer
 
 log = logging.getLogger("attnserve.server")
@@ -42,6 +43,7 @@ class Server:
         self.servicer = InferenceServicer(config, self.tokenize_executor, self.metrics)
         self.health = health_aio.HealthServicer()
         self.registry: ModelRegistry | None = None
+        self._monitor: asyncio.Task | None = None
         self.grpc_server: grpc.aio.Server | None = None
         self.port = 0
 
@@ -51,7 +53,10 @@ class Server:
             ("grpc.max_send_message_length", self.config.max_message_bytes),
             ("grpc.so_reuseport", 0),
         ]
-        server = grpc.aio.server(options=options)
+        interceptors = []
+        if self.config.auth_token_file:
+            interceptors.append(BearerTokenInterceptor(read_tokens(self.config.auth_token_file), self.metrics))
+        server = grpc.aio.server(options=options, interceptors=interceptors)
         inference_pb2_grpc.add_InferenceServicer_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
@@ -59,7 +64,9 @@ class Server:
             server,
         )
         await self._set_health(NOT_SERVING)
-        self.port = server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        address = f"{self.config.host}:{self.config.port}"
+        credentials = server_credentials(self.config)
+        self.port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot listen on {self.config.host}:{self.config.port}")
         await server.start()
@@ -72,7 +79,8 @@ class Server:
         return self.port
 
     def ready(self) -> bool:
-        return self.registry is not None and not self.servicer.draining
+        """Models loaded and healthy, and not draining: what health and /readyz report."""
+        return self.registry is not None and not self.servicer.draining and self.registry.healthy
 
     async def load_models(self) -> None:
         settings = SessionSettings(
@@ -114,11 +122,38 @@ class Server:
                     f"model {model.name}: the generation cache holds no row: one takes {g.bytes_per_row} bytes "
                     f"({g.tokens_per_row} tokens); raise kv_cache_bytes or kv_cache_tokens, or lower max_new_tokens"
                 )
-        registry.start(limits, generation, self.model_executor, self.metrics)
+        registry.start(
+            limits, generation, self.model_executor, self.metrics, self.config.fault_threshold, self._health_changed
+        )
         self.registry = registry
         self.servicer.registry = registry
         await self._set_health(SERVING)
+        self._monitor = asyncio.get_running_loop().create_task(self._probe_unhealthy_models(), name="probes")
         log.info("serving %s", ", ".join(f"{m.name} ({m.task}, {m.provider})" for m in models))
+
+    def _health_changed(self) -> None:
+        """A model turned unhealthy or healthy again (called on the event loop)."""
+        status = SERVING if self.ready() else NOT_SERVING
+        for model in self.registry.models.values():
+            if model.health and not model.health.healthy:
+                log.error("model %s: %d model calls failed in a row: health NOT_SERVING", model.name, model.health.failures)
+        asyncio.get_running_loop().create_task(self._set_health(status))
+
+    async def _probe_unhealthy_models(self) -> None:
+        """Every probe_seconds, a small call through each unhealthy model; one that passes restores it."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.probe_seconds)
+            for model in self.registry.models.values():
+                if model.health.healthy:
+                    continue
+                try:
+                    await loop.run_in_executor(self.model_executor, probe, model)
+                except Exception as error:
+                    log.warning("model %s: probe failed: %s", model.name, error)
+                else:
+                    log.info("model %s: probe passed: healthy again", model.name)
+                    model.health.succeeded()
 
     async def _set_health(self, status) -> None:
         for service in ("", INFERENCE_SERVICE):
@@ -139,6 +174,8 @@ class Server:
     async def stop(self) -> None:
         """Fail what is still queued or running with UNAVAILABLE, give those answers a moment to leave,
         then close the port."""
+        if self._monitor is not None:
+            self._monitor.cancel()
         if self.registry is not None:
             await self.registry.stop(unavailable("the server shut down before this call finished; retry"))
         if self.grpc_server is not None:

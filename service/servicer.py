@@ -61,18 +61,6 @@ def handler(method):
     return wrapper
 
 
-def stream_handler(method):
-    """handler() for server-streaming methods (async generators)."""
-
-    @functools.wraps(method)
-    async def wrapper(self: InferenceServicer, request, context: grpc.aio.ServicerContext):
-        async with self.call(context, method.__name__) as record:
-            async for message in method(self, request, record):
-                yield message
-
-    return wrapper
-
-
 def _record_usage(record: CallRecord, last: Event) -> None:
     u = last.usage
     record.figures.update(
@@ -105,7 +93,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
     async def call(self, context: grpc.aio.ServicerContext, name: str):
         """Admission first; then RequestError becomes its status, anything else INTERNAL. Every call,
         admitted or not, ends with one record: counted, timed and logged (calls.py)."""
-        record = CallRecord(name, request_id(context), self.metrics)
+        record = CallRecord(name, request_id(context), self.metrics, context)
         admitted = False
         try:
             self.admit()
@@ -267,17 +255,28 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             finish_reason=FINISH_REASONS[event.finish_reason], usage=_usage(event.usage),
         )  # fmt: skip
 
-    @stream_handler
-    async def GenerateStream(self, request: pb.GenerateRequest, record: CallRecord):
+    @handler
+    async def GenerateStream(self, request: pb.GenerateRequest, record: CallRecord) -> None:
+        """Messages are written one at a time, each within stream_write_timeout: a client that stops
+        reading holds one message in flight, not a growing buffer, and is cut off after the timeout.
+        (Its sequence runs on to its end meanwhile, and its cache row is freed then.)"""
         model, events = await self._events(request, record)
+        timeout = self.config.stream_write_timeout
         async for event in events:
             if event.finish_reason is not None:
                 _record_usage(record, event)
-            yield pb.GenerateStreamResponse(
+            message = pb.GenerateStreamResponse(
                 model=model.name, text=event.text, token_ids=event.token_ids,
                 finish_reason=FINISH_REASONS.get(event.finish_reason, pb.FINISH_REASON_UNSPECIFIED),
                 usage=_usage(event.usage),
             )  # fmt: skip
+            try:
+                await asyncio.wait_for(record.context.write(message), timeout)
+            except asyncio.TimeoutError:
+                raise RequestError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"stream: the client read nothing for {timeout:g} s (stream_write_timeout)",
+                ) from None
 
     @handler
     async def ListModels(self, request: pb.ListModelsRequest, record: CallRecord) -> pb.ListModelsResponse:
