@@ -124,6 +124,7 @@ class EmbeddingBatcher:
         self.metrics, self.make_run_options, self.health = metrics, make_run_options, health
         self.waiting: list[Item] = []
         self.running: list[Item] = []
+        self._running_options = None  # of the model call in flight: stop() terminates it
         self._arrived = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.batches_run = 0
@@ -139,6 +140,8 @@ class EmbeddingBatcher:
     async def stop(self, error: Exception) -> None:
         """Stop the loop; texts still waiting or running get `error`."""
         leftover = self.waiting + self.running  # cancelling the loop clears `running`
+        if self._running_options is not None:
+            self._running_options.terminate = True
         if self._task:
             self._task.cancel()
             try:
@@ -215,6 +218,7 @@ class EmbeddingBatcher:
 
         for item in group:
             item.future.add_done_callback(stop_if_all_gone)
+        self._running_options = options
         try:
             outcome = await asyncio.get_running_loop().run_in_executor(
                 self.executor, self._embed_wanted, group, options
@@ -228,6 +232,8 @@ class EmbeddingBatcher:
                 if not item.future.done():
                     item.future.set_exception(error)
             return
+        finally:
+            self._running_options = None
         if outcome is None:
             return
         if self.health:

@@ -21,10 +21,10 @@ from .config import ServerConfig
 from .errors import unavailable
 from .metrics import Metrics, MetricsServer
 from .models import GenerationLimits, ModelRegistry, load_model, probe
-from .pb import inference_pb2, inference_pb2_grpc
+from .pb import inference_pb2
 from .runner import SessionSettings
 from .security import BearerTokenInterceptor, read_tokens, server_credentials
-from .servicer import InferenceServicer
+from .servicer import InferenceServicer, register
 
 log = logging.getLogger("attnserve.server")
 
@@ -57,7 +57,7 @@ class Server:
         if self.config.auth_token_file:
             interceptors.append(BearerTokenInterceptor(read_tokens(self.config.auth_token_file), self.metrics))
         server = grpc.aio.server(options=options, interceptors=interceptors)
-        inference_pb2_grpc.add_InferenceServicer_to_server(self.servicer, server)
+        register(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             [INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],

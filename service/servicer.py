@@ -50,12 +50,46 @@ async def _queue_checked(model, events):
         raise exhausted(f"model {model.name!r}: {error}; retry later") from None
 
 
+class UnparsedRequest:
+    """What a request that is not a valid message of its type becomes (see register)."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+
+def _lenient(deserialize):
+    def parse(data: bytes):
+        try:
+            return deserialize(data)
+        except Exception as error:  # grpcio would answer INTERNAL: ours is INVALID_ARGUMENT
+            return UnparsedRequest(error)
+
+    return parse
+
+
+def register(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
+    """add_InferenceServicer_to_server, with request parsing failures kept for the handler to refuse."""
+
+    class Registrar:
+        def add_generic_rpc_handlers(self, handlers):
+            pass  # the same handlers come again through add_registered_method_handlers
+
+        def add_registered_method_handlers(self, service, handlers):
+            handlers = {n: h._replace(request_deserializer=_lenient(h.request_deserializer)) for n, h in handlers.items()}
+            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+            server.add_registered_method_handlers(service, handlers)
+
+    pb_grpc.add_InferenceServicer_to_server(servicer, Registrar())
+
+
 def handler(method):
-    """A unary method behind admission, with its errors turned into statuses (InferenceServicer.call)."""
+    """A method behind admission, with its errors turned into statuses (InferenceServicer.call)."""
 
     @functools.wraps(method)
     async def wrapper(self: InferenceServicer, request, context: grpc.aio.ServicerContext):
         async with self.call(context, method.__name__) as record:
+            if isinstance(request, UnparsedRequest):
+                raise invalid(f"request: not a valid message for {method.__name__}: {request.error}")
             return await method(self, request, record)
 
     return wrapper
@@ -78,6 +112,13 @@ def _usage(usage: Usage | None) -> pb.GenerateUsage | None:
         time_to_first_token_seconds=usage.time_to_first_token,
         queue_seconds=usage.queue_seconds,
     )
+
+
+def _check_text(field: str, text: str) -> None:
+    if not text:
+        raise invalid(f"{field}: empty text")
+    if "\x00" in text:
+        raise invalid(f"{field}: contains a NUL character")
 
 
 class InferenceServicer(pb_grpc.InferenceServicer):
@@ -138,8 +179,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         if len(texts) > limit:
             raise invalid(f"inputs: {len(texts)} texts; at most {limit} per call (max_client_batch_size)")
         for i, text in enumerate(texts):
-            if not text:
-                raise invalid(f"inputs[{i}]: empty text")
+            _check_text(f"inputs[{i}]", text)
         return texts
 
     async def _tokenize(self, model: ServedModel, texts: list[str]):
@@ -209,18 +249,23 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                 f"(its cache rows hold {geometry.target_tokens} decoder positions)"
             )
         if not math.isfinite(p.temperature) or p.temperature < 0:
-            raise invalid(f"params.temperature: {p.temperature}; must be finite and >= 0 (0: greedy)")
+            raise invalid(f"params.temperature: {p.temperature:.7g}; must be finite and >= 0 (0: greedy)")
         top_p = p.top_p or 1.0
         if not math.isfinite(top_p) or not 0 < top_p <= 1:
-            raise invalid(f"params.top_p: {p.top_p}; must be in (0, 1]")
+            raise invalid(f"params.top_p: {p.top_p:.7g}; must be in (0, 1]")
         penalty = p.repetition_penalty or 1.0
         if not math.isfinite(penalty) or penalty < 0:
-            raise invalid(f"params.repetition_penalty: {p.repetition_penalty}; must be finite and > 0")
+            raise invalid(f"params.repetition_penalty: {p.repetition_penalty:.7g}; must be finite and > 0")
         if len(p.stop) > MAX_STOP_SEQUENCES:
             raise invalid(f"params.stop: {len(p.stop)} sequences; at most {MAX_STOP_SEQUENCES}")
         for i, stop in enumerate(p.stop):
             if not 1 <= len(stop) <= MAX_STOP_LENGTH:
                 raise invalid(f"params.stop[{i}]: {len(stop)} characters; 1 to {MAX_STOP_LENGTH}")
+        if p.temperature == 0:
+            # Greedy decoding has nothing to sample from: sampling options would silently do nothing.
+            for name, set_ in (("top_k", p.top_k), ("top_p", p.top_p), ("seed", p.HasField("seed"))):
+                if set_:
+                    raise invalid(f"params.{name}: only with sampling (temperature > 0); temperature 0 is greedy")
         return GenerationParams(
             max_new_tokens=max_new_tokens,
             sampling=SamplingParams(p.temperature, p.top_k, top_p, penalty),
@@ -233,8 +278,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         """-> the model, and the events of the request's generation."""
         model = self.registry.get(request.model, "seq2seq", record.rpc)
         record.use_model(model.name)
-        if not request.input:
-            raise invalid("input: empty text")
+        _check_text("input", request.input)
         params = self._generation_params(model, request.params)
         (encoded,) = await self._tokenize(model, [request.input])
         if encoded.truncated:

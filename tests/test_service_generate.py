@@ -155,7 +155,7 @@ def test_requests_that_do_not_fit_wait_then_finish(numbers_dir):
         (pb.GenerateRequest(input="1", params=pb.GenerationParams(max_new_tokens=64)), grpc.StatusCode.INVALID_ARGUMENT,
          "params.max_new_tokens: 64; at most 63 for model 'numbers' (its cache rows hold 64 decoder positions)"),
         (pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=-1)), grpc.StatusCode.INVALID_ARGUMENT,
-         "params.temperature: -1.0; must be finite and >= 0"),
+         "params.temperature: -1; must be finite and >= 0"),
         (pb.GenerateRequest(input="1", params=pb.GenerationParams(top_p=1.5)), grpc.StatusCode.INVALID_ARGUMENT,
          "params.top_p: 1.5; must be in (0, 1]"),
         (pb.GenerateRequest(input="1", params=pb.GenerationParams(repetition_penalty=float("nan"))),

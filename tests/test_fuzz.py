@@ -1,0 +1,107 @@
+"""Fuzzing: 10,000 hypothesis-generated requests per RPC (huge repeated fields, any unicode, extreme
+numbers, unparsable bytes). Only OK, INVALID_ARGUMENT, NOT_FOUND or RESOURCE_EXHAUSTED come back, never
+UNKNOWN or INTERNAL, and the server answers and is back to its baseline afterwards."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.background import BackgroundServer
+from service.pb import inference_pb2 as pb
+
+from .test_reliability import assert_back_to, baseline
+
+EXAMPLES = 10_000
+ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+           grpc.StatusCode.RESOURCE_EXHAUSTED}  # fmt: skip
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+
+texts = st.text(max_size=60)  # any unicode, NUL and lone surrogates' neighbours included
+models = st.one_of(st.sampled_from(["", "minilm", "numbers"]), st.text(max_size=20))
+floats = st.floats(width=32, allow_nan=True, allow_infinity=True)
+
+
+@pytest.fixture(scope="module")
+def served(minilm_dir, numbers_dir):
+    # Small limits keep each accepted call cheap, so that 10,000 of them fit in a CI run.
+    server = BackgroundServer([minilm_dir, numbers_dir], max_new_tokens=16, max_client_batch_size=8)
+    before = baseline(server)
+    yield server
+    assert_back_to(server, before, timeout=30)
+    assert server.stub().Generate(pb.GenerateRequest(input="6")).text == "six"
+    server.close()
+
+
+def code(call) -> grpc.StatusCode:
+    try:
+        call()
+        return grpc.StatusCode.OK
+    except grpc.RpcError as error:
+        return error.code()
+
+
+embed_requests = st.builds(
+    pb.EmbedRequest, model=models, inputs=st.lists(texts, max_size=40),
+    normalize=st.one_of(st.none(), st.booleans()), truncate=st.one_of(st.none(), st.booleans()),
+)  # fmt: skip
+params = st.builds(
+    pb.GenerationParams,
+    max_new_tokens=st.integers(0, 2**32 - 1) | st.integers(0, 20),
+    temperature=floats | st.just(0.0),
+    top_k=st.integers(0, 2**32 - 1) | st.just(0),
+    top_p=floats | st.just(0.0),
+    repetition_penalty=floats | st.just(0.0),
+    seed=st.one_of(st.none(), st.integers(0, 2**64 - 1)),
+    stop=st.lists(texts, max_size=12),
+    ignore_eos=st.booleans(),
+)
+generate_requests = st.builds(pb.GenerateRequest, model=models, input=texts, params=params)
+
+
+@FUZZ
+@given(request=embed_requests)
+def test_embed(served, request):
+    assert code(lambda: served.stub().Embed(request, timeout=30)) in ALLOWED
+
+
+@FUZZ
+@given(request=st.builds(pb.TokenizeRequest, model=models, inputs=st.lists(texts, max_size=40)))
+def test_tokenize(served, request):
+    assert code(lambda: served.stub().Tokenize(request, timeout=30)) in ALLOWED
+
+
+@FUZZ
+@given(request=generate_requests)
+def test_generate(served, request):
+    assert code(lambda: served.stub().Generate(request, timeout=30)) in ALLOWED
+
+
+@FUZZ
+@given(request=generate_requests)
+def test_generate_stream(served, request):
+    assert code(lambda: list(served.stub().GenerateStream(request, timeout=30))) in ALLOWED
+
+
+_channels: dict[int, grpc.Channel] = {}
+
+
+def raw_channel(server) -> grpc.Channel:
+    if id(server) not in _channels:
+        _channels[id(server)] = server.channel()
+    return _channels[id(server)]
+
+
+@FUZZ
+@given(method=st.sampled_from(["Embed", "Tokenize", "Generate", "GenerateStream", "ListModels"]), data=st.binary(max_size=200))  # noqa: E501
+def test_raw_bytes(served, method, data):
+    """Bytes that may not even parse as the request message; ListModels takes any of its (empty) messages."""
+    channel = raw_channel(served)
+    rpc = f"/attnserve.v1.Inference/{method}"
+    if method == "GenerateStream":
+        result = code(lambda: list(channel.unary_stream(rpc)(data, timeout=30)))
+    else:
+        result = code(lambda: channel.unary_unary(rpc)(data, timeout=30))
+    assert result in ALLOWED
