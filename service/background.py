@@ -53,6 +53,18 @@ class BackgroundServer:
         self._channels.append(channel)
         return channel
 
+    def hold_model_thread(self) -> threading.Event:
+        """Block the model thread until the returned event is set: queued work stays queued meanwhile."""
+        release, holding = threading.Event(), threading.Event()
+
+        def hold():
+            holding.set()
+            release.wait(60)
+
+        self.server.model_executor.submit(hold)
+        holding.wait(5)
+        return release
+
     def with_settings(self, **settings) -> ServerConfig:
         return dataclasses.replace(self.config, **settings)
 

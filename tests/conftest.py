@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import threading
 from pathlib import Path
 
 import onnxruntime as ort
@@ -113,19 +112,6 @@ def numbers_dir(tmp_path_factory) -> Path:
     target = Path(shutil.copytree(CHECKPOINTS_DIR / "numbers", tmp_path_factory.mktemp("models") / "numbers"))
     export_model_dir(target, progress_stream=io.StringIO())
     return target
-
-
-def hold_model_thread(server) -> threading.Event:
-    """Block a BackgroundServer's model thread until the returned event is set: queued work stays queued."""
-    release, holding = threading.Event(), threading.Event()
-
-    def hold():
-        holding.set()
-        release.wait(30)
-
-    server.server.model_executor.submit(hold)
-    holding.wait(5)
-    return release
 
 
 @pytest.fixture()

@@ -25,8 +25,6 @@ from model.numbers import pair, sample_number
 from service.background import BackgroundServer
 from service.pb import inference_pb2 as pb
 
-from .conftest import hold_model_thread
-
 
 @dataclass(frozen=True)
 class Baseline:
@@ -155,7 +153,7 @@ def test_overload_rejects_exactly_the_excess_at_once_and_health_still_answers(mi
     server = BackgroundServer([minilm_dir], max_concurrent_requests=limit)
     try:
         before = baseline(server)
-        release = hold_model_thread(server)
+        release = server.hold_model_thread()
         stub = server.stub()
         held = [stub.Embed.future(pb.EmbedRequest(inputs=[f"held {i}"])) for i in range(limit)]
         deadline = time.monotonic() + 5

@@ -20,8 +20,6 @@ from service.background import BackgroundServer
 from service.client import Client
 from service.pb import inference_pb2 as pb
 
-from .conftest import hold_model_thread
-
 WORDS = "the quick brown fox jumps over a lazy dog while seven tired engineers debug the flaky network".split()
 
 
@@ -151,7 +149,7 @@ def test_a_long_input_is_truncated_by_default(served):
 
 def test_work_whose_caller_has_gone_is_dropped_before_it_runs(served):
     before = batcher(served).texts_run
-    release = hold_model_thread(served)
+    release = served.hold_model_thread()
     try:
         stub = served.stub()
         code, _ = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["deadline"] * 3), timeout=0.3))
@@ -171,7 +169,7 @@ def test_work_whose_caller_has_gone_is_dropped_before_it_runs(served):
 def test_a_full_queue_answers_resource_exhausted_at_once(minilm_dir):
     server = BackgroundServer([minilm_dir], max_queue_inputs=4, max_batch_size=2)
     try:
-        release = hold_model_thread(server)
+        release = server.hold_model_thread()
         stub = server.stub()
         # Two of these three form a batch, which waits for the held model thread; one stays queued.
         waiting = stub.Embed.future(pb.EmbedRequest(inputs=["a", "b", "c"]))
@@ -189,7 +187,7 @@ def test_a_full_queue_answers_resource_exhausted_at_once(minilm_dir):
 def test_calls_beyond_max_concurrent_requests_are_refused_but_health_answers(minilm_dir):
     server = BackgroundServer([minilm_dir], max_concurrent_requests=2)
     try:
-        release = hold_model_thread(server)
+        release = server.hold_model_thread()
         stub = server.stub()
         held = [stub.Embed.future(pb.EmbedRequest(inputs=[f"held {i}"])) for i in range(2)]
         time.sleep(0.2)

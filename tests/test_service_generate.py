@@ -16,8 +16,6 @@ from model.numbers import pair, sample_number
 from service.background import BackgroundServer
 from service.pb import inference_pb2 as pb
 
-from .conftest import hold_model_thread
-
 NUMBERS_FULL = "nine hundred and ninety-nine million, nine hundred and ninety-nine thousand, nine hundred and ninety-nine"
 
 
@@ -177,7 +175,7 @@ def test_bad_requests_are_refused(served, request_, code, message):
 def test_a_full_waiting_queue_answers_resource_exhausted(numbers_dir):
     server = BackgroundServer([numbers_dir], kv_cache_tokens=96, max_waiting_sequences=1)
     try:
-        release = hold_model_thread(server)
+        release = server.hold_model_thread()
         stub = server.stub()
         running = stub.Generate.future(pb.GenerateRequest(input="5"))  # takes the only row
         time.sleep(0.1)
@@ -206,7 +204,7 @@ def test_cli_generate_streams_to_the_terminal(served):
 def test_a_deadline_ends_the_call_and_frees_its_row(served):
     stub = served.stub()
     request = pb.GenerateRequest(input="8", params=pb.GenerationParams(ignore_eos=True, max_new_tokens=63))
-    release = hold_model_thread(served)
+    release = served.hold_model_thread()
     try:
         code, _ = code_and_details(lambda: stub.Generate(request, timeout=0.2))
         assert code == grpc.StatusCode.DEADLINE_EXCEEDED
