@@ -28,12 +28,17 @@ class KeysValues(tuple):
         return super().__new__(cls, (keys, values, mask))
 
 
-def attention(query: Tensor, sources: list[KeysValues], scale: float) -> Tensor:
+def attention(
+    query: Tensor, sources: list[KeysValues], scale: float, return_weights: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(Q K^T * scale) V over the concatenation of several key/value sources; scale = 1 / sqrt(d_k).
 
     query (B, H, T, Dh); each source's mask is boolean, True where a query may attend, broadcast over heads.
     Scores from all sources share one softmax, which is attention over their concatenation, without
     concatenating (copying) the keys and values themselves.
+
+    With return_weights: (output, weights (B, H, T, sum S)). A masked position's weight is exactly 0 in
+    float32: its score is the finite minimum, and exp(min - row max) underflows to 0.
     """
     scores = []
     for keys, _, mask in sources:
@@ -48,7 +53,7 @@ def attention(query: Tensor, sources: list[KeysValues], scale: float) -> Tensor:
         part = torch.matmul(weights[..., start : start + length], values)  # (B, H, T, Dh)
         output = part if output is None else output + part
         start = start + length
-    return output
+    return (output, weights) if return_weights else output
 
 
 class MultiHeadAttention(nn.Module):
@@ -61,6 +66,9 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, d_model)
         self.w_v = nn.Linear(d_model, d_model)
         self.w_o = nn.Linear(d_model, d_model)
+        # A list while attention maps are recorded (model/attention_maps.py): each call appends its weights
+        # (B, H, T, S). None otherwise, so that the serving graphs trace exactly as without it.
+        self.recorded: list[Tensor] | None = None
 
     def split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
@@ -76,5 +84,10 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: Tensor, sources: list[KeysValues]) -> Tensor:
         """Queries from x (B, T, d_model) attend over the sources; returns (B, T, d_model)."""
-        heads = attention(self.split_heads(self.w_q(x)), sources, self.scale)
+        query = self.split_heads(self.w_q(x))
+        if self.recorded is None:
+            heads = attention(query, sources, self.scale)
+        else:
+            heads, weights = attention(query, sources, self.scale, return_weights=True)
+            self.recorded.append(weights)
         return self.w_o(self.merge_heads(heads))

@@ -1,4 +1,5 @@
-"""Export a model directory to ONNX: onnx/encoder.onnx, onnx/decoder.onnx (seq2seq) and manifest.json.
+"""Export a model directory to ONNX: onnx/encoder.onnx, onnx/decoder.onnx (seq2seq), the attention-map
+graph onnx/attention.onnx (attention_maps.py; served only on request) and manifest.json.
 
 The encoder graph runs once per request. For seq2seq models it also returns every decoder layer's
 cross-attention K/V, so decode steps never project the encoder output again. The decoder graph is one
@@ -31,6 +32,7 @@ import onnx
 import torch
 
 from service.model_files import (
+    ATTENTION_FILE,
     CONFIG_FILE,
     DECODER_FILE,
     ENCODER_FILE,
@@ -45,6 +47,7 @@ from service.model_files import (
     sha256_file,
 )
 
+from .attention_maps import export_attention, measure_attention_parity
 from .config import ModelConfig
 from .kv_cache import BufferCache
 from .transformer import EmbeddingModel, Seq2SeqModel
@@ -251,7 +254,7 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr) -> dict:
     with torch.no_grad():
         name, config, model = load_model_dir(model_dir)
         seq2seq = config.task == "seq2seq"
-        progress = Progress(f"export {name}", 5 if seq2seq else 4, progress_stream)
+        progress = Progress(f"export {name}", 6 if seq2seq else 5, progress_stream)
         (model_dir / "onnx").mkdir(exist_ok=True)
         graphs = {}
         with progress.step(f"encoder -> {ENCODER_FILE}"):
@@ -261,6 +264,9 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr) -> dict:
             with progress.step(f"decoder -> {DECODER_FILE}"):
                 graphs["decoder"] = (DECODER_FILE, export_decoder(model, name))
                 onnx.save_model(graphs["decoder"][1], model_dir / DECODER_FILE)
+        with progress.step(f"attention maps -> {ATTENTION_FILE}"):
+            graphs["attention"] = (ATTENTION_FILE, export_attention(model, name, _to_onnx))
+            onnx.save_model(graphs["attention"][1], model_dir / ATTENTION_FILE)
         parity = {}
         with progress.step("parity, ONNX Runtime vs PyTorch (float32)"):
             parity["encoder_max_abs_diff"] = measure_encoder_parity(model, model_dir / ENCODER_FILE)
@@ -268,6 +274,7 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr) -> dict:
                 parity["decoder_logits_max_abs_diff"] = measure_decoder_parity(
                     model, model_dir / ENCODER_FILE, model_dir / DECODER_FILE
                 )
+            parity.update(measure_attention_parity(model, _session(model_dir / ATTENTION_FILE)))
         with progress.step("checksums"):
             artifacts = [CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE] + [path for path, _ in graphs.values()]
             checksums = {a: sha256_file(model_dir / a) for a in artifacts}

@@ -8,6 +8,8 @@ the step's own go. The decoder asks its cache for the step's positions and for e
   as ONNX Runtime's com.microsoft.GroupQueryAttention: with the same buffer bound as its past input
   and present output, it writes in place and reads only each row's filled positions, so a step neither
   copies the cache nor pays for the buffer's unused length, on the CPU and on CUDA alike.
+- NoCache: no past at all: a whole target in one pass under a causal mask (teacher forcing), with plain
+  attention whose weights can be recorded (the attention-map graph, model/attention_maps.py).
 """
 
 from __future__ import annotations
@@ -101,3 +103,16 @@ class BufferedAttention(torch.autograd.Function):
         present_k.setType(key_buffer.type())
         present_v.setType(value_buffer.type())
         return out, present_k, present_v
+
+
+class NoCache:
+    """Every position of the step is the target's own: position t attends to positions 0..t."""
+
+    def positions(self, input_ids: Tensor) -> Tensor:
+        return torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+
+    def attend(self, layer: int, attn: MultiHeadAttention, h: Tensor) -> Tensor:
+        keys, values = attn.project_kv(h)
+        length = h.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool, device=h.device).tril()[None]  # (1, T, T)
+        return attn(h, [KeysValues(keys, values, causal)])

@@ -15,6 +15,8 @@ TOKENIZER_FILE = "tokenizer.json"
 WEIGHTS_FILE = "model.safetensors"
 ENCODER_FILE = "onnx/encoder.onnx"
 DECODER_FILE = "onnx/decoder.onnx"
+# Optional: the attention-map graph, loaded only when the server serves the Attention RPC.
+ATTENTION_FILE = "onnx/attention.onnx"
 
 # Encoder graph: inputs (B, S) int64, right-padded.
 ENCODER_INPUTS = ("input_ids", "attention_mask")
@@ -49,6 +51,20 @@ def decoder_outputs(n_layers: int) -> tuple[str, ...]:
     return ("logits", *cache_names("present", n_layers))
 
 
+def attention_inputs(task: str) -> tuple[str, ...]:
+    """(B, S) and, for seq2seq, (B, T) int64, right-padded: the decoder's tokens start with the start token."""
+    return ENCODER_INPUTS + (("target_ids", "target_mask") if task == "seq2seq" else ())
+
+
+def attention_outputs(task: str) -> tuple[str, ...]:
+    """Softmax weights stacked over layers: encoder (L, B, H, S, S); seq2seq also decoder self-attention
+    (L, B, H, T, T), cross-attention (L, B, H, T, S) and the argmax token at each target position (B, T).
+    Weights at padded keys, future positions and padded queries are exactly 0."""
+    if task == "embedding":
+        return ("encoder_self_attention",)
+    return ("encoder_self_attention", "decoder_self_attention", "cross_attention", "predicted_ids")
+
+
 class ModelFilesError(Exception):
     """A model directory that cannot be served: missing files, a bad manifest, a checksum mismatch."""
 
@@ -73,10 +89,12 @@ class ModelFiles:
     tokenizer: Path
     encoder: Path
     decoder: Path | None
+    attention: Path | None = None  # only when asked for
 
 
-def open_model_dir(root: Path) -> ModelFiles:
-    """Read manifest.json and check every file the server loads against its sha256 there."""
+def open_model_dir(root: Path, attention: bool = False) -> ModelFiles:
+    """Read manifest.json and check every file the server loads against its sha256 there; with
+    attention, the attention-map graph too (an optional artifact: older exports lack it)."""
     root = Path(root)
     manifest_path = root / MANIFEST_FILE
     if not manifest_path.is_file():
@@ -92,6 +110,13 @@ def open_model_dir(root: Path) -> ModelFiles:
         )
     task = manifest["task"]
     served = [TOKENIZER_FILE, ENCODER_FILE] + ([DECODER_FILE] if task == "seq2seq" else [])
+    if attention:
+        if ATTENTION_FILE not in manifest["sha256"]:
+            raise ModelFilesError(
+                f"{manifest_path}: no attention-map graph ({ATTENTION_FILE}), which attention_maps needs; "
+                f"export the model again (attnserve export {root})"
+            )
+        served.append(ATTENTION_FILE)
     for relative in served:
         path = root / relative
         expected = manifest["sha256"].get(relative)
@@ -114,4 +139,5 @@ def open_model_dir(root: Path) -> ModelFiles:
         tokenizer=root / TOKENIZER_FILE,
         encoder=root / ENCODER_FILE,
         decoder=root / DECODER_FILE if task == "seq2seq" else None,
+        attention=root / ATTENTION_FILE if attention else None,
     )

@@ -12,7 +12,7 @@ import onnx
 from model.config import ModelConfig
 from model.export import export_model_dir
 from model.random_model import random_model_dir
-from service.model_files import DECODER_FILE, ENCODER_FILE, MANIFEST_FILE, sha256_file
+from service.model_files import ATTENTION_FILE, DECODER_FILE, ENCODER_FILE, MANIFEST_FILE, sha256_file
 
 from .conftest import SEQ2SEQ_CONFIGS
 
@@ -25,16 +25,20 @@ def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
     model_dir = random_model_dir(SEQ2SEQ_CONFIGS["h3-d48-pre"], tmp_path / "m", "m")
     result = run_cli("export", str(model_dir))
     steps = [line for line in result.stderr.splitlines() if line.startswith("[export m ")]
-    assert [s.split("]")[0] for s in steps] == [f"[export m {i}/5" for i in range(1, 6)]
+    assert [s.split("]")[0] for s in steps] == [f"[export m {i}/6" for i in range(1, 7)]
     assert all(s.endswith(" s") for s in steps)
 
     manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
     assert manifest["opset"] == 18 and manifest["task"] == "seq2seq"
     for relative, digest in manifest["sha256"].items():
         assert sha256_file(model_dir / relative) == digest
-    assert set(manifest["sha256"]) == {"config.json", "model.safetensors", "tokenizer.json", ENCODER_FILE, DECODER_FILE}
+    assert set(manifest["sha256"]) == {
+        "config.json", "model.safetensors", "tokenizer.json", ENCODER_FILE, DECODER_FILE, ATTENTION_FILE
+    }
     assert 0 < manifest["parity"]["encoder_max_abs_diff"] < 1e-4
     assert 0 < manifest["parity"]["decoder_logits_max_abs_diff"] < 1e-4
+    assert 0 < manifest["parity"]["attention_max_abs_diff"] < 1e-5
+    assert manifest["parity"]["attention_row_sum_max_error"] < 1e-5 and manifest["parity"]["attention_masked_max"] == 0
     assert {"torch", "onnx", "tokenizers"} <= set(manifest["versions"])
 
     decoder = manifest["graphs"]["decoder"]
@@ -46,10 +50,21 @@ def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
     assert shapes["past_lengths"] == ["batch"]
     assert shapes["logits"] == ["batch", 257]
 
+    attention = manifest["graphs"]["attention"]
+    assert [i["name"] for i in attention["inputs"]] == ["input_ids", "attention_mask", "target_ids", "target_mask"]
+    shapes = {o["name"]: o["shape"] for o in attention["outputs"]}
+    assert shapes == {
+        "encoder_self_attention": [3, "batch", 3, "source", "source"],
+        "decoder_self_attention": [3, "batch", 3, "target", "target"],
+        "cross_attention": [3, "batch", 3, "target", "source"],
+        "predicted_ids": ["batch", "target"],
+    }
+
 
 def test_config_is_in_the_onnx_metadata(exported):
     model = exported["h8-d512-pre"]
-    for path, graph in [(model.files.encoder, "encoder"), (model.files.decoder, "decoder")]:
+    graphs = [(model.files.encoder, "encoder"), (model.files.decoder, "decoder"), (model.dir / ATTENTION_FILE, "attention")]
+    for path, graph in graphs:
         props = {p.key: p.value for p in onnx.load(path, load_external_data=False).metadata_props}
         assert props["attnserve.graph"] == graph and props["attnserve.name"] == "h8-d512-pre"
         assert ModelConfig.from_dict(json.loads(props["attnserve.config"])) == model.config
@@ -58,7 +73,7 @@ def test_config_is_in_the_onnx_metadata(exported):
 def test_graphs_are_single_files(exported):
     for model in exported.values():
         files = sorted(p.name for p in (model.dir / "onnx").iterdir())
-        assert files in (["encoder.onnx"], ["decoder.onnx", "encoder.onnx"])
+        assert files in (["attention.onnx", "encoder.onnx"], ["attention.onnx", "decoder.onnx", "encoder.onnx"])
 
 
 def test_export_is_deterministic(tmp_path):
@@ -68,5 +83,5 @@ def test_export_is_deterministic(tmp_path):
     second = random_model_dir(config, tmp_path / "b", "same", seed=7)
     export_model_dir(first, progress_stream=io.StringIO())
     run_cli("export", str(second))
-    for artifact in (ENCODER_FILE, DECODER_FILE, "model.safetensors"):
+    for artifact in (ENCODER_FILE, DECODER_FILE, ATTENTION_FILE, "model.safetensors"):
         assert (first / artifact).read_bytes() == (second / artifact).read_bytes(), artifact
