@@ -122,7 +122,9 @@ def measure_attention_parity(model: EmbeddingModel | Seq2SeqModel, session) -> d
         arrays = [a.numpy() for a in args]
         actual = session.run(None, dict(zip(attention_inputs(config.task), arrays)))
         for (_, queries, keys, causal), a, e in zip(weight_masks(config.task, *arrays), actual, expected):
-            figures["attention_max_abs_diff"] = max(figures["attention_max_abs_diff"], float(np.abs(a - e.numpy()).max()))
+            figures["attention_max_abs_diff"] = max(
+                figures["attention_max_abs_diff"], float(np.abs(a - e.numpy()).max())
+            )
             row_error, masked = check_weights(a, queries, keys, causal)
             figures["attention_row_sum_max_error"] = max(figures["attention_row_sum_max_error"], row_error)
             figures["attention_masked_max"] = max(figures["attention_masked_max"], masked)

@@ -33,7 +33,12 @@ def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
     for relative, digest in manifest["sha256"].items():
         assert sha256_file(model_dir / relative) == digest
     assert set(manifest["sha256"]) == {
-        "config.json", "model.safetensors", "tokenizer.json", ENCODER_FILE, DECODER_FILE, ATTENTION_FILE
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        ENCODER_FILE,
+        DECODER_FILE,
+        ATTENTION_FILE,
     }
     assert 0 < manifest["parity"]["encoder_max_abs_diff"] < 1e-4
     assert 0 < manifest["parity"]["decoder_logits_max_abs_diff"] < 1e-4
@@ -63,7 +68,11 @@ def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
 
 def test_config_is_in_the_onnx_metadata(exported):
     model = exported["h8-d512-pre"]
-    graphs = [(model.files.encoder, "encoder"), (model.files.decoder, "decoder"), (model.dir / ATTENTION_FILE, "attention")]
+    graphs = [
+        (model.files.encoder, "encoder"),
+        (model.files.decoder, "decoder"),
+        (model.dir / ATTENTION_FILE, "attention"),
+    ]
     for path, graph in graphs:
         props = {p.key: p.value for p in onnx.load(path, load_external_data=False).metadata_props}
         assert props["attnserve.graph"] == graph and props["attnserve.name"] == "h8-d512-pre"
