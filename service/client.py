@@ -18,6 +18,10 @@ FINISH_REASON_NAMES = {
     pb.FINISH_REASON_LENGTH: "length", pb.FINISH_REASON_EOS: "eos", pb.FINISH_REASON_STOP: "stop",
     pb.FINISH_REASON_CANCELLED: "cancelled",
 }  # fmt: skip
+ATTENTION_KIND_NAMES = {
+    pb.ATTENTION_KIND_ENCODER_SELF: "encoder_self", pb.ATTENTION_KIND_DECODER_SELF: "decoder_self",
+    pb.ATTENTION_KIND_CROSS: "cross",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,36 @@ class Embeddings:
     model: str
     vectors: np.ndarray  # (n, d) float32, in the order of the inputs
     usage: pb.EmbedUsage
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """One input's attention weights. weights[kind]: (layers, heads, queries, keys) float32, kind one of
+    encoder_self (queries and keys: source tokens), decoder_self (target x target), cross (target x source);
+    layers[kind]: the model layer of each index of the first axis."""
+
+    model: str
+    source_tokens: list[str]
+    source_special: list[bool]
+    target_tokens: list[str]  # seq2seq: the decoder's tokens, the start token first
+    target_special: list[bool]
+    predicted_tokens: list[str]  # seq2seq: the model's argmax at each decoder position
+    target_text: str
+    weights: dict[str, np.ndarray]
+    layers: dict[str, list[int]]
+
+    @staticmethod
+    def from_response(response: pb.AttentionResponse) -> AttentionMaps:
+        weights, layers = {}, {}
+        for a in response.attentions:
+            kind = ATTENTION_KIND_NAMES[a.kind]
+            weights[kind] = np.frombuffer(a.data, dtype="<f4").reshape(tuple(a.shape))
+            layers[kind] = list(a.layers)
+        return AttentionMaps(
+            response.model, list(response.source_tokens), list(response.source_special),
+            list(response.target_tokens), list(response.target_special), list(response.predicted_tokens),
+            response.target_text, weights, layers,
+        )  # fmt: skip
 
 
 class Client:
@@ -82,6 +116,15 @@ class Client:
     def generate_stream(self, text: str, model: str = "", **params) -> Iterator[pb.GenerateStreamResponse]:
         request = pb.GenerateRequest(model=model, input=text, params=pb.GenerationParams(**params))
         return self.stub.GenerateStream(request, timeout=self.timeout)
+
+    def attention(
+        self, text: str, model: str = "", target: str | None = None, max_new_tokens: int = 0, layers=()
+    ) -> AttentionMaps:
+        """target: seq2seq only, the decoder's text instead of a greedy generation; layers: a subset."""
+        request = pb.AttentionRequest(
+            model=model, input=text, target=target, max_new_tokens=max_new_tokens, layers=list(layers)
+        )
+        return AttentionMaps.from_response(self.stub.Attention(request, timeout=self.timeout))
 
     def tokenize(self, texts: list[str], model: str = "") -> pb.TokenizeResponse:
         return self.stub.Tokenize(pb.TokenizeRequest(model=model, inputs=texts), timeout=self.timeout)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ENV_PREFIX = "ATTNSERVE_"
+# What an Attention answer holds besides its weights (tokens, ids, shapes), at most; a bound, not a guess.
+ATTENTION_RESPONSE_OVERHEAD = 64 << 10
 
 
 def _setting(default, help: str, choices: tuple | None = None):
@@ -68,6 +70,18 @@ class ServerConfig:
     stream_write_timeout: float = _setting(
         30.0, "a GenerateStream whose client reads nothing for this long is ended (DEADLINE_EXCEEDED)"
     )
+    attention_maps: bool = _setting(
+        False,
+        "serve the Attention RPC: load each model's attention-map graph (onnx/attention.onnx, a second copy "
+        "of its weights) at start; off, Attention answers FAILED_PRECONDITION and nothing more is loaded",
+    )
+    attention_max_input_tokens: int = _setting(
+        128, "most tokens of an Attention call's input, and most decoder positions (start token included)"
+    )
+    attention_max_response_bytes: int = _setting(
+        3 << 20, "most bytes of attention weights in one Attention answer, checked before any model work"
+    )
+    attention_max_concurrent: int = _setting(2, "Attention calls in progress at once; beyond: RESOURCE_EXHAUSTED")
     fault_threshold: int = _setting(
         3, "consecutive failed model calls after which health turns NOT_SERVING until a probe call passes"
     )
@@ -85,7 +99,8 @@ class ServerConfig:
         positive = [
             "max_batch_tokens", "max_batch_size", "max_queue_inputs", "max_client_batch_size",
             "max_concurrent_requests", "max_message_bytes", "max_new_tokens", "kv_cache_bytes",
-            "max_running_sequences", "max_waiting_sequences",
+            "max_running_sequences", "max_waiting_sequences", "attention_max_input_tokens",
+            "attention_max_response_bytes", "attention_max_concurrent",
         ]  # fmt: skip
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
         for name in ("intra_op_threads", "max_delay_ms", "drain_seconds", "split_cost_tokens", "kv_cache_tokens"):
@@ -94,6 +109,13 @@ class ServerConfig:
         for name in ("stream_write_timeout", "fault_threshold", "probe_seconds"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, not {getattr(self, name)}")
+        room = self.max_message_bytes - ATTENTION_RESPONSE_OVERHEAD
+        if self.attention_maps and self.attention_max_response_bytes > room:
+            problems.append(
+                f"attention_max_response_bytes {self.attention_max_response_bytes} must leave "
+                f"{ATTENTION_RESPONSE_OVERHEAD} bytes of max_message_bytes {self.max_message_bytes} for the tokens: "
+                f"at most {room}"
+            )
         if bool(self.tls_cert) != bool(self.tls_key):
             problems.append("tls_cert and tls_key go together")
         if self.tls_client_ca and not self.tls_cert:

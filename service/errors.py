@@ -26,3 +26,7 @@ def exhausted(message: str) -> RequestError:
 
 def unavailable(message: str) -> RequestError:
     return RequestError(grpc.StatusCode.UNAVAILABLE, message)
+
+
+def failed_precondition(message: str) -> RequestError:
+    return RequestError(grpc.StatusCode.FAILED_PRECONDITION, message)

@@ -23,7 +23,8 @@ SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 # Stages of a model call: "embed" (an embedding batch), "encode" (the encoder pass of newly admitted
-# generations), "decode" (one decoder step of all running sequences).
+# generations), "decode" (one decoder step of all running sequences), "attention" (an Attention call's
+# attention-map graph, on servers that serve it).
 
 class Metrics:
     def __init__(self) -> None:
@@ -89,14 +90,14 @@ class Metrics:
         self.build_info = Info("attnserve_build", "The attnserve build.", registry=registry)
         self.build_info.info(_versions())
 
-    def for_model(self, model: str, task: str) -> ModelMetrics:
-        return ModelMetrics(self, model, task)
+    def for_model(self, model: str, task: str, attention: bool = False) -> ModelMetrics:
+        return ModelMetrics(self, model, task, attention)
 
 
 class ModelMetrics:
     """The metrics of one model, its label bound: what the batcher and the scheduler report to."""
 
-    def __init__(self, metrics: Metrics, model: str, task: str):
+    def __init__(self, metrics: Metrics, model: str, task: str, attention: bool = False):
         """Only the series a model of this task has are created (an embedding model has no cache)."""
         self.metrics, self.model = metrics, model
         self._queue = metrics.queue_duration.labels(model)
@@ -107,7 +108,7 @@ class ModelMetrics:
                 metrics.batch_tokens.labels(model, stage),
                 metrics.inference_duration.labels(model, stage),
             )
-            for stage in (("embed",) if task == "embedding" else ("encode", "decode"))
+            for stage in (("embed",) if task == "embedding" else ("encode", "decode")) + (("attention",) * attention)
         }
         if task == "seq2seq":
             self._ttft = metrics.time_to_first_token.labels(model)

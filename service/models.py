@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from .attention_maps import AttentionMaps, AttentionRunner, select_layers
 from .batcher import BatchLimits, EmbeddingBatcher
 from .errors import invalid, not_found
 from .greedy import greedy_decode_onnx
@@ -56,6 +57,8 @@ class ServedModel:
     scheduler: Scheduler | None = None  # seq2seq models, once started
     metrics: ModelMetrics | None = None  # once started
     health: ModelHealth | None = None  # once started
+    attention_runner: AttentionRunner | None = None  # with attention maps on
+    attention: AttentionMaps | None = None  # with attention maps on, once started
 
     @property
     def name(self) -> str:
@@ -78,9 +81,10 @@ class ServedModel:
         return bool(self.config.get("normalize", True))
 
 
-def load_model(model_dir: Path, settings: SessionSettings) -> ServedModel:
-    """Open, verify and warm up one model directory (blocking: call it in a thread)."""
-    files = open_model_dir(model_dir)
+def load_model(model_dir: Path, settings: SessionSettings, attention: bool = False) -> ServedModel:
+    """Open, verify and warm up one model directory (blocking: call it in a thread); with attention, its
+    attention-map graph too."""
+    files = open_model_dir(model_dir, attention=attention)
     tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
     encoder_session = create_session(files.encoder, settings)
     model = ServedModel(files, tokenizer, provider_of(encoder_session))
@@ -90,6 +94,9 @@ def load_model(model_dir: Path, settings: SessionSettings) -> ServedModel:
     else:
         decoder_session = create_session(files.decoder, settings)
         model.seq2seq = Seq2SeqRunner(encoder_session, decoder_session, files.config["n_decoder_layers"])
+    if attention:
+        model.attention_runner = AttentionRunner(create_session(files.attention, settings), files.task)
+        _warm_up_attention(model)
     log.info("model %s (%s) loaded from %s on %s", files.name, files.task, model_dir, model.provider)
     return model
 
@@ -112,6 +119,16 @@ def _warm_up_encoder(model: ServedModel, longest: bool = True) -> None:
         vectors = model.encoder.embed(ids, mask)
         if not np.isfinite(vectors).all():
             raise RuntimeError(f"model {model.name}: warm-up produced non-finite embeddings")
+
+
+def _warm_up_attention(model: ServedModel) -> None:
+    """One call, so that the first request does not pay for planning, and a broken graph fails the start."""
+    ids = model.tokenizer.encode(["warm up"])[0].ids
+    target = [model.config["bos_id"]] if model.task == "seq2seq" else None
+    maps = model.attention_runner.run(ids, target, select_layers(model.config, [], model.name))
+    for weights in maps.weights.values():
+        if not np.allclose(weights.sum(-1), 1, atol=1e-4):
+            raise RuntimeError(f"model {model.name}: the attention-map graph gives rows that do not sum to 1")
 
 
 class ModelRegistry:
@@ -152,7 +169,9 @@ class ModelRegistry:
     ) -> None:  # fmt: skip
         """Start the batching and scheduling loops (on the running event loop)."""
         for model in self.models.values():
-            model.metrics = metrics.for_model(model.name, model.task)
+            model.metrics = metrics.for_model(model.name, model.task, attention=model.attention_runner is not None)
+            if model.attention_runner is not None:
+                model.attention = AttentionMaps(model.attention_runner, executor, model.metrics)
             model.health = ModelHealth(fault_threshold, on_health_change)
             metrics.model_info.labels(model.name, model.task, model.provider, str(model.files.manifest["opset"])).set(1)
             if model.task == "embedding":

@@ -91,7 +91,7 @@ class Server:
         )
         loop = asyncio.get_running_loop()
         models = [
-            await loop.run_in_executor(self.model_executor, load_model, model_dir, settings)
+            await loop.run_in_executor(self.model_executor, load_model, model_dir, settings, self.config.attention_maps)
             for model_dir in self.config.models
         ]
         registry = ModelRegistry(models)

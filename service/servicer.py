@@ -19,10 +19,11 @@ from concurrent.futures import Executor
 import grpc
 import numpy as np
 
+from .attention_maps import CROSS, DECODER_SELF, ENCODER_SELF, select_layers, weights_bytes
 from .batcher import QueueFull as BatcherQueueFull
 from .calls import CallRecord, request_id
 from .config import ServerConfig
-from .errors import RequestError, exhausted, invalid, unavailable
+from .errors import RequestError, exhausted, failed_precondition, invalid, unavailable
 from .metrics import Metrics
 from .models import ModelRegistry, ServedModel
 from .pb import inference_pb2 as pb
@@ -36,6 +37,10 @@ TASKS = {"embedding": pb.TASK_EMBEDDING, "seq2seq": pb.TASK_SEQ2SEQ}
 FINISH_REASONS = {
     LENGTH: pb.FINISH_REASON_LENGTH, EOS: pb.FINISH_REASON_EOS, STOP: pb.FINISH_REASON_STOP,
     CANCELLED: pb.FINISH_REASON_CANCELLED,
+}  # fmt: skip
+ATTENTION_KINDS = {
+    ENCODER_SELF: pb.ATTENTION_KIND_ENCODER_SELF, DECODER_SELF: pb.ATTENTION_KIND_DECODER_SELF,
+    CROSS: pb.ATTENTION_KIND_CROSS,
 }  # fmt: skip
 MAX_STOP_SEQUENCES = 8
 MAX_STOP_LENGTH = 64
@@ -129,6 +134,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         self.registry: ModelRegistry | None = None  # set once the models are loaded and warm
         self.draining = False
         self.in_flight = 0
+        self.attention_calls = 0  # Attention calls in progress
 
     @contextlib.asynccontextmanager
     async def call(self, context: grpc.aio.ServicerContext, name: str):
@@ -182,9 +188,9 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             _check_text(f"inputs[{i}]", text)
         return texts
 
-    async def _tokenize(self, model: ServedModel, texts: list[str]):
+    async def _tokenize(self, model: ServedModel, texts: list[str], add_special_tokens: bool = True):
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.tokenize_executor, model.tokenizer.encode, texts)
+        return await loop.run_in_executor(self.tokenize_executor, model.tokenizer.encode, texts, add_special_tokens)
 
     @handler
     async def Embed(self, request: pb.EmbedRequest, record: CallRecord) -> pb.EmbedResponse:
@@ -338,3 +344,101 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                 )
             )
         return pb.ListModelsResponse(models=infos)
+
+    @handler
+    async def Attention(self, request: pb.AttentionRequest, record: CallRecord) -> pb.AttentionResponse:
+        """Every limit is checked before any model work: the input's tokens, the decoder positions, and
+        the answer's size, computed from them (for a generation, from its longest possible length)."""
+        config = self.config
+        if not config.attention_maps:
+            raise failed_precondition(
+                "Attention: attention maps are off on this server; start it with --attention-maps "
+                "(ATTNSERVE_ATTENTION_MAPS=1)"
+            )
+        model = self.registry.find(request.model)
+        record.use_model(model.name)
+        seq2seq, given_target = model.task == "seq2seq", request.HasField("target")
+        _check_text("input", request.input)
+        if given_target and not seq2seq:
+            raise invalid(f"target: model {model.name!r} is an embedding model; a target is for seq2seq models")
+        if given_target:
+            _check_text("target", request.target)
+        if request.max_new_tokens and (not seq2seq or given_target):
+            raise invalid("max_new_tokens: only for a seq2seq model that generates (no target given)")
+        layers = select_layers(model.config, list(request.layers), model.name)
+
+        (source,) = await self._tokenize(model, [request.input])
+        cap = config.attention_max_input_tokens
+        limit = min(cap, model.max_input_tokens)
+        if source.truncated or len(source.ids) > limit:
+            count = f"more than {model.max_input_tokens}" if source.truncated else str(len(source.ids))
+            why = "attention_max_input_tokens" if limit == cap else f"the most model {model.name!r} takes"
+            raise invalid(f"input: {count} tokens; at most {limit} for Attention ({why})")
+        # Decoder positions: the start token, then the target's tokens.
+        positions = min(cap, model.config["max_positions"])
+        target_ids, new_tokens = None, 0
+        if given_target:
+            (target,) = await self._tokenize(model, [request.target], add_special_tokens=False)
+            if target.truncated or 1 + len(target.ids) > positions:
+                count = "too many" if target.truncated else str(len(target.ids))
+                raise invalid(f"target: {count} tokens; at most {positions - 1} (attention_max_input_tokens: "
+                              f"{positions} decoder positions, the start token included)")  # fmt: skip
+            target_ids = [model.config["bos_id"], *target.ids]
+        elif seq2seq:
+            most = min(model.scheduler.cache.geometry.target_tokens, positions) - 1
+            new_tokens = request.max_new_tokens or most
+            if new_tokens > most:
+                raise invalid(f"max_new_tokens: {new_tokens}; at most {most} for Attention on model {model.name!r}")
+        longest_target = len(target_ids) if target_ids else 1 + new_tokens if seq2seq else 0
+        size = weights_bytes(model.config, layers, len(source.ids), longest_target)
+        if size > config.attention_max_response_bytes:
+            fewer = ", fewer max_new_tokens" if new_tokens else ""
+            raise invalid(
+                f"input: the attention weights would take {size} bytes ({len(source.ids)} source and "
+                f"{longest_target} decoder positions); at most {config.attention_max_response_bytes} "
+                f"(attention_max_response_bytes): shorten the input, or ask for fewer layers{fewer}"
+            )
+        if self.attention_calls >= config.attention_max_concurrent:
+            raise exhausted(
+                f"{self.attention_calls} Attention calls are in progress, the most this server runs at once "
+                f"(attention_max_concurrent {config.attention_max_concurrent}); retry later"
+            )
+        self.attention_calls += 1
+        try:
+            target_text = request.target
+            if seq2seq and not given_target:
+                params = GenerationParams(max_new_tokens=new_tokens)
+                text, generated = [], []
+                async for event in _queue_checked(model, model.scheduler.generate(source.ids, params)):
+                    text.append(event.text)
+                    generated.extend(event.token_ids)
+                target_ids, target_text = [model.config["bos_id"], *generated], "".join(text)
+            maps = await model.attention.compute(source.ids, target_ids, layers)
+        finally:
+            self.attention_calls -= 1
+        record.figures.update(prompt_tokens=len(source.ids), target_tokens=len(target_ids or ()), weights_bytes=size)
+        return _attention_response(model, source, target_ids, target_text, maps)
+
+
+def _attention_response(model: ServedModel, source, target_ids, target_text: str, maps) -> pb.AttentionResponse:
+    c = model.config
+    special = model.tokenizer.special_ids | {c["pad_id"]}
+    if model.task == "seq2seq":
+        special |= {c["bos_id"], c["eos_id"]}
+    response = pb.AttentionResponse(
+        model=model.name, source_tokens=source.tokens, source_ids=source.ids,
+        source_special=[i in special for i in source.ids],
+        attentions=[
+            pb.AttentionWeights(kind=ATTENTION_KINDS[kind], shape=weights.shape, data=weights.astype("<f4").tobytes(),
+                                layers=maps.layers[kind])
+            for kind, weights in maps.weights.items()
+        ],
+    )  # fmt: skip
+    if target_ids is not None:
+        response.target_tokens.extend(model.tokenizer.tokens(target_ids))
+        response.target_ids.extend(target_ids)
+        response.target_special.extend(i in special for i in target_ids)
+        response.predicted_tokens.extend(model.tokenizer.tokens(maps.predicted_ids))
+        response.predicted_ids.extend(maps.predicted_ids)
+        response.target_text = target_text
+    return response

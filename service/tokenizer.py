@@ -25,8 +25,18 @@ class TextTokenizer:
         # Counts the special tokens the post-processor adds ([CLS] ... [SEP]), as Hugging Face does.
         self._tokenizer.enable_truncation(max_length=max_tokens)
 
-    def encode(self, texts: list[str]) -> list[Encoded]:
-        return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in self._tokenizer.encode_batch(texts)]
+    def encode(self, texts: list[str], add_special_tokens: bool = True) -> list[Encoded]:
+        """add_special_tokens=False: the text's own tokens only (a decoder target, which the caller frames)."""
+        encoded = self._tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
+        return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in encoded]
+
+    def tokens(self, ids: list[int]) -> list[str]:
+        return [self._tokenizer.id_to_token(i) or "" for i in ids]
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the tokenizer's special tokens ([CLS], </s>, ...)."""
+        return frozenset(i for i, t in self._tokenizer.get_added_tokens_decoder().items() if t.special)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)

@@ -20,6 +20,13 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_EOS: _ClassVar[FinishReason]
     FINISH_REASON_STOP: _ClassVar[FinishReason]
     FINISH_REASON_CANCELLED: _ClassVar[FinishReason]
+
+class AttentionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ATTENTION_KIND_UNSPECIFIED: _ClassVar[AttentionKind]
+    ATTENTION_KIND_ENCODER_SELF: _ClassVar[AttentionKind]
+    ATTENTION_KIND_DECODER_SELF: _ClassVar[AttentionKind]
+    ATTENTION_KIND_CROSS: _ClassVar[AttentionKind]
 TASK_UNSPECIFIED: Task
 TASK_EMBEDDING: Task
 TASK_SEQ2SEQ: Task
@@ -28,6 +35,10 @@ FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_EOS: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_CANCELLED: FinishReason
+ATTENTION_KIND_UNSPECIFIED: AttentionKind
+ATTENTION_KIND_ENCODER_SELF: AttentionKind
+ATTENTION_KIND_DECODER_SELF: AttentionKind
+ATTENTION_KIND_CROSS: AttentionKind
 
 class EmbedRequest(_message.Message):
     __slots__ = ("model", "inputs", "normalize", "truncate")
@@ -194,3 +205,55 @@ class GenerateStreamResponse(_message.Message):
     usage: GenerateUsage
     model: str
     def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[GenerateUsage, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
+
+class AttentionRequest(_message.Message):
+    __slots__ = ("model", "input", "target", "max_new_tokens", "layers")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    input: str
+    target: str
+    max_new_tokens: int
+    layers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, model: _Optional[str] = ..., input: _Optional[str] = ..., target: _Optional[str] = ..., max_new_tokens: _Optional[int] = ..., layers: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AttentionWeights(_message.Message):
+    __slots__ = ("kind", "shape", "data", "layers")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    kind: AttentionKind
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    data: bytes
+    layers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[_Union[AttentionKind, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., layers: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AttentionResponse(_message.Message):
+    __slots__ = ("model", "source_tokens", "source_ids", "source_special", "target_tokens", "target_ids", "target_special", "predicted_tokens", "predicted_ids", "target_text", "attentions")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_IDS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_SPECIAL_FIELD_NUMBER: _ClassVar[int]
+    TARGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_IDS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_SPECIAL_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_IDS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_TEXT_FIELD_NUMBER: _ClassVar[int]
+    ATTENTIONS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    source_tokens: _containers.RepeatedScalarFieldContainer[str]
+    source_ids: _containers.RepeatedScalarFieldContainer[int]
+    source_special: _containers.RepeatedScalarFieldContainer[bool]
+    target_tokens: _containers.RepeatedScalarFieldContainer[str]
+    target_ids: _containers.RepeatedScalarFieldContainer[int]
+    target_special: _containers.RepeatedScalarFieldContainer[bool]
+    predicted_tokens: _containers.RepeatedScalarFieldContainer[str]
+    predicted_ids: _containers.RepeatedScalarFieldContainer[int]
+    target_text: str
+    attentions: _containers.RepeatedCompositeFieldContainer[AttentionWeights]
+    def __init__(self, model: _Optional[str] = ..., source_tokens: _Optional[_Iterable[str]] = ..., source_ids: _Optional[_Iterable[int]] = ..., source_special: _Optional[_Iterable[bool]] = ..., target_tokens: _Optional[_Iterable[str]] = ..., target_ids: _Optional[_Iterable[int]] = ..., target_special: _Optional[_Iterable[bool]] = ..., predicted_tokens: _Optional[_Iterable[str]] = ..., predicted_ids: _Optional[_Iterable[int]] = ..., target_text: _Optional[str] = ..., attentions: _Optional[_Iterable[_Union[AttentionWeights, _Mapping]]] = ...) -> None: ...

@@ -59,6 +59,11 @@ class InferenceStub:
                 request_serializer=attnserve_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=attnserve_dot_v1_dot_inference__pb2.GenerateStreamResponse.FromString,
                 _registered_method=True)
+        self.Attention = channel.unary_unary(
+                '/attnserve.v1.Inference/Attention',
+                request_serializer=attnserve_dot_v1_dot_inference__pb2.AttentionRequest.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_inference__pb2.AttentionResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServicer:
@@ -100,6 +105,15 @@ class InferenceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Attention(self, request, context):
+        """The attention weights of every layer and head for one input: encoder self-attention, and for seq2seq
+        models decoder self-attention and cross-attention over a greedy generation (or a given target).
+        Only on a server started with --attention-maps (otherwise FAILED_PRECONDITION).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +141,11 @@ def add_InferenceServicer_to_server(servicer, server):
                     servicer.GenerateStream,
                     request_deserializer=attnserve_dot_v1_dot_inference__pb2.GenerateRequest.FromString,
                     response_serializer=attnserve_dot_v1_dot_inference__pb2.GenerateStreamResponse.SerializeToString,
+            ),
+            'Attention': grpc.unary_unary_rpc_method_handler(
+                    servicer.Attention,
+                    request_deserializer=attnserve_dot_v1_dot_inference__pb2.AttentionRequest.FromString,
+                    response_serializer=attnserve_dot_v1_dot_inference__pb2.AttentionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,6 +283,33 @@ class Inference:
             '/attnserve.v1.Inference/GenerateStream',
             attnserve_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
             attnserve_dot_v1_dot_inference__pb2.GenerateStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Attention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attnserve.v1.Inference/Attention',
+            attnserve_dot_v1_dot_inference__pb2.AttentionRequest.SerializeToString,
+            attnserve_dot_v1_dot_inference__pb2.AttentionResponse.FromString,
             options,
             channel_credentials,
             insecure,
