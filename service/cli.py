@@ -147,6 +147,49 @@ def cmd_generate(args) -> None:
         sys.exit(f"\n{error.code().name}: {error.details()}")
 
 
+KINDS = {"encoder": "encoder_self", "decoder": "decoder_self", "cross": "cross"}
+KIND_TITLES = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
+               "cross": "cross-attention"}  # fmt: skip
+
+
+def cmd_heads(args) -> None:
+    """Asks a running server (started with --attention-maps) for the attention maps of TEXT; prints a
+    summary per head and, with --out, draws them."""
+    import grpc
+
+    from service.heads import format_table, summarize
+
+    try:
+        with _client(args, timeout=args.timeout) as client:
+            maps = client.attention(args.text, model=args.model, target=args.target_text,
+                                    max_new_tokens=args.max_new_tokens, layers=args.layers)  # fmt: skip
+    except grpc.RpcError as error:
+        sys.exit(f"{error.code().name}: {error.details()}")
+    kind = KINDS[args.kind] if args.kind else ("cross" if "cross" in maps.weights else "encoder_self")
+    if kind not in maps.weights:
+        sys.exit(f"--kind {args.kind}: model {maps.model!r} has no {KIND_TITLES[kind]}")
+    weights, layers = maps.weights[kind], maps.layers[kind]
+    # Decoder rows are labelled by what each position writes (its argmax); columns by what is read.
+    rows = maps.source_tokens if kind == "encoder_self" else maps.predicted_tokens
+    columns = maps.target_tokens if kind == "decoder_self" else maps.source_tokens
+    key_special = maps.target_special if kind == "decoder_self" else maps.source_special
+    generated = f" -> {maps.target_text!r}" if maps.target_tokens else ""
+    print(f"{maps.model}, {KIND_TITLES[kind]}: {len(layers)} layers x {weights.shape[1]} heads, "
+          f"{weights.shape[2]} x {weights.shape[3]} tokens; {args.text!r}{generated}")  # fmt: skip
+    print(format_table(summarize(weights, layers, key_special, self_attention=kind != "cross")))
+    if args.out:
+        try:
+            from service.heads_figure import draw
+        except ImportError:
+            sys.exit("attnserve heads --out needs matplotlib: pip install 'attnserve[plot]'")
+        title = [f"{maps.model}: {KIND_TITLES[kind]}", f"{args.text!r}{generated}"]
+        if kind != "encoder_self":
+            title.append("rows: what each decoder position writes; columns: what it attends to")
+        layout = draw(weights, layers, rows, columns, title, args.out)
+        print(f"{args.out}: {len(layers)} x {weights.shape[1]} heatmaps, {layout.width} x {layout.height} pixels",
+              file=sys.stderr)  # fmt: skip
+
+
 def cmd_health(args) -> None:
     """Exit 0 when the server (or one service) is SERVING: for container health checks and exec probes."""
     import grpc
@@ -227,6 +270,25 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--ignore-eos", action="store_true")
     gen.add_argument("--timeout", type=float, default=120.0, help="seconds; default: %(default)s")
     gen.set_defaults(run=cmd_generate)
+
+    heads = commands.add_parser(
+        "heads", help="what each attention head attends to: a summary per head and a grid of heatmaps",
+        description="Asks a running server for the attention maps of TEXT (the server needs --attention-maps), "
+        "prints per head: entropy (nats), mean distance attended, and the shares of attention on special "
+        "tokens, on the previous token and on itself; with --out, draws them (layers x heads).",
+    )  # fmt: skip
+    heads.add_argument("text")
+    heads.add_argument("--model", default="", help="default: the server's first model")
+    heads.add_argument("--out", type=Path, help="write the heatmaps to this PNG (needs matplotlib)")
+    heads.add_argument("--kind", choices=list(KINDS),
+                       help="which attention: encoder (self), decoder (self) or cross; default: cross for seq2seq "
+                       "models, encoder for embedding models")  # fmt: skip
+    heads.add_argument("--target-text", help="seq2seq: the decoder reads this text instead of a greedy generation")
+    heads.add_argument("--max-new-tokens", type=int, default=0, help="seq2seq: of the greedy generation")
+    heads.add_argument("--layers", type=int, nargs="+", default=[], help="only these layers (0-based); default: all")
+    _client_options(heads)
+    heads.add_argument("--timeout", type=float, default=60.0, help="seconds; default: %(default)s")
+    heads.set_defaults(run=cmd_heads)
 
     health = commands.add_parser("health", help="exit 0 if a running server is SERVING, else 1")
     _client_options(health)

@@ -379,10 +379,10 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         target_ids, new_tokens = None, 0
         if given_target:
             (target,) = await self._tokenize(model, [request.target], add_special_tokens=False)
-            if target.truncated or 1 + len(target.ids) > positions:
-                count = "too many" if target.truncated else str(len(target.ids))
-                raise invalid(f"target: {count} tokens; at most {positions - 1} (attention_max_input_tokens: "
-                              f"{positions} decoder positions, the start token included)")  # fmt: skip
+            most = min(positions - 1, model.max_input_tokens)  # the start token takes a position
+            if target.truncated or len(target.ids) > most:
+                count = f"more than {model.max_input_tokens}" if target.truncated else str(len(target.ids))
+                raise invalid(f"target: {count} tokens; at most {most} for Attention on model {model.name!r}")
             target_ids = [model.config["bos_id"], *target.ids]
         elif seq2seq:
             most = min(model.scheduler.cache.geometry.target_tokens, positions) - 1

@@ -1,0 +1,309 @@
+"""The Attention RPC: a real server on port 0 with the bundled models and attention maps on, real channels."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import grpc
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from model.numbers import pair
+from service.background import BackgroundServer
+from service.client import AttentionMaps, Client
+from service.model_files import ATTENTION_FILE, MANIFEST_FILE, ModelFilesError, open_model_dir
+from service.pb import inference_pb2 as pb
+
+TRUCK = "The delivery truck, which was late, blocked the narrow street."
+TRUCK_TOKENS = ["[CLS]", "the", "delivery", "truck", ",", "which", "was", "late", ",", "blocked", "the", "narrow",
+                "street", ".", "[SEP]"]  # fmt: skip
+LIMITS = dict(attention_max_input_tokens=64, attention_max_response_bytes=1_000_000)
+
+
+@pytest.fixture(scope="module")
+def served(minilm_dir, numbers_dir):
+    server = BackgroundServer([minilm_dir, numbers_dir], attention_maps=True, **LIMITS)
+    yield server
+    server.close()
+
+
+def attention(server, text: str, **fields) -> AttentionMaps:
+    with Client(server.target) as client:
+        return client.attention(text, **fields)
+
+
+def status(call) -> tuple[grpc.StatusCode, str]:
+    try:
+        call()
+    except grpc.RpcError as error:
+        return error.code(), error.details()
+    return grpc.StatusCode.OK, ""
+
+
+def assert_distributions(weights: np.ndarray, causal: bool = False) -> None:
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert weights.dtype == np.float32 and (weights >= 0).all()
+    if causal:
+        future = np.triu(np.ones(weights.shape[-2:], dtype=bool), k=1)
+        assert (weights[..., future] == 0).all()  # exactly
+
+
+def test_minilm_encoder_self_attention(served):
+    maps = attention(served, TRUCK, model="minilm")
+    assert maps.model == "minilm" and maps.source_tokens == TRUCK_TOKENS
+    assert maps.source_special == [True] + [False] * 13 + [True]
+    assert list(maps.weights) == ["encoder_self"] and maps.layers == {"encoder_self": list(range(6))}
+    weights = maps.weights["encoder_self"]
+    assert weights.shape == (6, 12, 15, 15)
+    assert_distributions(weights)
+    assert maps.target_tokens == maps.predicted_tokens == [] and maps.target_text == ""
+    # Layer 0, head 2 of all-MiniLM-L6-v2 puts nearly all weight on the previous token (docs: README).
+    assert np.diagonal(weights[0, 2], offset=-1).min() > 0.99
+
+
+def test_numbers_generates_then_returns_all_three_kinds(served):
+    maps = attention(served, "312405", model="numbers")
+    words = "three hundred and twelve thousand, four hundred and five"
+    assert maps.target_text == words == pair(312405, to_digits=False)[1]
+    assert maps.source_tokens == ["▁", "3", "1", "2", "4", "0", "5", "</s>"]
+    assert maps.source_special == [False] * 7 + [True]
+    assert maps.target_tokens[0] == "<s>" and maps.target_special == [True] + [False] * 10
+    assert "".join(maps.target_tokens[1:]).replace("▁", " ").strip() == words
+    # Greedy: each position predicts the next generated token, and the last one the end.
+    assert maps.predicted_tokens == maps.target_tokens[1:] + ["</s>"]
+    with Client(served.target) as client:  # the same tokens as Generate
+        assert list(client.generate("312405", model="numbers").token_ids) == [
+            client.tokenize([words], model="numbers").tokenized[0].ids[i] for i in range(10)
+        ]
+    shapes = {kind: w.shape for kind, w in maps.weights.items()}
+    assert shapes == {"encoder_self": (3, 4, 8, 8), "decoder_self": (3, 4, 11, 11), "cross": (3, 4, 11, 8)}
+    assert_distributions(maps.weights["encoder_self"])
+    assert_distributions(maps.weights["decoder_self"], causal=True)
+    assert_distributions(maps.weights["cross"])
+    assert (maps.weights["decoder_self"][:, :, 0, 0] == 1).all()  # the start token sees only itself
+
+
+def test_a_given_target_is_read_as_is(served):
+    maps = attention(served, "312405", model="numbers", target="three hundred and twelve")
+    assert maps.target_tokens == ["<s>", "▁three", "▁hundred", "▁and", "▁twelve"]
+    assert maps.predicted_tokens == ["▁three", "▁hundred", "▁and", "▁twelve", "▁thousand"]
+    assert maps.target_text == "three hundred and twelve"
+    assert maps.weights["cross"].shape == (3, 4, 5, 8)
+    # Teacher forcing reads the target whatever it is; the predictions say what the model would write.
+    wrong = attention(served, "312405", model="numbers", target="seven")
+    assert wrong.target_tokens == ["<s>", "▁seven"] and wrong.predicted_tokens[0] == "▁three"
+
+
+def test_generated_and_given_targets_give_the_same_weights(served):
+    generated = attention(served, "4711", model="numbers")
+    given_ = attention(served, "4711", model="numbers", target=generated.target_text)
+    assert given_.target_tokens == generated.target_tokens
+    for kind in generated.weights:
+        np.testing.assert_array_equal(given_.weights[kind], generated.weights[kind])
+
+
+def test_layers_can_be_chosen(served):
+    all_layers = attention(served, "90", model="numbers")
+    some = attention(served, "90", model="numbers", layers=[2, 0])
+    assert some.layers == {kind: [0, 2] for kind in ("encoder_self", "decoder_self", "cross")}
+    for kind, weights in some.weights.items():
+        np.testing.assert_array_equal(weights, all_layers.weights[kind][[0, 2]])
+
+
+def test_the_raw_message_carries_shapes_and_little_endian_float32(served):
+    response = served.stub().Attention(pb.AttentionRequest(model="minilm", input="hello world"))
+    (weights,) = response.attentions
+    assert weights.kind == pb.ATTENTION_KIND_ENCODER_SELF and list(weights.shape) == [6, 12, 4, 4]
+    assert len(weights.data) == 4 * 6 * 12 * 4 * 4 and list(weights.layers) == list(range(6))
+    array = np.frombuffer(weights.data, dtype="<f4").reshape(6, 12, 4, 4)
+    np.testing.assert_allclose(array.sum(-1), 1, atol=1e-5)
+
+
+def test_the_model_thread_runs_the_graph_and_metrics_count_it(served):
+    registry = served.server.registry
+    before = registry.models["minilm"].attention.calls
+    metrics = served.server.metrics.registry
+    labels = {"model": "minilm", "stage": "attention"}
+    count = metrics.get_sample_value("attnserve_inference_duration_seconds_count", labels)
+    release = served.hold_model_thread()
+    try:
+        future = served.stub().Attention.future(pb.AttentionRequest(model="minilm", input="held"))
+        time.sleep(0.3)
+        assert not future.done()  # waits for the model thread, like the serving graphs' calls
+    finally:
+        release.set()
+    assert len(future.result(timeout=10).attentions) == 1
+    assert registry.models["minilm"].attention.calls == before + 1
+    assert metrics.get_sample_value("attnserve_inference_duration_seconds_count", labels) == count + 1
+
+
+def long_sentence(tokens: int) -> str:
+    return " ".join(["word"] * (tokens - 2))  # [CLS] ... [SEP]
+
+
+@pytest.mark.parametrize(
+    "request_, message",
+    [
+        (pb.AttentionRequest(model="minilm", input=long_sentence(70)),
+         "input: 70 tokens; at most 64 for Attention (attention_max_input_tokens)"),
+        (pb.AttentionRequest(model="numbers", input="1" * 40),
+         "input: more than 32 tokens; at most 32 for Attention (the most model 'numbers' takes)"),
+        (pb.AttentionRequest(model="minilm", input=long_sentence(60)),
+         "input: the attention weights would take 1036800 bytes (60 source and 0 decoder positions); at most "
+         "1000000 (attention_max_response_bytes): shorten the input, or ask for fewer layers"),
+        (pb.AttentionRequest(model="numbers", input="12", max_new_tokens=64),
+         "max_new_tokens: 64; at most 63 for Attention on model 'numbers'"),
+        (pb.AttentionRequest(model="numbers", input="12", target="nine " * 40),
+         "target: more than 32 tokens; at most 32 for Attention on model 'numbers'"),
+        (pb.AttentionRequest(model="minilm", input="x", target="y"),
+         "target: model 'minilm' is an embedding model; a target is for seq2seq models"),
+        (pb.AttentionRequest(model="numbers", input="1", target=""), "target: empty text"),
+        (pb.AttentionRequest(model="numbers", input="1", target="one", max_new_tokens=3),
+         "max_new_tokens: only for a seq2seq model that generates"),
+        (pb.AttentionRequest(model="numbers", input="1", layers=[3]),
+         "layers[0]: 3; model 'numbers' has 3 encoder and 3 decoder layers (0-based: at most 2)"),
+        (pb.AttentionRequest(model="minilm", input="x", layers=[1, 1]), "layers: [1, 1] names a layer twice"),
+        (pb.AttentionRequest(model="minilm", input=""), "input: empty text"),
+        (pb.AttentionRequest(model="minilm", input="a\x00b"), "input: contains a NUL character"),
+    ],
+)  # fmt: skip
+def test_bad_requests_are_refused_before_any_model_work(served, request_, message):
+    models = served.server.registry.models
+    work = (models["minilm"].attention.calls, models["numbers"].attention.calls, models["numbers"].scheduler.steps_run)
+    code, details = status(lambda: served.stub().Attention(request_))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details, details
+    assert (models["minilm"].attention.calls, models["numbers"].attention.calls,
+            models["numbers"].scheduler.steps_run) == work  # fmt: skip
+
+
+def test_fewer_layers_fit_where_all_do_not(served):
+    maps = attention(served, long_sentence(60), model="minilm", layers=[0])
+    assert maps.weights["encoder_self"].shape == (1, 12, 60, 60)  # 172,800 bytes
+
+
+def test_unknown_model_is_not_found(served):
+    code, details = status(lambda: served.stub().Attention(pb.AttentionRequest(model="gpt-99", input="x")))
+    assert code == grpc.StatusCode.NOT_FOUND and "model: 'gpt-99' is not served here" in details
+
+
+def test_empty_model_means_the_first_one(served):
+    response = served.stub().Attention(pb.AttentionRequest(input="two words"))
+    assert response.model == "minilm" and list(response.source_tokens) == ["[CLS]", "two", "words", "[SEP]"]
+
+
+@pytest.fixture(scope="module")
+def tight(numbers_dir):
+    server = BackgroundServer([numbers_dir], attention_maps=True, attention_max_concurrent=1,
+                              attention_max_response_bytes=200_000)  # fmt: skip
+    yield server
+    server.close()
+
+
+def test_the_size_bound_counts_the_longest_generation_before_generating(tight):
+    """'12': 4 source tokens; up to 63 new tokens make 64 decoder positions, so 12 maps of each kind take
+    4 x 12 x (4 x 4 + 64 x 64 + 64 x 4) = 209,664 bytes, whatever the generation turns out to be."""
+    steps = tight.server.registry.models["numbers"].scheduler.steps_run
+    code, details = status(lambda: tight.stub().Attention(pb.AttentionRequest(input="12")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details == (
+        "input: the attention weights would take 209664 bytes (4 source and 64 decoder positions); at most 200000 "
+        "(attention_max_response_bytes): shorten the input, or ask for fewer layers, fewer max_new_tokens"
+    )
+    assert tight.server.registry.models["numbers"].scheduler.steps_run == steps  # nothing generated
+    maps = attention(tight, "12", max_new_tokens=10)
+    assert maps.target_text == "twelve" and maps.weights["cross"].shape == (3, 4, 2, 4)
+
+
+def test_too_many_at_once_is_resource_exhausted(tight):
+    release = tight.hold_model_thread()
+    try:
+        first = tight.stub().Attention.future(pb.AttentionRequest(input="5", max_new_tokens=4))
+        time.sleep(0.3)
+        request = pb.AttentionRequest(input="6", max_new_tokens=4)
+        code, details = status(lambda: tight.stub().Attention(request, timeout=5))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "1 Attention calls are in progress" in details and "attention_max_concurrent 1" in details
+    finally:
+        release.set()
+    assert first.result(timeout=30).target_text == "five"
+    assert tight.stub().Attention(request).target_text == "six"
+
+
+def test_off_by_default_nothing_loaded_and_failed_precondition(numbers_dir):
+    server = BackgroundServer([numbers_dir])
+    try:
+        assert server.server.registry.models["numbers"].attention is None
+        code, details = status(lambda: server.stub().Attention(pb.AttentionRequest(input="5")))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "attention maps are off on this server; start it with --attention-maps" in details
+        assert server.stub().Generate(pb.GenerateRequest(input="5")).text == "five"
+    finally:
+        server.close()
+
+
+def test_a_model_exported_without_the_graph_serves_but_not_attention(numbers_dir, copy_of):
+    model_dir = copy_of(numbers_dir)
+    manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
+    del manifest["sha256"][ATTENTION_FILE]  # as an export from before attention maps
+    (model_dir / MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert open_model_dir(model_dir).attention is None
+    with pytest.raises(ModelFilesError, match="no attention-map graph .* export the model again"):
+        open_model_dir(model_dir, attention=True)
+
+
+def test_a_modified_attention_graph_is_refused(numbers_dir, copy_of):
+    model_dir = copy_of(numbers_dir)
+    data = bytearray((model_dir / ATTENTION_FILE).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (model_dir / ATTENTION_FILE).write_bytes(bytes(data))
+    open_model_dir(model_dir)  # serving without attention maps does not read it
+    with pytest.raises(ModelFilesError, match="attention.onnx: sha256 .* does not match"):
+        open_model_dir(model_dir, attention=True)
+
+
+def test_the_answer_size_limit_must_fit_in_a_message():
+    from service.config import ConfigError, ServerConfig
+
+    with pytest.raises(ConfigError, match="attention_max_response_bytes 4194304 must leave 65536 bytes"):
+        ServerConfig(attention_maps=True, attention_max_response_bytes=4 << 20)
+    ServerConfig(attention_max_response_bytes=4 << 20)  # not checked while attention maps are off
+
+
+@given(number=st.integers(0, 999_999_999))
+@settings(max_examples=15, suppress_health_check=list(HealthCheck))
+def test_shapes_follow_the_tokens(served, number):
+    maps = attention(served, str(number), model="numbers")
+    source, target = len(maps.source_tokens), len(maps.target_tokens)
+    assert source == len(str(number)) + 2  # the word-start mark, the digits, </s>
+    assert maps.target_text == pair(number, to_digits=False)[1]
+    assert maps.weights["encoder_self"].shape == (3, 4, source, source)
+    assert maps.weights["decoder_self"].shape == (3, 4, target, target)
+    assert maps.weights["cross"].shape == (3, 4, target, source)
+    assert_distributions(maps.weights["decoder_self"], causal=True)
+    assert_distributions(maps.weights["cross"])
+
+
+ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+           grpc.StatusCode.RESOURCE_EXHAUSTED}  # fmt: skip
+
+
+@given(request=st.builds(
+    pb.AttentionRequest, model=st.sampled_from(["", "minilm", "numbers", "other"]), input=st.text(max_size=40),
+    target=st.one_of(st.none(), st.text(max_size=20)), max_new_tokens=st.integers(0, 2**32 - 1) | st.integers(0, 9),
+    layers=st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 6), max_size=4),
+))  # fmt: skip
+@settings(max_examples=150, suppress_health_check=list(HealthCheck))
+def test_any_request_gets_a_proper_status(served, request):
+    code, details = status(lambda: served.stub().Attention(request, timeout=30))
+    assert code in ALLOWED, (code, details)
+
+
+def test_entropy_of_a_uniform_head_is_log_keys():
+    """A sanity check of the reading the CLI gives: with every key weighted alike, log(keys) nats."""
+    from service.heads import summarize
+
+    (summary,) = summarize(np.full((1, 1, 3, 5), 0.2), [0], [True, False, False, False, False], self_attention=False)
+    assert summary.entropy == pytest.approx(math.log(5)) and summary.special == pytest.approx(0.2)
