@@ -148,3 +148,11 @@ def test_errors_are_reported_plainly(served, numbers_dir):
         assert result.returncode == 1 and "FAILED_PRECONDITION" in result.stderr and "--attention-maps" in result.stderr
     finally:
         off.close()
+
+
+def test_serving_never_imports_matplotlib():
+    """matplotlib is the plot extra's: the serving image does not have it."""
+    probe = (
+        "import sys, service.cli, service.server, service.client, service.heads; assert 'matplotlib' not in sys.modules"
+    )
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).returncode == 0

@@ -307,3 +307,9 @@ def test_entropy_of_a_uniform_head_is_log_keys():
 
     (summary,) = summarize(np.full((1, 1, 3, 5), 0.2), [0], [True, False, False, False, False], self_attention=False)
     assert summary.entropy == pytest.approx(math.log(5)) and summary.special == pytest.approx(0.2)
+
+
+def test_unparsable_bytes_are_invalid_argument(served):
+    call = served.channel().unary_unary("/attnserve.v1.Inference/Attention")
+    code, details = status(lambda: call(b"\xff\x00garbage", timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a valid message for Attention" in details
