@@ -272,6 +272,19 @@ def test_the_answer_size_limit_must_fit_in_a_message():
     ServerConfig(attention_max_response_bytes=4 << 20)  # not checked while attention maps are off
 
 
+def test_flags_and_environment_turn_it_on():
+    import argparse
+
+    from service.config import add_arguments, from_sources
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert from_sources(parser.parse_args([]), environ={}).attention_maps is False
+    assert from_sources(parser.parse_args([]), environ={"ATTNSERVE_ATTENTION_MAPS": "1"}).attention_maps is True
+    config = from_sources(parser.parse_args(["--attention-maps", "--attention-max-input-tokens", "32"]), environ={})
+    assert config.attention_maps and config.attention_max_input_tokens == 32
+
+
 @given(number=st.integers(0, 999_999_999))
 @settings(max_examples=15, suppress_health_check=list(HealthCheck))
 def test_shapes_follow_the_tokens(served, number):
