@@ -7,8 +7,10 @@ cost while they are served.
 - Generate: a Transformer-base-sized random seq2seq model (d_model 512, 8 heads, 6+6 layers, vocab 32000),
   32 concurrent GenerateStream calls of 128 new tokens, greedy, ignore_eos (benchmarks/stream_clients.py).
 
-Each round starts a fresh `attnserve serve` process per variant (off, then on), alone on the machine with
-its clients, and measures both loads on it: rounds alternate so that drift hits both variants alike.
+Each round starts a fresh `attnserve serve` process per variant, alone on the machine with its clients,
+and measures both loads on it; the order of the variants alternates from round to round. Besides the
+medians, the on / off ratio of each round (the two variants measured within a minute) is reported: on
+shared machines it is steadier than a ratio of medians.
 
     .venv/bin/python -m benchmarks.attention_bench [--minilm build/models/minilm] [--rounds 3]
 """
@@ -72,8 +74,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = random_model_dir(BASE_SEQ2SEQ, Path(tmp) / "base", "base", seed=0)
         export_model_dir(base, progress_stream=io.StringIO())
-        for _ in range(args.rounds):
-            for variant in ("off", "on"):
+        for round_ in range(args.rounds):
+            for variant in ("off", "on") if round_ % 2 == 0 else ("on", "off"):
                 flags = ["--attention-maps"] if variant == "on" else []
                 server = ServerProcess(*flags, models=(str(args.minilm), str(base)))
                 try:
@@ -89,26 +91,23 @@ def main() -> None:
                     server.stop()
 
     medians = {v: {k: statistics.median(x) for k, x in r.items()} for v, r in runs.items()}
-    rows = []
-    for key, label in (
-        ("embed", "Embed, sentences/s"),
-        ("generate", "Generate, tokens/s"),
-        ("rss_mb", "server RSS, MB"),
-    ):
+    rows, ratios = [], {}
+    measures = [("embed", "Embed, sentences/s"), ("generate", "Generate, tokens/s"), ("rss_mb", "server RSS, MB")]
+    for key, label in measures:
         off, on = medians["off"][key], medians["on"][key]
-        rows.append([label, off, on, f"{on / off:.3f}", " ".join(f"{x:.0f}" for x in runs["off"][key]),
-                     " ".join(f"{x:.0f}" for x in runs["on"][key])])  # fmt: skip
+        ratios[key] = [b / a for a, b in zip(runs["off"][key], runs["on"][key])]
+        each = " ".join(f"{r:.2f}" for r in ratios[key])
+        rows.append([label, off, on, f"{on / off:.3f}", f"{statistics.median(ratios[key]):.3f}", each])
     print_table(
         f"Attention maps off vs on, median of {args.rounds} rounds (each: a fresh server per variant)",
-        ["measure", "off", "on", "on / off", "off, each round", "on, each round"],
+        ["measure", "off", "on", "on / off (medians)", "median of rounds' on / off", "each round's on / off"],
         rows,
     )
     attention = {name: statistics.median(r[name] for r in latencies) for name in latencies[0]}
     print_table("Attention calls (server with attention maps on), median ms", ["call", "ms"],
                 [[name, ms] for name, ms in attention.items()])  # fmt: skip
-    write_results(
-        "attention_bench", {"rounds": args.rounds, "runs": runs, "medians": medians, "attention_ms": attention}
-    )
+    figures = {"rounds": args.rounds, "runs": runs, "medians": medians, "ratios": ratios, "attention_ms": attention}
+    write_results("attention_bench", figures)
 
 
 if __name__ == "__main__":

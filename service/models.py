@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -95,7 +96,10 @@ def load_model(model_dir: Path, settings: SessionSettings, attention: bool = Fal
         decoder_session = create_session(files.decoder, settings)
         model.seq2seq = Seq2SeqRunner(encoder_session, decoder_session, files.config["n_decoder_layers"])
     if attention:
-        model.attention_runner = AttentionRunner(create_session(files.attention, settings), files.task)
+        # Its threads sleep between calls instead of spinning: the graph runs seldom, and spinning threads
+        # of an idle session would take cycles from the serving graphs' next calls.
+        quiet = dataclasses.replace(settings, spinning=False)
+        model.attention_runner = AttentionRunner(create_session(files.attention, quiet), files.task)
         _warm_up_attention(model)
     log.info("model %s (%s) loaded from %s on %s", files.name, files.task, model_dir, model.provider)
     return model
