@@ -225,6 +225,13 @@ def _client(args, **kwargs):
     return Client(args.target, tls_ca=args.tls_ca, tls_cert=args.tls_cert, tls_key=args.tls_key, token=token, **kwargs)
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
 def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
     parser.add_argument("--tls-ca", help="PEM CA to trust the server with (TLS)")
@@ -284,8 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="which attention: encoder (self), decoder (self) or cross; default: cross for seq2seq "
                        "models, encoder for embedding models")  # fmt: skip
     heads.add_argument("--target-text", help="seq2seq: the decoder reads this text instead of a greedy generation")
-    heads.add_argument("--max-new-tokens", type=int, default=0, help="seq2seq: of the greedy generation")
-    heads.add_argument("--layers", type=int, nargs="+", default=[], help="only these layers (0-based); default: all")
+    heads.add_argument("--max-new-tokens", type=_count, default=0, help="seq2seq: of the greedy generation")
+    heads.add_argument("--layers", type=_count, nargs="+", default=[], help="only these layers (0-based); default: all")
     _client_options(heads)
     heads.add_argument("--timeout", type=float, default=60.0, help="seconds; default: %(default)s")
     heads.set_defaults(run=cmd_heads)

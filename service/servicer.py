@@ -403,7 +403,10 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                 f"{self.attention_calls} Attention calls are in progress, the most this server runs at once "
                 f"(attention_max_concurrent {config.attention_max_concurrent}); retry later"
             )
+        # A call holds its slot until its graph has run, even when its caller leaves first: the slots
+        # bound the work queued on the model thread, not only the callers waiting.
         self.attention_calls += 1
+        running = None
         try:
             target_text = request.target
             if seq2seq and not given_target:
@@ -413,11 +416,17 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                     text.append(event.text)
                     generated.extend(event.token_ids)
                 target_ids, target_text = [model.config["bos_id"], *generated], "".join(text)
-            maps = await model.attention.compute(source.ids, target_ids, layers)
+            running = model.attention.submit(source.ids, target_ids, layers)
+            running.add_done_callback(self._attention_done)
+            maps = await asyncio.shield(running)
         finally:
-            self.attention_calls -= 1
+            if running is None:
+                self.attention_calls -= 1
         record.figures.update(prompt_tokens=len(source.ids), target_tokens=len(target_ids or ()), weights_bytes=size)
         return _attention_response(model, source, target_ids, target_text, maps)
+
+    def _attention_done(self, _: asyncio.Future) -> None:
+        self.attention_calls -= 1
 
 
 def _attention_response(model: ServedModel, source, target_ids, target_text: str, maps) -> pb.AttentionResponse:

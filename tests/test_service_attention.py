@@ -232,6 +232,26 @@ def test_too_many_at_once_is_resource_exhausted(tight):
     assert tight.stub().Attention(request).target_text == "six"
 
 
+def test_a_caller_that_leaves_holds_its_slot_until_its_graph_has_run(tight):
+    maps = tight.server.registry.models["numbers"].attention
+    runs = maps.calls
+    request = pb.AttentionRequest(input="5", target="five")  # teacher forcing: straight to the graph
+    release = tight.hold_model_thread()
+    try:
+        code, _ = status(lambda: tight.stub().Attention(request, timeout=0.3))
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+        code, details = status(lambda: tight.stub().Attention(request, timeout=5))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 Attention calls are in progress" in details
+    finally:
+        release.set()
+    deadline = time.monotonic() + 10
+    while tight.call_soon(lambda: tight.server.servicer.attention_calls) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tight.call_soon(lambda: tight.server.servicer.attention_calls) == 0
+    assert maps.calls == runs + 1  # the abandoned call's graph ran, then let its slot go
+    assert tight.stub().Attention(request).predicted_tokens == ["▁five", "</s>"]
+
+
 def test_off_by_default_nothing_loaded_and_failed_precondition(numbers_dir):
     server = BackgroundServer([numbers_dir])
     try:
