@@ -20,6 +20,7 @@ import grpc
 import numpy as np
 
 from .batcher import QueueFull as BatcherQueueFull
+from .beam_search import BeamSettings
 from .calls import CallRecord, request_id
 from .config import ServerConfig
 from .errors import RequestError, exhausted, invalid, unavailable
@@ -36,6 +37,9 @@ TASKS = {"embedding": pb.TASK_EMBEDDING, "seq2seq": pb.TASK_SEQ2SEQ}
 FINISH_REASONS = {
     LENGTH: pb.FINISH_REASON_LENGTH, EOS: pb.FINISH_REASON_EOS, STOP: pb.FINISH_REASON_STOP,
     CANCELLED: pb.FINISH_REASON_CANCELLED,
+}  # fmt: skip
+EARLY_STOPPING = {
+    pb.EARLY_STOPPING_HEURISTIC: "false", pb.EARLY_STOPPING_ON: "true", pb.EARLY_STOPPING_NEVER: "never",
 }  # fmt: skip
 MAX_STOP_SEQUENCES = 8
 MAX_STOP_LENGTH = 64
@@ -239,7 +243,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             tokenized=[pb.TokenizedInput(ids=e.ids, tokens=e.tokens, truncated=e.truncated) for e in encoded],
         )
 
-    def _generation_params(self, model: ServedModel, p: pb.GenerationParams) -> GenerationParams:
+    def _generation_params(self, model: ServedModel, p: pb.GenerationParams, streaming: bool) -> GenerationParams:
         geometry = model.scheduler.cache.geometry
         limit = geometry.target_tokens - 1
         max_new_tokens = p.max_new_tokens or limit
@@ -272,14 +276,47 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             seed=p.seed if p.HasField("seed") else None,
             stop=tuple(p.stop),
             ignore_eos=p.ignore_eos,
+            beams=self._beam_settings(model, p, streaming),
         )
+
+    def _beam_settings(self, model: ServedModel, p: pb.GenerationParams, streaming: bool) -> BeamSettings | None:
+        """Beam search settings, or None for greedy/sampling. An unset num_beams is the model's default,
+        unless the request asks for what beam search cannot do (stream, sample, stop sequences, ...)."""
+        greedy_only = [name for name, set_ in (
+            ("stream", streaming), ("temperature", p.temperature), ("repetition_penalty", p.repetition_penalty),
+            ("stop", p.stop), ("ignore_eos", p.ignore_eos),
+        ) if set_]  # fmt: skip
+        beam_only = [name for name, set_ in (
+            ("length_penalty", p.HasField("length_penalty")), ("early_stopping", p.early_stopping)) if set_
+        ]  # fmt: skip
+        num_beams = p.num_beams or (1 if greedy_only else model.config.get("num_beams", 1))
+        if num_beams == 1:
+            if beam_only:
+                raise invalid(f"params.{beam_only[0]}: only with beam search (num_beams > 1)")
+            return None
+        limit = min(self.config.max_beams, model.scheduler.cache.rows)
+        if num_beams > limit:
+            raise invalid(
+                f"params.num_beams: {num_beams}; at most {limit} (max_beams {self.config.max_beams}, "
+                f"cache rows of model {model.name!r} {model.scheduler.cache.rows})"
+            )
+        if greedy_only == ["stream"]:
+            raise invalid("params.num_beams: beam search does not stream (the best beam is known at the end); use Generate")
+        if greedy_only:
+            name = next(n for n in greedy_only if n != "stream")
+            raise invalid(f"params.{name}: not with beam search (num_beams {num_beams})")
+        length_penalty = p.length_penalty if p.HasField("length_penalty") else model.config.get("length_penalty", 1.0)
+        if not math.isfinite(length_penalty):
+            raise invalid(f"params.length_penalty: {length_penalty:.7g}; must be finite")
+        early = EARLY_STOPPING.get(p.early_stopping) or model.config.get("early_stopping", "false")
+        return BeamSettings(num_beams, length_penalty, early)
 
     async def _events(self, request: pb.GenerateRequest, record: CallRecord):
         """-> the model, and the events of the request's generation."""
         model = self.registry.get(request.model, "seq2seq", record.rpc)
         record.use_model(model.name)
         _check_text("input", request.input)
-        params = self._generation_params(model, request.params)
+        params = self._generation_params(model, request.params, streaming=record.rpc == "GenerateStream")
         (encoded,) = await self._tokenize(model, [request.input])
         if encoded.truncated:
             raise invalid(f"input: more than {model.max_input_tokens} tokens, the most model {model.name!r} takes")
