@@ -41,6 +41,7 @@ FINISH_REASONS = {
 EARLY_STOPPING = {
     pb.EARLY_STOPPING_HEURISTIC: "false", pb.EARLY_STOPPING_ON: "true", pb.EARLY_STOPPING_NEVER: "never",
 }  # fmt: skip
+MAX_LENGTH_PENALTY = 10.0
 MAX_STOP_SEQUENCES = 8
 MAX_STOP_LENGTH = 64
 
@@ -306,8 +307,10 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             name = next(n for n in greedy_only if n != "stream")
             raise invalid(f"params.{name}: not with beam search (num_beams {num_beams})")
         length_penalty = p.length_penalty if p.HasField("length_penalty") else model.config.get("length_penalty", 1.0)
-        if not math.isfinite(length_penalty):
-            raise invalid(f"params.length_penalty: {length_penalty:.7g}; must be finite")
+        if not abs(length_penalty) <= MAX_LENGTH_PENALTY:  # also NaN; length ** penalty stays a float32
+            raise invalid(f"params.length_penalty: {length_penalty:.7g}; must be within +-{MAX_LENGTH_PENALTY}")
+        if p.early_stopping and p.early_stopping not in EARLY_STOPPING:
+            raise invalid(f"params.early_stopping: {p.early_stopping} is not an EarlyStopping value")
         early = EARLY_STOPPING.get(p.early_stopping) or model.config.get("early_stopping", "false")
         return BeamSettings(num_beams, length_penalty, early)
 

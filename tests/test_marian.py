@@ -258,7 +258,9 @@ def test_beam_search_errors(served):
         ({"num_beams": 2, "temperature": 0.7}, "params.temperature: not with beam search"),
         ({"num_beams": 2, "stop": ["x"]}, "params.stop: not with beam search"),
         ({"num_beams": 1, "length_penalty": 2.0}, "params.length_penalty: only with beam search"),
-        ({"num_beams": 2, "length_penalty": float("nan")}, "params.length_penalty: nan; must be finite"),
+        ({"num_beams": 2, "length_penalty": 1e30}, "params.length_penalty: 1e+30; must be within +-10"),
+        ({"num_beams": 2, "early_stopping": 7}, "params.early_stopping: 7 is not an EarlyStopping value"),
+        ({"num_beams": 2, "length_penalty": float("nan")}, "params.length_penalty: nan; must be within +-10"),
     ]
     for params, message in cases:
         with pytest.raises(grpc.RpcError) as error:
