@@ -46,7 +46,8 @@ def _stacked(recorded: list[list[Tensor]], query_mask: Tensor) -> Tensor:
 
 
 class AttentionGraph(nn.Module):
-    """input_ids, attention_mask (B, S) [, target_ids, target_mask (B, T)] -> attention_outputs(task)."""
+    """input_ids, attention_mask (B, S) [, target_ids, target_mask (B, T)] -> attention_outputs(task).
+    predicted_ids: the argmax at each target position, over the tokens the model may generate."""
 
     def __init__(self, model: EmbeddingModel | Seq2SeqModel):
         super().__init__()
@@ -67,7 +68,13 @@ class AttentionGraph(nn.Module):
             recording([layer.cross_attention for layer in layers]) as cross_attention,
         ):
             hidden = self.model.decoder(target_ids, NoCache(), cross, attention_mask)
-        predicted = self.model.logits(hidden).argmax(dim=-1)  # (B, T)
+        logits = self.model.logits(hidden)  # (B, T, vocab)
+        suppressed = self.model.config.suppressed_ids
+        if suppressed:  # never generated (Marian's pad token): never predicted either, as greedy decoding does
+            never = torch.zeros(logits.shape[-1], dtype=torch.bool)
+            never[list(suppressed)] = True
+            logits = logits.masked_fill(never, torch.finfo(logits.dtype).min)
+        predicted = logits.argmax(dim=-1)  # (B, T)
         return (
             encoder_weights,
             _stacked(decoder_self, target_mask),

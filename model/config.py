@@ -25,7 +25,9 @@ class ModelConfig:
     n_encoder_layers: int
     n_decoder_layers: int = 0  # seq2seq only
     max_positions: int = 512  # longest sequence the position table covers
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    # sinusoidal: the paper's table, sin and cos interleaved; sinusoidal_split: the same frequencies with all
+    # sines first, then all cosines (Marian); learned: a trained table.
+    positions: Literal["sinusoidal", "sinusoidal_split", "learned"] = "sinusoidal"
     norm_placement: Literal["post", "pre"] = "post"  # post: the paper; pre: LayerNorm inside the residual branch
     activation: Literal["relu", "gelu", "gelu_tanh", "silu"] = "relu"
     layer_norm_eps: float = 1e-5
@@ -40,11 +42,20 @@ class ModelConfig:
     normalize: bool = True  # L2-normalise by default (a request may say otherwise)
     # Tokenization: inputs longer than this are truncated (or refused). None: max_positions.
     max_input_tokens: int | None = None
+    tokenizer: Literal["tokenizers", "marian"] = "tokenizers"  # tokenizer.json, or Marian's sentencepiece files
     pad_id: int = 0
     bos_id: int = 1  # decoder start token (seq2seq)
     eos_id: int = 2
+    # Generation defaults of the checkpoint (seq2seq), as its Hugging Face generation config states them.
+    suppressed_ids: tuple[int, ...] = ()  # never generated (Marian's bad_words_ids: the pad token)
+    forced_eos: bool = False  # the last position a request allows is eos (forced_eos_token_id)
+    renormalize_logits: bool = False  # beam scores: log-softmax again after suppressing tokens
+    num_beams: int = 1  # when a request does not say
+    length_penalty: float = 1.0  # beam score = sum of log-probabilities / generated length ** length_penalty
+    early_stopping: Literal["true", "false", "never"] = "false"  # as transformers defines it
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "suppressed_ids", tuple(self.suppressed_ids))  # a list, read from JSON
         if self.max_input_tokens is None:
             object.__setattr__(self, "max_input_tokens", self.max_positions)
         problems = []
@@ -60,6 +71,8 @@ class ModelConfig:
             problems.append(f"a seq2seq model needs d_head (d_model / n_heads) a multiple of 8, not {self.d_head}")
         if self.task == "embedding" and self.n_decoder_layers:
             problems.append("an embedding model has no decoder layers")
+        if self.num_beams < 1:
+            problems.append(f"num_beams must be >= 1, not {self.num_beams}")
         if self.max_input_tokens > self.max_positions:
             problems.append(f"max_input_tokens {self.max_input_tokens} exceeds max_positions {self.max_positions}")
         if problems:

@@ -39,12 +39,12 @@ from service.model_files import (
     ENCODER_INPUTS,
     MANIFEST_FILE,
     MANIFEST_FORMAT,
-    TOKENIZER_FILE,
     WEIGHTS_FILE,
     decoder_inputs,
     decoder_outputs,
     encoder_outputs,
     sha256_file,
+    tokenizer_files,
 )
 
 from .attention_maps import export_attention, measure_attention_parity
@@ -239,7 +239,7 @@ def greedy_logits_torch(model: Seq2SeqModel, ids, mask, tokens) -> torch.Tensor:
 
 def library_versions() -> dict:
     versions = {"python": platform.python_version()}
-    for package in ("attnserve", "torch", "onnx", "onnxruntime", "onnxruntime-gpu", "tokenizers", "safetensors"):
+    for package in ("attnserve", "torch", "onnx", "onnxruntime", "onnxruntime-gpu", "tokenizers", "sentencepiece", "safetensors"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -248,7 +248,7 @@ def library_versions() -> dict:
 
 
 def export_model_dir(model_dir: Path, progress_stream=sys.stderr) -> dict:
-    """Export model_dir (config.json, model.safetensors, tokenizer.json) in place; returns the manifest."""
+    """Export model_dir (config.json, model.safetensors, the tokenizer's files) in place; returns the manifest."""
     model_dir = Path(model_dir)
     started = time.perf_counter()
     with torch.no_grad():
@@ -276,7 +276,8 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr) -> dict:
                 )
             parity.update(measure_attention_parity(model, _session(model_dir / ATTENTION_FILE)))
         with progress.step("checksums"):
-            artifacts = [CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE] + [path for path, _ in graphs.values()]
+            tokenizer = tokenizer_files(config.tokenizer)
+            artifacts = [CONFIG_FILE, WEIGHTS_FILE, *tokenizer] + [path for path, _ in graphs.values()]
             checksums = {a: sha256_file(model_dir / a) for a in artifacts}
         with progress.step(f"-> {MANIFEST_FILE}"):
             manifest = {

@@ -20,13 +20,17 @@ ACTIVATIONS = {
 }
 
 
-def sinusoid_table(n_positions: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)). (P, d_model)"""
+def sinusoid_table(n_positions: int, d_model: int, split: bool = False) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)). (P, d_model)
+    split: the sines in the first half of each vector and the cosines in the second, as Marian lays them out."""
     position = torch.arange(n_positions, dtype=torch.float64)[:, None]
     frequency = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    sines, cosines = torch.sin(position * frequency), torch.cos(position * frequency[: d_model // 2])
+    if split:
+        return torch.cat([sines, cosines], dim=1).float()
     table = torch.zeros(n_positions, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(position * frequency)
-    table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
+    table[:, 0::2] = sines
+    table[:, 1::2] = cosines
     return table.float()
 
 
@@ -42,7 +46,8 @@ class Embeddings(nn.Module):
         else:
             self.positions = None
             # A fixed table, rebuilt from the config: not a weight, so not saved.
-            self.register_buffer("sinusoids", sinusoid_table(config.max_positions, config.d_model), persistent=False)
+            table = sinusoid_table(config.max_positions, config.d_model, split=config.positions == "sinusoidal_split")
+            self.register_buffer("sinusoids", table, persistent=False)
         self.token_types = nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embedding_norm else None
 

@@ -28,11 +28,21 @@ def cmd_export(args) -> None:
 
 
 def cmd_import(args) -> None:
+    """A Hugging Face MarianMT checkpoint (config.json says model_type "marian") or a sentence-transformers
+    BERT checkpoint."""
     _needs_torch()
-    from model.import_bert import import_sentence_transformer
+    import json
 
-    out = import_sentence_transformer(args.source, args.out, args.name)
-    print(f"{out}: imported {args.source} as {args.name!r}; next: attnserve export {out}")
+    from model.import_bert import import_sentence_transformer
+    from model.import_marian import MarianImportError, import_marian
+
+    config = Path(args.source) / "config.json"
+    kind = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    try:
+        out = (import_marian if kind == "marian" else import_sentence_transformer)(args.source, args.out, args.name)
+    except (MarianImportError, FileNotFoundError) as error:
+        sys.exit(f"attnserve import: {error}")
+    print(f"{out}: imported {args.source} ({kind or 'bert'}) as {args.name!r}; next: attnserve export {out}")
 
 
 def cmd_build(args) -> None:
@@ -128,11 +138,17 @@ def cmd_generate(args) -> None:
 
     params = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
               "top_p": args.top_p, "repetition_penalty": args.repetition_penalty, "stop": args.stop,
-              "ignore_eos": args.ignore_eos}  # fmt: skip
+              "ignore_eos": args.ignore_eos, "num_beams": args.num_beams}  # fmt: skip
     if args.seed is not None:
         params["seed"] = args.seed
     try:
         with _client(args, timeout=args.timeout) as client:
+            if args.num_beams > 1:  # beam search does not stream: its best hypothesis comes whole
+                response = client.generate(args.text, model=args.model, **params)
+                print(response.text)
+                print(f"[{FINISH_REASON_NAMES[response.finish_reason]}: {response.usage.generated_tokens} tokens, "
+                      f"{args.num_beams} beams]", file=sys.stderr)  # fmt: skip
+                return
             for message in client.generate_stream(args.text, model=args.model, **params):
                 print(message.text, end="", flush=True)
                 if message.finish_reason:
@@ -275,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int)
     gen.add_argument("--stop", action="append", default=[], help="a stop sequence; may be repeated")
     gen.add_argument("--ignore-eos", action="store_true")
+    gen.add_argument("--num-beams", type=int, default=0, help="beam search (> 1: the answer comes whole); default: 1")
     gen.add_argument("--timeout", type=float, default=120.0, help="seconds; default: %(default)s")
     gen.set_defaults(run=cmd_generate)
 
@@ -311,8 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("model_dir", type=Path, help="holds config.json, model.safetensors, tokenizer.json")
     export.set_defaults(run=cmd_export)
 
-    imp = commands.add_parser("import", help="convert a sentence-transformers BERT checkpoint into a model directory")
-    imp.add_argument("source", type=Path, help="sentence-transformers directory (config.json, model.safetensors, ...)")
+    imp = commands.add_parser(
+        "import", help="convert a MarianMT (opus-mt) or sentence-transformers BERT checkpoint into a model directory"
+    )
+    imp.add_argument(
+        "source", type=Path, help="Hugging Face directory (config.json, model.safetensors, tokenizer files, ...)"
+    )
     imp.add_argument("out", type=Path, help="model directory to write")
     imp.add_argument("--name", required=True, help="the model's name when served")
     imp.set_defaults(run=cmd_import)

@@ -60,6 +60,7 @@ class ServerConfig:
     max_new_tokens: int = _setting(
         256, "most tokens one Generate call may ask for, and the default (capped by a model's positions)"
     )
+    max_beams: int = _setting(8, "most beams one Generate call may ask for (each beam takes a cache row)")
     kv_cache_bytes: int = _setting(1 << 30, "generation cache per seq2seq model, in bytes")
     kv_cache_tokens: int = _setting(0, "generation cache per seq2seq model in tokens; when > 0, instead of bytes")
     max_running_sequences: int = _setting(64, "most sequences in one decode step (cache rows are capped by it)")
@@ -99,7 +100,7 @@ class ServerConfig:
         positive = [
             "max_batch_tokens", "max_batch_size", "max_queue_inputs", "max_client_batch_size",
             "max_concurrent_requests", "max_message_bytes", "max_new_tokens", "kv_cache_bytes",
-            "max_running_sequences", "max_waiting_sequences", "attention_max_input_tokens",
+            "max_running_sequences", "max_waiting_sequences", "max_beams", "attention_max_input_tokens",
             "attention_max_response_bytes", "attention_max_concurrent",
         ]  # fmt: skip
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
@@ -124,9 +125,6 @@ class ServerConfig:
             path = getattr(self, name)
             if path and not Path(path).is_file():
                 problems.append(f"{name}: {path} is not a readable file")
-        for name in ():
-            if getattr(self, name) < 0:
-                problems.append(f"{name} must be >= 0, not {getattr(self, name)}")
         for name in ("port", "metrics_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 problems.append(f"{name} must be 0..65535, not {getattr(self, name)}")

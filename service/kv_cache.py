@@ -148,6 +148,12 @@ class KVCache:
             self._allocate_cross(MIN_SOURCE_CAPACITY)  # a long source once need not cost every step after
         return moved
 
+    def copy_row(self, source: int, target: int, length: int) -> None:
+        """Another beam's self-attention K/V, the first `length` positions: a beam search's row follows
+        its parent. Cross-attention rows are alike for all beams of a sequence and are left alone."""
+        for buffer in self.self_keys + self.self_values:
+            buffer[target, :, :length] = buffer[source, :, :length]
+
     def step_inputs(self) -> dict:
         """The leading `used` rows of every buffer (views, not copies) and the books a step needs."""
         n = self.used

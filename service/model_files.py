@@ -12,6 +12,13 @@ MANIFEST_FORMAT = "attnserve.manifest/2"  # 2: the decoder step on cache buffers
 MANIFEST_FILE = "manifest.json"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
+# Marian's tokenizer: a sentencepiece model per language and one vocabulary mapping pieces to ids.
+MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+
+
+def tokenizer_files(kind: str) -> tuple[str, ...]:
+    """The files a model's tokenizer reads, by the config's `tokenizer` kind."""
+    return MARIAN_TOKENIZER_FILES if kind == "marian" else (TOKENIZER_FILE,)
 WEIGHTS_FILE = "model.safetensors"
 ENCODER_FILE = "onnx/encoder.onnx"
 DECODER_FILE = "onnx/decoder.onnx"
@@ -86,7 +93,7 @@ class ModelFiles:
     task: str
     config: dict  # ModelConfig fields
     manifest: dict
-    tokenizer: Path
+    tokenizer: Path  # tokenizer.json, or the directory that holds Marian's tokenizer files
     encoder: Path
     decoder: Path | None
     attention: Path | None = None  # only when asked for
@@ -109,7 +116,8 @@ def open_model_dir(root: Path, attention: bool = False) -> ModelFiles:
             f"export the model again (attnserve export {root})"
         )
     task = manifest["task"]
-    served = [TOKENIZER_FILE, ENCODER_FILE] + ([DECODER_FILE] if task == "seq2seq" else [])
+    tokenizer_kind = manifest["config"].get("tokenizer", "tokenizers")
+    served = [*tokenizer_files(tokenizer_kind), ENCODER_FILE] + ([DECODER_FILE] if task == "seq2seq" else [])
     if attention:
         if ATTENTION_FILE not in manifest["sha256"]:
             raise ModelFilesError(
@@ -136,7 +144,7 @@ def open_model_dir(root: Path, attention: bool = False) -> ModelFiles:
         task=task,
         config=manifest["config"],
         manifest=manifest,
-        tokenizer=root / TOKENIZER_FILE,
+        tokenizer=root if tokenizer_kind == "marian" else root / TOKENIZER_FILE,
         encoder=root / ENCODER_FILE,
         decoder=root / DECODER_FILE if task == "seq2seq" else None,
         attention=root / ATTENTION_FILE if attention else None,

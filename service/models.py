@@ -20,7 +20,7 @@ from .metrics import Metrics, ModelMetrics
 from .model_files import ModelFiles, open_model_dir
 from .runner import EncoderRunner, Seq2SeqRunner, SessionSettings, create_session, provider_of
 from .scheduler import Scheduler
-from .tokenizer import TextTokenizer, pad_batch
+from .tokenizer import MarianTokenizer, TextTokenizer, load_tokenizer, pad_batch
 
 log = logging.getLogger("attnserve.models")
 
@@ -50,7 +50,7 @@ class ModelHealth:
 @dataclass
 class ServedModel:
     files: ModelFiles
-    tokenizer: TextTokenizer
+    tokenizer: TextTokenizer | MarianTokenizer
     provider: str
     encoder: EncoderRunner | None = None  # embedding models
     batcher: EmbeddingBatcher | None = None  # embedding models, once started
@@ -86,7 +86,7 @@ def load_model(model_dir: Path, settings: SessionSettings, attention: bool = Fal
     """Open, verify and warm up one model directory (blocking: call it in a thread); with attention, its
     attention-map graph too."""
     files = open_model_dir(model_dir, attention=attention)
-    tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
+    tokenizer = load_tokenizer(files.config.get("tokenizer", "tokenizers"), files.tokenizer, files.config["max_input_tokens"])
     encoder_session = create_session(files.encoder, settings)
     model = ServedModel(files, tokenizer, provider_of(encoder_session))
     if files.task == "embedding":
@@ -191,6 +191,8 @@ class ModelRegistry:
                 model.scheduler = Scheduler(
                     model.seq2seq, cache, model.tokenizer, c["bos_id"], c["eos_id"], c["pad_id"], executor,
                     generation.max_waiting, model.name, model.metrics, model.health,
+                    suppressed_ids=tuple(c.get("suppressed_ids", ())), forced_eos=c.get("forced_eos", False),
+                    renormalize_logits=c.get("renormalize_logits", False),
                 )
                 model.scheduler.start()
                 model.metrics.watch_queue(lambda scheduler=model.scheduler: len(scheduler.waiting))

@@ -6,6 +6,11 @@ requests are admitted while the cache has rows, and their sources go through the
 one decoder step runs for every running sequence at once, new ones included, and each sequence's next
 token is chosen. Tokens become text (held back where a stop sequence might begin), events go to the
 callers, and finished sequences leave at once. Model work and sampling run in the model thread.
+
+A beam-search sequence holds one row per beam. After each step its beams' rows follow their parents:
+a parent's first child keeps the parent's row as it is, and only further children are copied (the
+filled positions of one row) into the rows of beams that died. Cross-attention rows are the same for
+all beams of a sequence and never move.
 """
 
 from __future__ import annotations
@@ -14,13 +19,14 @@ import asyncio
 import logging
 import secrets
 import time
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .beam_search import BeamSearch, BeamSettings, log_softmax
 from .kv_cache import KVCache
 from .metrics import ModelMetrics
 from .runner import Seq2SeqRunner
@@ -44,6 +50,12 @@ class GenerationParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    beams: BeamSettings | None = None  # beam search (num_beams >= 2); None: greedy or sampling
+
+    @property
+    def width(self) -> int:
+        """Cache rows the sequence takes."""
+        return self.beams.num_beams if self.beams else 1
 
 
 @dataclass(frozen=True)
@@ -75,10 +87,17 @@ class Sequence:
     admitted: float | None = None
     first_token: float | None = None
     last_token: float | None = None
-    row: int | None = None
+    row: int | None = None  # greedy and sampled sequences
+    beam_rows: list[BeamRow] = field(default_factory=list)  # beam search: the beams' rows, in beam order
+    search: BeamSearch | None = None
     generated: list[int] = field(default_factory=list)
     unsent: list[int] = field(default_factory=list)  # ids not yet in an event
     gone: bool = False  # the caller left
+
+    @property
+    def slots(self) -> list:
+        """What the sequence holds in the scheduler's rows."""
+        return self.beam_rows if self.search else [self]
 
     def finish(self, reason: str, last_text: str = "") -> None:
         now = time.perf_counter()
@@ -90,6 +109,40 @@ class Sequence:
         )
         self.events.put_nowait(Event(last_text, self.unsent, reason, usage))
         self.unsent = []
+
+
+@dataclass(eq=False)
+class BeamRow:
+    """One beam's cache row; `beam` is its place among the sequence's running beams."""
+
+    sequence: Sequence
+    beam: int
+    row: int | None = None
+
+
+def owner(slot: Sequence | BeamRow) -> Sequence:
+    return slot.sequence if isinstance(slot, BeamRow) else slot
+
+
+def reorder_beams(beam_rows: list[BeamRow], parents: list[int]) -> tuple[list[BeamRow], list[tuple[int, int]]]:
+    """Rows for the new beams, whose parents are `parents` (old beam indices). -> the rows in new beam
+    order, and the (from row, to row) copies that make it so: a parent's first child keeps its row;
+    each further child takes the row of a beam that has no child, with a copy of its parent's."""
+    children = defaultdict(list)
+    for new, parent in enumerate(parents):
+        children[parent].append(new)
+    spare = [slot for old, slot in enumerate(beam_rows) if old not in children]
+    ordered: list[BeamRow | None] = [None] * len(parents)
+    copies = []
+    for parent, kids in children.items():
+        ordered[kids[0]] = beam_rows[parent]
+        for kid in kids[1:]:
+            slot = spare.pop()
+            copies.append((beam_rows[parent].row, slot.row))
+            ordered[kid] = slot
+    for beam, slot in enumerate(ordered):
+        slot.beam = beam
+    return ordered, copies
 
 
 class Scheduler:
@@ -106,12 +159,18 @@ class Scheduler:
         name: str = "",
         metrics: ModelMetrics | None = None,
         health=None,
+        suppressed_ids: tuple[int, ...] = (),
+        forced_eos: bool = False,
+        renormalize_logits: bool = False,
     ):
         self.runner, self.cache, self.tokenizer, self.executor = runner, cache, tokenizer, executor
+        # The checkpoint's generation rules (transformers' bad_words_ids, forced_eos_token_id).
+        self.suppressed_ids = np.asarray(suppressed_ids, dtype=np.int64)
+        self.forced_eos, self.renormalize_logits = forced_eos, renormalize_logits
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
         self.max_waiting, self.name, self.metrics, self.health = max_waiting, name, metrics, health
         self.waiting: deque[Sequence] = deque()
-        self.rows: list[Sequence] = []  # rows[i] is the sequence in cache row i
+        self.rows: list[Sequence | BeamRow] = []  # rows[i]: what holds cache row i
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.steps_run = 0
@@ -119,7 +178,8 @@ class Scheduler:
 
     @property
     def running(self) -> int:
-        return len(self.rows)
+        """Running sequences (a beam search counts once)."""
+        return len({id(owner(slot)) for slot in self.rows})
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"scheduler:{self.name}")
@@ -132,11 +192,15 @@ class Scheduler:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        for sequence in list(self.waiting) + self.rows:
+        for sequence in list(self.waiting) + self._sequences():
             sequence.events.put_nowait(error)
         self.waiting.clear()
         while self.rows:
-            self._leave(self.rows[-1])
+            self._leave(owner(self.rows[-1]))
+
+    def _sequences(self) -> list[Sequence]:
+        """The running sequences, each once, in row order."""
+        return list({id(owner(slot)): owner(slot) for slot in self.rows}.values())
 
     async def generate(self, prompt: list[int], params: GenerationParams) -> AsyncIterator[Event]:
         """Events of one sequence until it finishes. Leaving early (the caller cancelled) frees its row
@@ -145,6 +209,8 @@ class Scheduler:
             raise QueueFull(f"{len(self.waiting)} requests are waiting; the queue holds {self.max_waiting}")
         seed = params.seed if params.seed is not None else secrets.randbits(64)
         sequence = Sequence(prompt, params, TextStream(self.tokenizer.decode, params.stop), np.random.default_rng(seed))
+        if params.beams:
+            sequence.search = BeamSearch(params.beams, self.eos_id, params.max_new_tokens)
         self.waiting.append(sequence)
         self._wake.set()
         try:
@@ -164,7 +230,7 @@ class Scheduler:
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            for sequence in [s for s in self.rows if s.gone]:
+            for sequence in [s for s in self._sequences() if s.gone]:
                 self._leave(sequence)
             if not self.rows and not self.waiting:
                 self._wake.clear()
@@ -179,7 +245,7 @@ class Scheduler:
                 log.exception("model %s: decode step failed", self.name)
                 if self.health:
                     self.health.failed()
-                for sequence in list(self.rows):
+                for sequence in self._sequences():
                     sequence.events.put_nowait(error)
                     self._leave(sequence)
                 continue
@@ -194,29 +260,35 @@ class Scheduler:
 
     def _admit(self) -> list[Sequence]:
         admitted = []
-        while self.waiting and self.cache.free_rows:
+        # First come, first served: a beam search at the head waits until it has all its rows.
+        while self.waiting and self.cache.free_rows >= self.waiting[0].params.width:
             sequence = self.waiting.popleft()
-            sequence.row = self.cache.allocate(len(sequence.prompt), sequence.params.max_new_tokens)
+            if sequence.search:
+                sequence.beam_rows = [BeamRow(sequence, beam) for beam in range(sequence.params.width)]
+            for slot in sequence.slots:
+                slot.row = self.cache.allocate(len(sequence.prompt), sequence.params.max_new_tokens)
+                self.rows.append(slot)
             sequence.admitted = time.perf_counter()
             if self.metrics:
                 self.metrics.queued(sequence.admitted - sequence.arrived)
-            self.rows.append(sequence)
             admitted.append(sequence)
         return admitted
 
-    def _model_turn(self, admitted: list[Sequence], rows: list[Sequence]) -> tuple[list[int], list[tuple]]:
+    def _model_turn(self, admitted: list[Sequence], rows: list) -> tuple[list[int | None], list[tuple]]:
         """In the model thread: encode the newly admitted sources, one decoder step for all rows, choose
-        each row's next token. -> the tokens, and (stage, inputs, positions, seconds) of each model call."""
+        each row's next token (beam searches: their beams', rows reordered). -> the tokens (None for beam
+        rows), and (stage, inputs, positions, seconds) of each model call."""
         timings = []
         if admitted:
             started = time.perf_counter()
             ids, mask = pad_batch([s.prompt for s in admitted], self.pad_id)
             cross = self.runner.encode(ids, mask)
             for i, sequence in enumerate(admitted):
-                self.cache.write_cross(sequence.row, [c[i] for c in cross[0::2]], [c[i] for c in cross[1::2]])
+                for slot in sequence.slots:
+                    self.cache.write_cross(slot.row, [c[i] for c in cross[0::2]], [c[i] for c in cross[1::2]])
             timings.append(("encode", len(admitted), int(ids.size), time.perf_counter() - started))
         started = time.perf_counter()
-        last = [s.generated[-1] if s.generated else self.bos_id for s in rows]
+        last = [self._last_token(slot) for slot in rows]
         inputs = self.cache.step_inputs()
         logits = self.runner.step(
             np.array(last, dtype=np.int64)[:, None],
@@ -225,17 +297,55 @@ class Scheduler:
             inputs["self"],
             inputs["cross"],
         )
-        tokens = [next_token(logits[i], s.generated, s.params.sampling, s.rng) for i, s in enumerate(rows)]
+        tokens = [None if isinstance(s, BeamRow) else self._choose(s, logits[i]) for i, s in enumerate(rows)]
+        for sequence in {id(s.sequence): s.sequence for s in rows if isinstance(s, BeamRow)}.values():
+            self._beam_step(sequence, logits)
         timings.append(("decode", len(rows), len(rows), time.perf_counter() - started))
         return tokens, timings
 
-    def _advance(self, tokens: list[int]) -> None:
+    def _last_token(self, slot: Sequence | BeamRow) -> int:
+        if isinstance(slot, BeamRow):
+            token = slot.sequence.search.last_tokens[slot.beam]
+            return self.bos_id if token is None else token
+        return slot.generated[-1] if slot.generated else self.bos_id
+
+    def _at_last_position(self, sequence: Sequence, generated: int) -> bool:
+        """Whether the checkpoint forces eos here: at the last position the request allows."""
+        return self.forced_eos and not sequence.params.ignore_eos and generated == sequence.params.max_new_tokens - 1
+
+    def _choose(self, sequence: Sequence, logits: np.ndarray) -> int:
+        if self._at_last_position(sequence, len(sequence.generated)):
+            return self.eos_id
+        if self.suppressed_ids.size:
+            logits = logits.copy()
+            logits[self.suppressed_ids] = -np.inf
+        return next_token(logits, sequence.generated, sequence.params.sampling, sequence.rng)
+
+    def _beam_step(self, sequence: Sequence, logits: np.ndarray) -> None:
+        """One step of a beam search; its beams' cache rows then follow their parents."""
+        search = sequence.search
+        log_probs = log_softmax(logits[[slot.row for slot in sequence.beam_rows]])
+        log_probs[:, self.suppressed_ids] = -np.inf
+        if self._at_last_position(sequence, search.length - 1):
+            log_probs[:] = -np.inf
+            log_probs[:, self.eos_id] = 0.0
+        if self.renormalize_logits:
+            log_probs = log_softmax(log_probs)
+        parents = search.step(log_probs)
+        if search.done:
+            return
+        sequence.beam_rows, copies = reorder_beams(sequence.beam_rows, parents.tolist())
+        for source, target in copies:
+            self.cache.copy_row(source, target, self.cache.lengths[source] + 1)  # + the step just taken
+
+    def _advance(self, tokens: list[int | None]) -> None:
         # The step filled one more position of every row: count it before any row moves.
         self.cache.lengths[: len(tokens)] += 1
         now = time.perf_counter()
+        searches = {id(owner(s)): owner(s) for s in self.rows[: len(tokens)] if isinstance(s, BeamRow)}
         for sequence, token in zip(list(self.rows), tokens):
-            if sequence.gone:
-                continue  # leaves at the start of the next turn
+            if token is None or sequence.gone:
+                continue  # beam rows: below; gone: leaves at the start of the next turn
             if self.metrics:
                 if sequence.first_token is None:
                     self.metrics.first_token(now - sequence.arrived)
@@ -245,7 +355,8 @@ class Scheduler:
                 sequence.first_token = now
             sequence.last_token = now
             if token == self.eos_id and not sequence.params.ignore_eos:
-                sequence.finish(EOS, sequence.text.update(sequence.generated, final=True))
+                forced = self._at_last_position(sequence, len(sequence.generated))
+                sequence.finish(LENGTH if forced else EOS, sequence.text.update(sequence.generated, final=True))
                 self._leave(sequence)
                 continue
             sequence.generated.append(token)
@@ -263,12 +374,31 @@ class Scheduler:
             else:
                 sequence.events.put_nowait(Event(text, sequence.unsent))
                 sequence.unsent = []
+        for sequence in searches.values():
+            if sequence.search.done and not sequence.gone:
+                self._finish_search(sequence, now)
+
+    def _finish_search(self, sequence: Sequence, now: float) -> None:
+        """A beam search ends with one event: the best hypothesis, whole."""
+        best = sequence.search.best()
+        ended = bool(best) and best[-1] == self.eos_id
+        forced = ended and self._at_last_position(sequence, len(best) - 1)
+        sequence.generated = best[:-1] if ended else best
+        sequence.unsent = list(sequence.generated)
+        sequence.first_token = sequence.last_token = now
+        if self.metrics:
+            self.metrics.first_token(now - sequence.arrived)
+            self.metrics.generated(len(sequence.generated))
+        reason = EOS if ended and not forced else LENGTH
+        sequence.finish(reason, sequence.text.update(sequence.generated, final=True))
+        self._leave(sequence)
 
     def _leave(self, sequence: Sequence) -> None:
-        """Free the sequence's row; the last row's sequence moves into it."""
-        moved = self.cache.free(sequence.row)
-        last = self.rows.pop()
-        if moved is not None:
-            self.rows[sequence.row] = last
-            last.row = sequence.row
-        sequence.row = None
+        """Free the sequence's rows; the last rows move into them."""
+        for slot in sequence.slots:
+            moved = self.cache.free(slot.row)
+            last = self.rows.pop()
+            if moved is not None:
+                self.rows[slot.row] = last
+                last.row = slot.row
+            slot.row = None

@@ -21,6 +21,7 @@ import numpy as np
 
 from .attention_maps import CROSS, DECODER_SELF, ENCODER_SELF, select_layers, weights_bytes
 from .batcher import QueueFull as BatcherQueueFull
+from .beam_search import BeamSettings
 from .calls import CallRecord, request_id
 from .config import ServerConfig
 from .errors import RequestError, exhausted, failed_precondition, invalid, unavailable
@@ -42,6 +43,10 @@ ATTENTION_KINDS = {
     ENCODER_SELF: pb.ATTENTION_KIND_ENCODER_SELF, DECODER_SELF: pb.ATTENTION_KIND_DECODER_SELF,
     CROSS: pb.ATTENTION_KIND_CROSS,
 }  # fmt: skip
+EARLY_STOPPING = {
+    pb.EARLY_STOPPING_HEURISTIC: "false", pb.EARLY_STOPPING_ON: "true", pb.EARLY_STOPPING_NEVER: "never",
+}  # fmt: skip
+MAX_LENGTH_PENALTY = 10.0
 MAX_STOP_SEQUENCES = 8
 MAX_STOP_LENGTH = 64
 
@@ -188,9 +193,9 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             _check_text(f"inputs[{i}]", text)
         return texts
 
-    async def _tokenize(self, model: ServedModel, texts: list[str], add_special_tokens: bool = True):
+    async def _tokenize(self, model: ServedModel, texts: list[str]):
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.tokenize_executor, model.tokenizer.encode, texts, add_special_tokens)
+        return await loop.run_in_executor(self.tokenize_executor, model.tokenizer.encode, texts)
 
     @handler
     async def Embed(self, request: pb.EmbedRequest, record: CallRecord) -> pb.EmbedResponse:
@@ -245,7 +250,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             tokenized=[pb.TokenizedInput(ids=e.ids, tokens=e.tokens, truncated=e.truncated) for e in encoded],
         )
 
-    def _generation_params(self, model: ServedModel, p: pb.GenerationParams) -> GenerationParams:
+    def _generation_params(self, model: ServedModel, p: pb.GenerationParams, streaming: bool) -> GenerationParams:
         geometry = model.scheduler.cache.geometry
         limit = geometry.target_tokens - 1
         max_new_tokens = p.max_new_tokens or limit
@@ -278,14 +283,49 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             seed=p.seed if p.HasField("seed") else None,
             stop=tuple(p.stop),
             ignore_eos=p.ignore_eos,
+            beams=self._beam_settings(model, p, streaming),
         )
+
+    def _beam_settings(self, model: ServedModel, p: pb.GenerationParams, streaming: bool) -> BeamSettings | None:
+        """Beam search settings, or None for greedy/sampling. An unset num_beams is the model's default,
+        unless the request asks for what beam search cannot do (stream, sample, stop sequences, ...)."""
+        greedy_only = [name for name, set_ in (
+            ("stream", streaming), ("temperature", p.temperature), ("repetition_penalty", p.repetition_penalty),
+            ("stop", p.stop), ("ignore_eos", p.ignore_eos),
+        ) if set_]  # fmt: skip
+        beam_only = [name for name, set_ in (
+            ("length_penalty", p.HasField("length_penalty")), ("early_stopping", p.early_stopping)) if set_
+        ]  # fmt: skip
+        num_beams = p.num_beams or (1 if greedy_only else model.config.get("num_beams", 1))
+        if num_beams == 1:
+            if beam_only:
+                raise invalid(f"params.{beam_only[0]}: only with beam search (num_beams > 1)")
+            return None
+        limit = min(self.config.max_beams, model.scheduler.cache.rows)
+        if num_beams > limit:
+            raise invalid(
+                f"params.num_beams: {num_beams}; at most {limit} (max_beams {self.config.max_beams}, "
+                f"cache rows of model {model.name!r} {model.scheduler.cache.rows})"
+            )
+        if greedy_only == ["stream"]:
+            raise invalid("params.num_beams: beam search does not stream (the best beam is known at the end); use Generate")
+        if greedy_only:
+            name = next(n for n in greedy_only if n != "stream")
+            raise invalid(f"params.{name}: not with beam search (num_beams {num_beams})")
+        length_penalty = p.length_penalty if p.HasField("length_penalty") else model.config.get("length_penalty", 1.0)
+        if not abs(length_penalty) <= MAX_LENGTH_PENALTY:  # also NaN; length ** penalty stays a float32
+            raise invalid(f"params.length_penalty: {length_penalty:.7g}; must be within +-{MAX_LENGTH_PENALTY}")
+        if p.early_stopping and p.early_stopping not in EARLY_STOPPING:
+            raise invalid(f"params.early_stopping: {p.early_stopping} is not an EarlyStopping value")
+        early = EARLY_STOPPING.get(p.early_stopping) or model.config.get("early_stopping", "false")
+        return BeamSettings(num_beams, length_penalty, early)
 
     async def _events(self, request: pb.GenerateRequest, record: CallRecord):
         """-> the model, and the events of the request's generation."""
         model = self.registry.get(request.model, "seq2seq", record.rpc)
         record.use_model(model.name)
         _check_text("input", request.input)
-        params = self._generation_params(model, request.params)
+        params = self._generation_params(model, request.params, streaming=record.rpc == "GenerateStream")
         (encoded,) = await self._tokenize(model, [request.input])
         if encoded.truncated:
             raise invalid(f"input: more than {model.max_input_tokens} tokens, the most model {model.name!r} takes")
@@ -378,7 +418,8 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         positions = min(cap, model.config["max_positions"])
         target_ids, new_tokens = None, 0
         if given_target:
-            (target,) = await self._tokenize(model, [request.target], add_special_tokens=False)
+            loop = asyncio.get_running_loop()
+            target = await loop.run_in_executor(self.tokenize_executor, model.tokenizer.encode_target, request.target)
             most = min(positions - 1, model.max_input_tokens)  # the start token takes a position
             if target.truncated or len(target.ids) > most:
                 count = f"more than {model.max_input_tokens}" if target.truncated else str(len(target.ids))

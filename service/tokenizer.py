@@ -1,12 +1,16 @@
-"""Text <-> token ids with the model's tokenizer.json, under truncation and padding set here, explicitly:
-a tokenizer.json may carry its own (all-MiniLM-L6-v2's pads and truncates everything to 128)."""
+"""Text <-> token ids: with the model's tokenizer.json, under truncation and padding set here, explicitly
+(a tokenizer.json may carry its own: all-MiniLM-L6-v2's pads and truncates everything to 128); or with
+Marian's sentencepiece models, the way transformers' MarianTokenizer uses them."""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import sentencepiece
 from tokenizers import Tokenizer
 
 
@@ -25,10 +29,13 @@ class TextTokenizer:
         # Counts the special tokens the post-processor adds ([CLS] ... [SEP]), as Hugging Face does.
         self._tokenizer.enable_truncation(max_length=max_tokens)
 
-    def encode(self, texts: list[str], add_special_tokens: bool = True) -> list[Encoded]:
-        """add_special_tokens=False: the text's own tokens only (a decoder target, which the caller frames)."""
-        encoded = self._tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
-        return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in encoded]
+    def encode(self, texts: list[str]) -> list[Encoded]:
+        return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in self._tokenizer.encode_batch(texts)]
+
+    def encode_target(self, text: str) -> Encoded:
+        """A decoder target's own tokens, without special tokens (the caller frames them)."""
+        e = self._tokenizer.encode(text, add_special_tokens=False)
+        return Encoded(e.ids, e.tokens, bool(e.overflowing))
 
     def tokens(self, ids: list[int]) -> list[str]:
         return [self._tokenizer.id_to_token(i) or "" for i in ids]
@@ -43,6 +50,83 @@ class TextTokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self._tokenizer.token_to_id(token)
+
+
+class MarianTokenizer:
+    """Source text -> pieces of source.spm -> ids through vocab.json (unknown pieces: <unk>), then </s>.
+
+    As transformers' MarianTokenizer does: the special tokens' text in the input stands for those tokens;
+    a language code (">>fra<<") at the start of a stretch of text is one token; truncation keeps the </s>.
+    Ids -> text: pieces through the same vocabulary, special tokens dropped, joined by target.spm."""
+
+    SPECIALS = ("</s>", "<unk>", "<pad>")
+
+    def __init__(self, directory: Path, max_tokens: int):
+        directory = Path(directory)
+        self.max_tokens = max_tokens
+        self.source = sentencepiece.SentencePieceProcessor(model_file=str(directory / "source.spm"))
+        self.target = sentencepiece.SentencePieceProcessor(model_file=str(directory / "target.spm"))
+        self.vocab: dict[str, int] = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
+        missing = [t for t in self.SPECIALS if t not in self.vocab]
+        if missing:
+            raise ValueError(f"{directory}/vocab.json lacks the special tokens {', '.join(missing)}")
+        self.pieces = {i: piece for piece, i in self.vocab.items()}
+        self.unk_id, self.eos_id = self.vocab["<unk>"], self.vocab["</s>"]
+        self.special_ids = {self.vocab[t] for t in self.SPECIALS}
+        self._specials = re.compile("(" + "|".join(re.escape(t) for t in self.SPECIALS) + ")")
+
+    def _pieces(self, text: str) -> list[str]:
+        pieces = []
+        for part in self._specials.split(text):
+            if part in self.SPECIALS:
+                pieces.append(part)
+                continue
+            if part.startswith(">>") and (end := part.find("<<")) != -1:
+                pieces.append(part[: end + 2])
+                part = part[end + 2 :]
+            if part:
+                pieces.extend(self.source.encode(part, out_type=str))
+        return pieces
+
+    def encode(self, texts: list[str]) -> list[Encoded]:
+        encoded = []
+        for text in texts:
+            tokens = self._pieces(text)
+            truncated = len(tokens) + 1 > self.max_tokens
+            tokens = tokens[: self.max_tokens - 1] + ["</s>"]
+            encoded.append(Encoded([self.vocab.get(t, self.unk_id) for t in tokens], tokens, truncated))
+        return encoded
+
+    def encode_target(self, text: str) -> Encoded:
+        """A decoder target's own tokens: pieces of target.spm (the target language), no </s>."""
+        tokens = self.target.encode(text, out_type=str)
+        truncated = len(tokens) > self.max_tokens
+        tokens = tokens[: self.max_tokens]
+        return Encoded([self.vocab.get(t, self.unk_id) for t in tokens], tokens, truncated)
+
+    def tokens(self, ids: list[int]) -> list[str]:
+        return [self.pieces.get(i, "<unk>") for i in ids]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        text, run = "", []  # run: the pieces since the last special token
+        for i in ids:
+            piece = self.pieces.get(i, "<unk>")
+            if piece in self.SPECIALS:
+                if not skip_special_tokens:
+                    text += self.target.decode_pieces(run) + piece + " "
+                    run = []
+            else:
+                run.append(piece)
+        text += self.target.decode_pieces(run)
+        return text.replace("\u2581", " ").strip()
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.vocab.get(token)
+
+
+def load_tokenizer(kind: str, path: Path, max_tokens: int) -> TextTokenizer | MarianTokenizer:
+    """The tokenizer of a model directory, by its config's `tokenizer` kind."""
+    return MarianTokenizer(path, max_tokens) if kind == "marian" else TextTokenizer(path, max_tokens)
 
 
 def pad_batch(sequences: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -57,6 +57,9 @@ params = st.builds(
     seed=st.one_of(st.none(), st.integers(0, 2**64 - 1)),
     stop=st.lists(texts, max_size=12),
     ignore_eos=st.booleans(),
+    num_beams=st.integers(0, 2**32 - 1) | st.integers(0, 5),
+    length_penalty=st.one_of(st.none(), floats),
+    early_stopping=st.integers(-3, 6),
 )
 generate_requests = st.builds(pb.GenerateRequest, model=models, input=texts, params=params)
 

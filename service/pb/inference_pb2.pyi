@@ -13,6 +13,13 @@ class Task(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_EMBEDDING: _ClassVar[Task]
     TASK_SEQ2SEQ: _ClassVar[Task]
 
+class EarlyStopping(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EARLY_STOPPING_UNSPECIFIED: _ClassVar[EarlyStopping]
+    EARLY_STOPPING_HEURISTIC: _ClassVar[EarlyStopping]
+    EARLY_STOPPING_ON: _ClassVar[EarlyStopping]
+    EARLY_STOPPING_NEVER: _ClassVar[EarlyStopping]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -30,6 +37,10 @@ class AttentionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 TASK_UNSPECIFIED: Task
 TASK_EMBEDDING: Task
 TASK_SEQ2SEQ: Task
+EARLY_STOPPING_UNSPECIFIED: EarlyStopping
+EARLY_STOPPING_HEURISTIC: EarlyStopping
+EARLY_STOPPING_ON: EarlyStopping
+EARLY_STOPPING_NEVER: EarlyStopping
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_EOS: FinishReason
@@ -137,7 +148,7 @@ class ListModelsResponse(_message.Message):
     def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
 
 class GenerationParams(_message.Message):
-    __slots__ = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed", "stop", "ignore_eos")
+    __slots__ = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed", "stop", "ignore_eos", "num_beams", "length_penalty", "early_stopping")
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +157,9 @@ class GenerationParams(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
+    NUM_BEAMS_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    EARLY_STOPPING_FIELD_NUMBER: _ClassVar[int]
     max_new_tokens: int
     temperature: float
     top_k: int
@@ -154,7 +168,10 @@ class GenerationParams(_message.Message):
     seed: int
     stop: _containers.RepeatedScalarFieldContainer[str]
     ignore_eos: bool
-    def __init__(self, max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., ignore_eos: _Optional[bool] = ...) -> None: ...
+    num_beams: int
+    length_penalty: float
+    early_stopping: EarlyStopping
+    def __init__(self, max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., ignore_eos: _Optional[bool] = ..., num_beams: _Optional[int] = ..., length_penalty: _Optional[float] = ..., early_stopping: _Optional[_Union[EarlyStopping, str]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("model", "input", "params")

@@ -1,0 +1,330 @@
+"""MarianMT checkpoints: import, tokenization, parity with transformers, greedy and beam search served over gRPC.
+
+No checkpoint can be downloaded here: transformers builds random MarianMTModels (model/random_marian.py)
+with a sentencepiece model trained on the spot, in three shapes, saved as opus-mt directories are."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from model.export import export_model_dir
+from model.import_marian import MarianImportError, import_marian
+from model.random_marian import MarianShape, random_marian_checkpoint, sentences
+from service.background import BackgroundServer
+from service.greedy import greedy_decode_onnx
+from service.kv_cache import CacheGeometry, KVCache
+from service.model_files import open_model_dir
+from service.pb import inference_pb2 as pb
+from service.scheduler import BeamRow, reorder_beams
+from service.tokenizer import MarianTokenizer, pad_batch
+
+transformers = pytest.importorskip("transformers")
+
+SHAPES = {
+    "marian-swish-h4": MarianShape(d_model=32, heads=4, encoder_layers=2, decoder_layers=2, activation="swish"),
+    "marian-gelu-h2": MarianShape(d_model=32, heads=2, encoder_layers=1, decoder_layers=3, d_ff=48, activation="gelu"),
+    "marian-relu-h8": MarianShape(
+        d_model=64, heads=8, encoder_layers=3, decoder_layers=1, activation="relu", num_beams=3,
+        renormalize_logits=True, tied=False, eos_bias=11.0,
+    ),
+}
+INPUTS = sentences(50, seed=2026)
+MAX_NEW = 24
+
+
+class Checkpoint:
+    def __init__(self, root: Path, name: str, shape: MarianShape, seed: int):
+        self.source = random_marian_checkpoint(root / f"{name}-hf", shape, seed=seed)
+        self.dir = import_marian(self.source, root / name, name)
+        export_model_dir(self.dir, progress_stream=io.StringIO())
+        self.name, self.shape = name, shape
+        self.hf = transformers.MarianMTModel.from_pretrained(self.source).eval()
+        self.hf_tokenizer = transformers.MarianTokenizer.from_pretrained(self.source)
+
+    def hf_generate(self, texts: list[str], **kwargs) -> list[list[int]]:
+        """transformers' output ids after the start token, without the padding of shorter rows."""
+        batch = self.hf_tokenizer(texts, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = self.hf.generate(**batch, max_new_tokens=MAX_NEW, **kwargs)
+        pad = self.hf.config.pad_token_id
+        return [[t for t in row[1:].tolist() if t != pad] for row in out]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Checkpoint]:
+    root = tmp_path_factory.mktemp("marian")
+    return {name: Checkpoint(root, name, shape, seed) for seed, (name, shape) in enumerate(SHAPES.items())}
+
+
+@pytest.fixture(scope="module")
+def served(checkpoints):
+    server = BackgroundServer([c.dir for c in checkpoints.values()], max_new_tokens=MAX_NEW)
+    yield server
+    server.close()
+
+
+def without_eos(ids: list[int], eos: int = 0) -> list[int]:
+    return ids[:-1] if ids and ids[-1] == eos else ids
+
+
+# Tokenization
+
+
+@given(st.lists(st.sampled_from(INPUTS + ["</s>", "<unk>", "<pad>", ">>fra<<", ">>de<< ", "  ", "日本語", "ß"]), max_size=4),
+       st.text(max_size=40))  # fmt: skip
+def test_token_ids_match_marian_tokenizer(checkpoints, parts, noise):
+    checkpoint = checkpoints["marian-swish-h4"]
+    ours = MarianTokenizer(checkpoint.dir, 512)
+    text = " ".join(parts) + noise
+    expected = checkpoint.hf_tokenizer(text)["input_ids"]
+    (encoded,) = ours.encode([text])
+    assert encoded.ids == expected, text
+    # Tokens: the pieces themselves, also those outside the vocabulary (where transformers says <unk>).
+    hf_tokens = checkpoint.hf_tokenizer.convert_ids_to_tokens(expected)
+    assert [t for t, i in zip(encoded.tokens, expected) if i != ours.unk_id] == [
+        t for t, i in zip(hf_tokens, expected) if i != ours.unk_id
+    ]
+
+
+def test_language_code_is_one_token_and_truncation_keeps_eos(checkpoints):
+    checkpoint = checkpoints["marian-swish-h4"]
+    ours = MarianTokenizer(checkpoint.dir, 6)
+    (encoded,) = ours.encode([">>fra<< Deux cent mille trois cent quarante"])
+    assert encoded.tokens[0] == ">>fra<<" and encoded.ids[0] == ours.unk_id  # not in this vocabulary
+    assert len(encoded.ids) == 6 and encoded.ids[-1] == 0 and encoded.truncated
+    full = checkpoint.hf_tokenizer(">>fra<< Deux cent mille trois cent quarante")["input_ids"]
+    assert encoded.ids[:5] == full[:5]
+
+
+def test_decoding_matches_marian_tokenizer(checkpoints):
+    checkpoint = checkpoints["marian-swish-h4"]
+    ours = MarianTokenizer(checkpoint.dir, 512)
+    rng = random.Random(0)
+    vocab = len(ours.vocab)
+    for _ in range(200):
+        ids = [rng.randrange(vocab) for _ in range(rng.randint(0, 12))]
+        for skip in (True, False):
+            assert ours.decode(ids, skip_special_tokens=skip) == checkpoint.hf_tokenizer.decode(
+                ids, skip_special_tokens=skip
+            ), ids
+
+
+# Import
+
+
+def test_imported_config(checkpoints):
+    files = open_model_dir(checkpoints["marian-relu-h8"].dir)
+    c = files.config
+    assert (c["positions"], c["norm_placement"], c["activation"]) == ("sinusoidal_split", "post", "relu")
+    # Untied in transformers v5: encoder, decoder and output each have a table of their own.
+    assert c["scale_embeddings"] and c["output_bias"] and not c["share_embeddings"] and not c["tie_output"]
+    tied = open_model_dir(checkpoints["marian-swish-h4"].dir).config
+    assert tied["share_embeddings"] and tied["tie_output"] and tied["activation"] == "silu"
+    pad = c["vocab_size"] - 1
+    assert (c["pad_id"], c["bos_id"], c["eos_id"]) == (pad, pad, 0)
+    assert c["suppressed_ids"] == [pad] and c["forced_eos"] and c["renormalize_logits"]
+    assert (c["num_beams"], c["tokenizer"]) == (3, "marian")
+    assert {"source.spm", "target.spm", "vocab.json"} <= set(files.manifest["sha256"])
+
+
+def test_pickle_only_checkpoint_is_refused(checkpoints, tmp_path):
+    source = Path(shutil.copytree(checkpoints["marian-swish-h4"].source, tmp_path / "pickled"))
+    (source / "model.safetensors").rename(source / "pytorch_model.bin")
+    with pytest.raises(MarianImportError, match=r"only pickled weights \(pytorch_model.bin\), which are never loaded"):
+        import_marian(source, tmp_path / "out", "pickled")
+
+
+def test_unsupported_configs_are_refused(checkpoints, tmp_path):
+    source = Path(shutil.copytree(checkpoints["marian-swish-h4"].source, tmp_path / "odd"))
+    config = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({**config, "activation_function": "tanh", "decoder_vocab_size": 7}))
+    with pytest.raises(MarianImportError, match="activation_function 'tanh'.*separate target vocabulary"):
+        import_marian(source, tmp_path / "out", "odd")
+
+
+def test_tampered_tokenizer_file_is_refused(checkpoints, copy_of):
+    from service.model_files import ModelFilesError
+
+    model_dir = copy_of(checkpoints["marian-swish-h4"].dir)
+    (model_dir / "vocab.json").write_text("{}")
+    with pytest.raises(ModelFilesError, match="vocab.json: sha256"):
+        open_model_dir(model_dir)
+
+
+# Parity
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_logits_match_transformers_at_every_step(checkpoints, name):
+    checkpoint = checkpoints[name]
+    files = open_model_dir(checkpoint.dir)
+    encoder = ort.InferenceSession(str(files.encoder), providers=["CPUExecutionProvider"])
+    decoder = ort.InferenceSession(str(files.decoder), providers=["CPUExecutionProvider"])
+    batch = checkpoint.hf_tokenizer(INPUTS[:16], return_tensors="pt", padding=True)
+    ids, mask = batch["input_ids"].numpy(), batch["attention_mask"].numpy()
+    c = files.config
+    tokens, logits = greedy_decode_onnx(encoder, decoder, ids, mask, c["bos_id"], MAX_NEW, c["n_decoder_layers"])
+    with torch.no_grad():
+        expected = checkpoint.hf(**batch, decoder_input_ids=torch.from_numpy(tokens[:, :-1])).logits.numpy()
+    assert logits.shape == expected.shape == (16, MAX_NEW, c["vocab_size"])
+    assert np.abs(logits - expected).max() <= 1e-4
+
+
+# Served over gRPC
+
+
+def generate(stub, model: str, text: str, **params) -> pb.GenerateResponse:
+    request = pb.GenerateRequest(model=model, input=text, params=pb.GenerationParams(max_new_tokens=MAX_NEW, **params))
+    return stub.Generate(request, timeout=60)
+
+
+def concurrently(fn, items):
+    with ThreadPoolExecutor(16) as pool:
+        return list(pool.map(fn, items))
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_greedy_matches_generate_over_grpc(checkpoints, served, name):
+    checkpoint = checkpoints[name]
+    expected = checkpoint.hf_generate(INPUTS, num_beams=1)
+    stub = served.stub()
+    responses = concurrently(lambda text: generate(stub, name, text, num_beams=1), INPUTS)
+    reasons = set()
+    for text, response, want in zip(INPUTS, responses, expected):
+        assert list(response.token_ids) == without_eos(want), text
+        assert response.text == checkpoint.hf_tokenizer.decode(want, skip_special_tokens=True)
+        reasons.add(response.finish_reason)
+        # transformers forces eos at the last position the request allows: that is the length limit here.
+        limit = len(want) == MAX_NEW
+        assert response.finish_reason == (pb.FINISH_REASON_LENGTH if limit else pb.FINISH_REASON_EOS)
+    assert len(reasons) == 2 or name != "marian-swish-h4"  # some end by eos, some by length
+
+
+# (num_beams, length_penalty, early_stopping) against transformers' generate, inputs spread over them.
+BEAM_SETTINGS = [
+    (4, 1.0, False, pb.EARLY_STOPPING_HEURISTIC),
+    (4, 0.6, True, pb.EARLY_STOPPING_ON),
+    (3, 2.0, "never", pb.EARLY_STOPPING_NEVER),
+    (2, -0.5, False, pb.EARLY_STOPPING_HEURISTIC),
+    (5, 1.0, "never", pb.EARLY_STOPPING_NEVER),
+]
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_beam_search_matches_transformers(checkpoints, served, name):
+    checkpoint = checkpoints[name]
+    stub = served.stub()
+    differs_from_greedy = 0
+    for i, (beams, penalty, early, early_pb) in enumerate(BEAM_SETTINGS):
+        texts = INPUTS[i::len(BEAM_SETTINGS)]
+        expected = checkpoint.hf_generate(texts, num_beams=beams, length_penalty=penalty, early_stopping=early)
+        greedy = checkpoint.hf_generate(texts, num_beams=1)
+        responses = concurrently(
+            lambda text: generate(stub, name, text, num_beams=beams, length_penalty=penalty, early_stopping=early_pb),
+            texts,
+        )
+        for text, response, want, plain in zip(texts, responses, expected, greedy):
+            assert list(response.token_ids) == without_eos(want), (text, beams, penalty, early)
+            assert response.text == checkpoint.hf_tokenizer.decode(want, skip_special_tokens=True)
+            differs_from_greedy += want != plain
+    assert differs_from_greedy >= 5  # the test would notice greedy posing as beam search
+
+
+def test_default_num_beams_is_the_models(checkpoints, served):
+    checkpoint = checkpoints["marian-relu-h8"]  # its generation config says 3 beams
+    text = INPUTS[0]
+    (expected,) = checkpoint.hf_generate([text])  # transformers uses the checkpoint's defaults too
+    assert list(generate(served.stub(), "marian-relu-h8", text).token_ids) == without_eos(expected)
+
+
+def test_beam_search_errors(served):
+    stub = served.stub()
+    cases = [
+        ({"num_beams": 9}, "params.num_beams: 9; at most 8"),
+        ({"num_beams": 2, "temperature": 0.7}, "params.temperature: not with beam search"),
+        ({"num_beams": 2, "stop": ["x"]}, "params.stop: not with beam search"),
+        ({"num_beams": 1, "length_penalty": 2.0}, "params.length_penalty: only with beam search"),
+        ({"num_beams": 2, "length_penalty": 1e30}, "params.length_penalty: 1e+30; must be within +-10"),
+        ({"num_beams": 2, "early_stopping": 7}, "params.early_stopping: 7 is not an EarlyStopping value"),
+        ({"num_beams": 2, "length_penalty": float("nan")}, "params.length_penalty: nan; must be within +-10"),
+    ]
+    for params, message in cases:
+        with pytest.raises(grpc.RpcError) as error:
+            generate(stub, "marian-swish-h4", "Zwei", **params)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert message in error.value.details()
+    request = pb.GenerateRequest(model="marian-swish-h4", input="Zwei", params=pb.GenerationParams(num_beams=2))
+    with pytest.raises(grpc.RpcError) as error:
+        list(stub.GenerateStream(request, timeout=10))
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "beam search does not stream" in error.value.details()
+    # Unset num_beams on a model whose default is beam search: streaming and sampling fall back to one beam.
+    request = pb.GenerateRequest(model="marian-relu-h8", input="Zwei", params=pb.GenerationParams(max_new_tokens=4))
+    assert list(stub.GenerateStream(request, timeout=10))[-1].finish_reason != pb.FINISH_REASON_UNSPECIFIED
+
+
+def test_cancelled_beam_search_frees_all_its_rows(served):
+    scheduler = served.server.registry.models["marian-swish-h4"].scheduler
+    stub = served.stub()
+    release = served.hold_model_thread()
+    future = stub.Generate.future(
+        pb.GenerateRequest(model="marian-swish-h4", input=INPUTS[0], params=pb.GenerationParams(num_beams=4)),
+        timeout=30,
+    )
+    threading.Timer(0.3, future.cancel).start()
+    threading.Timer(0.6, release.set).start()
+    with pytest.raises(grpc.FutureCancelledError):
+        future.result()
+    for _ in range(100):
+        if served.call_soon(lambda: (len(scheduler.rows), scheduler.cache.used)) == (0, 0):
+            break
+        threading.Event().wait(0.05)
+    assert served.call_soon(lambda: (len(scheduler.rows), scheduler.cache.used, len(scheduler.waiting))) == (0, 0, 0)
+
+
+# The cache rows of a beam search
+
+
+def test_reorder_beams_copies_only_extra_children():
+    rows = [BeamRow(None, beam, row) for beam, row in enumerate([5, 2, 7, 0])]
+    ordered, copies = reorder_beams(rows, [1, 1, 3, 1])  # beams 0 and 2 died; 1 has three children
+    assert [slot.row for slot in ordered[:1]] == [2] and ordered[2].row == 0  # first children keep their rows
+    assert sorted(copies) == [(2, 5), (2, 7)]  # two copies, from beam 1's row into the dead beams' rows
+    assert {ordered[1].row, ordered[3].row} == {5, 7} and [slot.beam for slot in ordered] == [0, 1, 2, 3]
+    assert reorder_beams(rows, [0, 1, 2, 3])[1] == []  # every beam its own parent: nothing moves
+
+
+def test_copy_row_copies_the_filled_positions_only():
+    cache = KVCache(CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=4), rows=3)
+    for row in range(3):
+        cache.allocate(4, 9)
+    rng = np.random.default_rng(0)
+    for buffer in cache.self_keys + cache.self_values:
+        buffer[:] = rng.standard_normal(buffer.shape)
+    before = [b.copy() for b in cache.self_keys + cache.self_values]
+    cache.copy_row(2, 0, 6)
+    for buffer, old in zip(cache.self_keys + cache.self_values, before):
+        np.testing.assert_array_equal(buffer[0, :, :6], old[2, :, :6])
+        np.testing.assert_array_equal(buffer[0, :, 6:], old[0, :, 6:])
+        np.testing.assert_array_equal(buffer[1:], old[1:])
+
+
+def test_pad_batch_uses_marian_pad(checkpoints):
+    ours = MarianTokenizer(checkpoints["marian-swish-h4"].dir, 512)
+    ids, mask = pad_batch([e.ids for e in ours.encode(["Zwei", "Trois cent"])], ours.vocab["<pad>"])
+    expected = checkpoints["marian-swish-h4"].hf_tokenizer(["Zwei", "Trois cent"], padding=True)
+    assert ids.tolist() == expected["input_ids"] and mask.tolist() == expected["attention_mask"]
