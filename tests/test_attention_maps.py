@@ -158,3 +158,45 @@ def test_the_manifest_lists_the_graph_with_its_parity(exported):
         parity = manifest["parity"]
         assert parity["attention_max_abs_diff"] <= TOLERANCE and parity["attention_row_sum_max_error"] <= TOLERANCE
         assert parity["attention_masked_max"] == 0.0
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    """A random MarianMT checkpoint imported and exported (tests/test_marian.py builds it)."""
+    pytest.importorskip("transformers")
+    from .test_marian import SHAPES, Checkpoint
+
+    shape = SHAPES["marian-relu-h8"]  # untied output, a logits bias, beam search by default
+    return Checkpoint(tmp_path_factory.mktemp("marian"), "marian-relu-h8", shape, seed=2)
+
+
+def test_marian_matches_pytorch_and_never_predicts_a_suppressed_token(marian):
+    g = graph(marian.dir)
+    c = g.config
+    assert c.positions == "sinusoidal_split" and c.suppressed_ids == (c.pad_id,)
+    rng = np.random.default_rng(3)
+    check(g, [*padded(rng, 3, 12, c.vocab_size), *padded(rng, 3, 9, c.vocab_size, first=c.bos_id)])
+    arrays = [*padded(rng, 2, 6, c.vocab_size), *padded(rng, 2, 40, c.vocab_size, first=c.bos_id)]
+    predicted = g.both(arrays)[0][3]
+    assert c.pad_id not in predicted[arrays[3].astype(bool)]
+
+
+def test_marian_attention_over_grpc(marian):
+    from service.background import BackgroundServer
+    from service.client import Client
+
+    server = BackgroundServer([marian.dir], attention_maps=True, max_new_tokens=12)
+    try:
+        text = "Deux cent mille trois cent quarante."
+        with Client(server.target) as client:
+            maps = client.attention(text)
+            greedy = client.generate(text, num_beams=1)  # the model's default is beam search
+            given_ = client.attention(text, target="Trois cent")
+        assert maps.target_text == greedy.text and maps.target_tokens[0] == "<pad>"  # Marian starts with pad
+        assert maps.source_tokens[-1] == "</s>" and maps.source_special[-1]
+        assert maps.predicted_tokens[:-1] == maps.target_tokens[1:]  # greedy: each position wrote the next
+        np.testing.assert_allclose(maps.weights["cross"].sum(-1), 1, atol=1e-5)
+        pieces = marian.hf_tokenizer(text_target="Trois cent")["input_ids"][:-1]  # without its </s>
+        assert given_.target_tokens[1:] == marian.hf_tokenizer.convert_ids_to_tokens(pieces)
+    finally:
+        server.close()
