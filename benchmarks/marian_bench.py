@@ -76,14 +76,17 @@ def summary(tokens: int, wall: float, latencies: list[float]) -> dict:
     }
 
 
-def run_transformers(hf_dir: Path, sources: list[str], batch: int, new_tokens: int, threads: int) -> dict:
+def run_transformers(hf_dir: Path, sources: list[str], batch: int, new_tokens: int, threads: int, beams: int = 1):
     import torch
     from transformers import MarianMTModel, MarianTokenizer
 
     torch.set_num_threads(threads)
     model = MarianMTModel.from_pretrained(hf_dir).eval()
     tokenizer = MarianTokenizer.from_pretrained(hf_dir)
-    settings = {"num_beams": 1, "do_sample": False, "max_new_tokens": new_tokens, "min_new_tokens": new_tokens}
+    settings = {"num_beams": beams, "do_sample": False, "max_new_tokens": new_tokens}
+    if beams == 1:
+        settings["min_new_tokens"] = new_tokens
+    ends = {model.config.pad_token_id, model.config.eos_token_id}
     with torch.no_grad():
         model.generate(**tokenizer(sources[:2], return_tensors="pt", padding=True), **settings)  # warm-up
         tokens, latencies = 0, []
@@ -92,18 +95,24 @@ def run_transformers(hf_dir: Path, sources: list[str], batch: int, new_tokens: i
             begun = time.perf_counter()
             out = model.generate(**tokenizer(group, return_tensors="pt", padding=True), **settings)
             latencies += [time.perf_counter() - begun] * len(group)
-            tokens += (out.shape[1] - 1) * len(group)
+            tokens += sum(1 for row in out[:, 1:].tolist() for t in row if t not in ends) if beams > 1 else (
+                (out.shape[1] - 1) * len(group)
+            )
         return summary(tokens, time.perf_counter() - started, latencies)
 
 
-def run_ctranslate2(ct2_dir: Path, model_dir: Path, sources: list[str], batch: int, new_tokens: int, threads: int):
+def run_ctranslate2(
+    ct2_dir: Path, model_dir: Path, sources: list[str], batch: int, new_tokens: int, threads: int, beams: int = 1
+) -> dict:
     import ctranslate2
 
     from service.tokenizer import MarianTokenizer
 
     translator = ctranslate2.Translator(str(ct2_dir), device="cpu", intra_threads=threads, inter_threads=1)
     pieces = [e.tokens for e in MarianTokenizer(model_dir, 512).encode(sources)]
-    settings = {"beam_size": 1, "max_decoding_length": new_tokens, "min_decoding_length": new_tokens}
+    settings = {"beam_size": beams, "max_decoding_length": new_tokens}
+    if beams == 1:
+        settings["min_decoding_length"] = new_tokens
     translator.translate_batch(pieces[:2], **settings)  # warm-up
     tokens, latencies = 0, []
     started = time.perf_counter()
@@ -115,11 +124,11 @@ def run_ctranslate2(ct2_dir: Path, model_dir: Path, sources: list[str], batch: i
     return summary(tokens, time.perf_counter() - started, latencies)
 
 
-async def clients(target: str, sources: list[str], concurrency: int, new_tokens: int) -> dict:
+async def clients(target: str, sources: list[str], concurrency: int, new_tokens: int, beams: int = 1) -> dict:
     """`concurrency` callers, each sending its next sentence when the last one is answered."""
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.InferenceStub(channel)
-        params = pb.GenerationParams(max_new_tokens=new_tokens, ignore_eos=True, num_beams=1)
+        params = pb.GenerationParams(max_new_tokens=new_tokens, ignore_eos=beams == 1, num_beams=beams)
         await stub.Generate(pb.GenerateRequest(input=sources[0], params=params))  # warm-up
         queue = list(reversed(sources))
         latencies, tokens = [], 0
@@ -138,13 +147,14 @@ async def clients(target: str, sources: list[str], concurrency: int, new_tokens:
         return summary(tokens, time.perf_counter() - started, latencies)
 
 
-def run_attnserve(model_dir: Path, sources: list[str], batch: int, new_tokens: int, threads: int) -> dict:
+def run_attnserve(model_dir: Path, sources: list[str], batch: int, new_tokens: int, threads: int, beams: int = 1):
     from service.background import BackgroundServer
 
     server = BackgroundServer([model_dir], intra_op_threads=threads, max_new_tokens=new_tokens)
     try:
         command = [sys.executable, "-m", "benchmarks.marian_bench", "--clients", server.target,
-                   "--concurrency", str(batch), "--sentences", str(len(sources)), "--new-tokens", str(new_tokens)]  # fmt: skip
+                   "--concurrency", str(batch), "--sentences", str(len(sources)), "--new-tokens", str(new_tokens),
+                   "--beams", str(beams)]  # fmt: skip
         return json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
     finally:
         server.close()
@@ -158,10 +168,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--clients", metavar="TARGET", help="(internal) run the gRPC callers against TARGET")
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--beams", type=int, default=0, help="also beam search with this many beams, batch 1")
+    parser.add_argument("--beam-sentences", type=int, default=50)
     args = parser.parse_args()
     sources = texts(args.sentences)
     if args.clients:
-        print(json.dumps(asyncio.run(clients(args.clients, sources, args.concurrency, args.new_tokens))))
+        run = clients(args.clients, sources, args.concurrency, args.new_tokens, max(args.beams, 1))
+        print(json.dumps(asyncio.run(run)))
         return
 
     hf_dir, model_dir, ct2_dir = build()
@@ -182,6 +195,22 @@ def main() -> None:
                 round(r["tokens_per_second"] / runs["ctranslate2"]["tokens_per_second"], 2),
             ])  # fmt: skip
             print(f"batch {batch} {engine}: {r['tokens_per_second']:.1f} tokens/s", file=sys.stderr, flush=True)
+    if args.beams > 1:
+        # Beam search, batch 1: outputs end at eos, so each engine's tokens are counted as it returns them.
+        few = sources[: args.beam_sentences]
+        runs = {
+            "transformers": run_transformers(hf_dir, few, 1, args.new_tokens, args.threads, args.beams),
+            "ctranslate2": run_ctranslate2(ct2_dir, model_dir, few, 1, args.new_tokens, args.threads, args.beams),
+            "attnserve": run_attnserve(model_dir, few, 1, args.new_tokens, args.threads, args.beams),
+        }
+        figures["runs"][f"beams{args.beams}"] = runs
+        for engine, r in runs.items():
+            rows.append([
+                f"{engine} ({args.beams} beams)", 1, r["tokens"], round(r["tokens_per_second"], 1),
+                round(r["latency_p50"], 3), round(r["latency_p90"], 3),
+                round(r["tokens_per_second"] / runs["transformers"]["tokens_per_second"], 2),
+                round(r["tokens_per_second"] / runs["ctranslate2"]["tokens_per_second"], 2),
+            ])  # fmt: skip
     print_table(
         f"Marian-base random checkpoint, greedy, {args.new_tokens} new tokens, {args.sentences} sentences, "
         f"{args.threads} threads",
