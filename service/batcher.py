@@ -84,15 +84,15 @@ def take_batch(waiting: list[Item], limits: BatchLimits) -> list[Item]:
     return [waiting[i] for i in by_length[low : high + 1]]
 
 
-def split_by_length(batch: list[Item], call_cost_tokens: int) -> list[list[Item]]:
+def split_by_length(batch: list, call_cost_tokens: int, length=lambda item: len(item.ids)) -> list[list]:
     """The batch, sorted by length, cut into runs of similar length where that saves more padded tokens
     than the extra model calls cost: minimises sum over groups of (call_cost_tokens + texts x longest).
 
     A batch of mixed lengths pads every text to the longest; on a CPU, padding costs nearly as much as
     real tokens while one more call costs little (measured: 16 batches of 32 random lengths took 2.03 s
     whole and 1.37 s cut this way, with call_cost_tokens 32 to 64)."""
-    items = sorted(batch, key=lambda item: len(item.ids))
-    lengths = [len(item.ids) for item in items]
+    items = sorted(batch, key=length)
+    lengths = [length(item) for item in items]
     best = [0] * (len(items) + 1)  # best[j]: the least cost of the first j items
     cut = [0] * (len(items) + 1)
     for j in range(1, len(items) + 1):

@@ -193,6 +193,7 @@ class ModelRegistry:
                     generation.max_waiting, model.name, model.metrics, model.health,
                     suppressed_ids=tuple(c.get("suppressed_ids", ())), forced_eos=c.get("forced_eos", False),
                     renormalize_logits=c.get("renormalize_logits", False),
+                    encode_split_cost=limits.split_cost_tokens,
                 )
                 model.scheduler.start()
                 model.metrics.watch_queue(lambda scheduler=model.scheduler: len(scheduler.waiting))

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .batcher import split_by_length
 from .beam_search import BeamSearch, BeamSettings, log_softmax
 from .kv_cache import KVCache
 from .metrics import ModelMetrics
@@ -51,6 +52,19 @@ class GenerationParams:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     beams: BeamSettings | None = None  # beam search (num_beams >= 2); None: greedy or sampling
+    # Events token by token (GenerateStream); otherwise one at the end, and the text is decoded once
+    # (each step's decode, and waking the caller, would take the cores the model needs).
+    stream: bool = True
+
+    @property
+    def events_per_token(self) -> bool:
+        """Whether the text is followed token by token: to stream it, or to find stop sequences in it."""
+        return self.stream or bool(self.stop)
+
+    @property
+    def greedy(self) -> bool:
+        """The plain argmax: no temperature, no repetition penalty."""
+        return self.sampling.temperature == 0.0 and self.sampling.repetition_penalty == 1.0
 
     @property
     def width(self) -> int:
@@ -162,11 +176,13 @@ class Scheduler:
         suppressed_ids: tuple[int, ...] = (),
         forced_eos: bool = False,
         renormalize_logits: bool = False,
+        encode_split_cost: int = 64,
     ):
         self.runner, self.cache, self.tokenizer, self.executor = runner, cache, tokenizer, executor
         # The checkpoint's generation rules (transformers' bad_words_ids, forced_eos_token_id).
         self.suppressed_ids = np.asarray(suppressed_ids, dtype=np.int64)
         self.forced_eos, self.renormalize_logits = forced_eos, renormalize_logits
+        self.encode_split_cost = encode_split_cost  # one more encoder call's cost in padded tokens
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
         self.max_waiting, self.name, self.metrics, self.health = max_waiting, name, metrics, health
         self.waiting: deque[Sequence] = deque()
@@ -279,14 +295,15 @@ class Scheduler:
         each row's next token (beam searches: their beams', rows reordered). -> the tokens (None for beam
         rows), and (stage, inputs, positions, seconds) of each model call."""
         timings = []
-        if admitted:
+        # Sources of similar length are encoded together: padding costs as much as real tokens.
+        for group in split_by_length(admitted, self.encode_split_cost, length=lambda s: len(s.prompt)):
             started = time.perf_counter()
-            ids, mask = pad_batch([s.prompt for s in admitted], self.pad_id)
+            ids, mask = pad_batch([s.prompt for s in group], self.pad_id)
             cross = self.runner.encode(ids, mask)
-            for i, sequence in enumerate(admitted):
+            for i, sequence in enumerate(group):
                 for slot in sequence.slots:
                     self.cache.write_cross(slot.row, [c[i] for c in cross[0::2]], [c[i] for c in cross[1::2]])
-            timings.append(("encode", len(admitted), int(ids.size), time.perf_counter() - started))
+            timings.append(("encode", len(group), int(ids.size), time.perf_counter() - started))
         started = time.perf_counter()
         last = [self._last_token(slot) for slot in rows]
         inputs = self.cache.step_inputs()
@@ -297,7 +314,7 @@ class Scheduler:
             inputs["self"],
             inputs["cross"],
         )
-        tokens = [None if isinstance(s, BeamRow) else self._choose(s, logits[i]) for i, s in enumerate(rows)]
+        tokens = self._choose_tokens(rows, logits)
         for sequence in {id(s.sequence): s.sequence for s in rows if isinstance(s, BeamRow)}.values():
             self._beam_step(sequence, logits)
         timings.append(("decode", len(rows), len(rows), time.perf_counter() - started))
@@ -313,13 +330,25 @@ class Scheduler:
         """Whether the checkpoint forces eos here: at the last position the request allows."""
         return self.forced_eos and not sequence.params.ignore_eos and generated == sequence.params.max_new_tokens - 1
 
-    def _choose(self, sequence: Sequence, logits: np.ndarray) -> int:
-        if self._at_last_position(sequence, len(sequence.generated)):
-            return self.eos_id
-        if self.suppressed_ids.size:
-            logits = logits.copy()
-            logits[self.suppressed_ids] = -np.inf
-        return next_token(logits, sequence.generated, sequence.params.sampling, sequence.rng)
+    def _choose_tokens(self, rows: list, logits: np.ndarray) -> list[int | None]:
+        """Each greedy or sampled row's next token (None for beam rows): the greedy ones by one argmax."""
+        tokens: list[int | None] = [None] * len(rows)
+        greedy = [i for i, s in enumerate(rows) if isinstance(s, Sequence) and s.params.greedy]
+        if greedy:
+            chosen = logits[greedy]  # a copy: beam rows need the logits as they came
+            chosen[:, self.suppressed_ids] = -np.inf
+            for i, token in zip(greedy, chosen.argmax(axis=-1).tolist()):
+                tokens[i] = token
+        for i, sequence in enumerate(rows):
+            if isinstance(sequence, BeamRow):
+                continue
+            if self._at_last_position(sequence, len(sequence.generated)):
+                tokens[i] = self.eos_id
+            elif tokens[i] is None:
+                row = logits[i].copy()
+                row[self.suppressed_ids] = -np.inf
+                tokens[i] = next_token(row, sequence.generated, sequence.params.sampling, sequence.rng)
+        return tokens
 
     def _beam_step(self, sequence: Sequence, logits: np.ndarray) -> None:
         """One step of a beam search; its beams' cache rows then follow their parents."""
@@ -364,6 +393,8 @@ class Scheduler:
             if self.metrics:
                 self.metrics.generated(1)
             at_limit = len(sequence.generated) >= sequence.params.max_new_tokens
+            if not (at_limit or sequence.params.events_per_token):
+                continue  # the text is decoded once, at the end
             text = sequence.text.update(sequence.generated, final=at_limit)
             if sequence.text.stopped:
                 sequence.finish(STOP, text)

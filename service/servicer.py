@@ -284,6 +284,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             stop=tuple(p.stop),
             ignore_eos=p.ignore_eos,
             beams=self._beam_settings(model, p, streaming),
+            stream=streaming,
         )
 
     def _beam_settings(self, model: ServedModel, p: pb.GenerationParams, streaming: bool) -> BeamSettings | None:
@@ -451,7 +452,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         try:
             target_text = request.target
             if seq2seq and not given_target:
-                params = GenerationParams(max_new_tokens=new_tokens)
+                params = GenerationParams(max_new_tokens=new_tokens, stream=False)
                 text, generated = [], []
                 async for event in _queue_checked(model, model.scheduler.generate(source.ids, params)):
                     text.append(event.text)
