@@ -29,7 +29,7 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def top(values: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest values, largest first; ties by lower index (as torch.topk on CPU)."""
+    """Indices of the k largest values, largest first; ties go to the lower index."""
     if k < values.shape[0]:
         candidates = np.argpartition(-values, k - 1)[:k]
         threshold = values[candidates].min()
