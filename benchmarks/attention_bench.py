@@ -24,14 +24,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from model.export import export_model_dir
 from model.random_model import BASE_SEQ2SEQ, random_model_dir
 from service.client import Client
 
-from .common import print_table, write_results
+from .common import median_seconds, print_table, write_results
 from .server_process import ServerProcess
 from .stream_clients import source
 
@@ -52,13 +51,7 @@ def attention_ms(target: str, repeats: int) -> dict:
             ("minilm, 15 tokens", lambda: client.attention(TRUCK, model="minilm")),
             ("base, 34 source tokens + 32 generated", lambda: client.attention(source(1), model="base", max_new_tokens=32)),
         ):  # fmt: skip
-            call()
-            times = []
-            for _ in range(repeats):
-                started = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - started)
-            out[name] = statistics.median(times) * 1e3
+            out[name] = median_seconds(call, repeats, warmup=1) * 1e3
     return out
 
 

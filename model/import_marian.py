@@ -21,17 +21,11 @@ from safetensors import safe_open
 from service.model_files import MARIAN_TOKENIZER_FILES
 
 from .config import ModelConfig
+from .import_bert import HF_ACTIVATIONS as BERT_ACTIVATIONS
 from .transformer import Seq2SeqModel, sinusoid_table
 from .weights import save_model_dir
 
-HF_ACTIVATIONS = {
-    "swish": "silu",
-    "silu": "silu",
-    "relu": "relu",
-    "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-}
+HF_ACTIVATIONS = {**BERT_ACTIVATIONS, "swish": "silu"}  # Marian's configs say swish
 ATTENTION = {"q_proj": "w_q", "k_proj": "w_k", "v_proj": "w_v", "out_proj": "w_o"}
 LAYER_PARTS = {
     "self_attn": "self_attention",
