@@ -37,12 +37,14 @@ class CallRecord:
     model: str = ""  # a served model's name once the call names one; "" before (or for an unknown one)
     code: grpc.StatusCode = grpc.StatusCode.OK
     figures: dict = field(default_factory=dict)  # token counts and timings for the access log
+    closed: bool = False
 
     def use_model(self, name: str) -> None:
         self.model = name
         self.metrics.requests_running.labels(name).inc()
 
     def close(self) -> None:
+        self.closed = True
         seconds = time.perf_counter() - self.started
         code = self.code.name
         self.metrics.requests.labels(self.rpc, self.model, code).inc()

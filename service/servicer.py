@@ -144,7 +144,9 @@ class InferenceServicer(pb_grpc.InferenceServicer):
     @contextlib.asynccontextmanager
     async def call(self, context: grpc.aio.ServicerContext, name: str):
         """Admission first; then RequestError becomes its status, anything else INTERNAL. Every call,
-        admitted or not, ends with one record: counted, timed and logged (calls.py)."""
+        admitted or not, ends with one record: counted, timed and logged (calls.py). A refused call's
+        record closes before its status goes out (abort sends it at once), so a client that sees the
+        error and then scrapes /metrics or reads the log finds the call there."""
         record = CallRecord(name, request_id(context), self.metrics, context)
         admitted = False
         try:
@@ -154,6 +156,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             yield record
         except RequestError as error:
             record.code = error.code
+            self._end(record, admitted)
             await context.abort(error.code, error.message)
         except (asyncio.CancelledError, GeneratorExit):
             remaining = context.time_remaining()
@@ -165,11 +168,18 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         except Exception:
             record.code = grpc.StatusCode.INTERNAL
             log.exception("%s failed", name)
+            self._end(record, admitted)
             await context.abort(grpc.StatusCode.INTERNAL, f"{name}: internal error (see the server log)")
         finally:
-            if admitted:
-                self.in_flight -= 1
-            record.close()
+            self._end(record, admitted)
+
+    def _end(self, record: CallRecord, admitted: bool) -> None:
+        """Once per call, whichever path gets here first."""
+        if record.closed:
+            return
+        if admitted:
+            self.in_flight -= 1
+        record.close()
 
     def admit(self) -> None:
         if self.draining:

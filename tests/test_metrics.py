@@ -192,15 +192,24 @@ def test_health_endpoints_follow_the_server(numbers_dir):
         server.close()
 
 
+def access_records(caplog) -> int:
+    return sum(r.name == "attnserve.access" for r in caplog.records)
+
+
 def test_one_json_access_line_per_call(served, caplog):
     caplog.set_level("INFO", logger="attnserve.access")
     with Client(served.target) as client:
         client.stub.Embed(pb.EmbedRequest(inputs=["hi", "there"]), metadata=[("x-request-id", "trace-42")])
         client.generate("312405")
-        with pytest.raises(grpc.RpcError):
-            client.embed(["x"], model="nope")
-    records = [r for r in caplog.records if r.name == "attnserve.access"][-3:]
-    embed, generate, refused = records
+        # A refused call is logged before its status reaches the caller, every time.
+        for attempt in range(30):
+            logged = access_records(caplog)
+            with pytest.raises(grpc.RpcError):
+                client.embed(["x"], model="nope")
+            assert access_records(caplog) == logged + 1, f"attempt {attempt}: the refusal was not logged yet"
+    records = [r for r in caplog.records if r.name == "attnserve.access"]
+    assert len(records) == 32
+    embed, generate, refused = records[-32], records[-31], records[-1]
     assert (embed.request_id, embed.rpc, embed.model, embed.code, embed.inputs) == ("trace-42", "Embed", "minilm", "OK", 2)
     assert embed.prompt_tokens == 3 + 3 and embed.seconds > 0
     assert (generate.rpc, generate.model, generate.generated_tokens, generate.finish_reason) == ("Generate", "numbers", 10, "eos")
