@@ -45,6 +45,7 @@ class BeamSettings:
     num_beams: int
     length_penalty: float = 1.0
     early_stopping: str = "false"  # "true" | "false" | "never"
+    num_return_sequences: int = 1  # the n best hypotheses to return, n <= num_beams
 
 
 class BeamSearch:
@@ -115,6 +116,7 @@ class BeamSearch:
         self.done = (not self.can_improve) or (self.is_finished.all() and early == "true") or bool(ends.all())
         return parents[going]
 
-    def best(self) -> list[int]:
-        """The best finished hypothesis's tokens (eos included when it ended so)."""
-        return list(self.finished[0])
+    def best(self, n: int = 1) -> list[tuple[list[int], float]]:
+        """The n best finished hypotheses, best first: their tokens (eos included when one ended so) and
+        scores. Once done, all k are finished."""
+        return [(list(self.finished[i]), float(self.finished_scores[i])) for i in range(n)]

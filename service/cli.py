@@ -138,14 +138,19 @@ def cmd_generate(args) -> None:
 
     params = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
               "top_p": args.top_p, "repetition_penalty": args.repetition_penalty, "stop": args.stop,
-              "ignore_eos": args.ignore_eos, "num_beams": args.num_beams}  # fmt: skip
+              "ignore_eos": args.ignore_eos, "num_beams": args.num_beams,
+              "num_return_sequences": args.num_return_sequences}  # fmt: skip
     if args.seed is not None:
         params["seed"] = args.seed
     try:
         with _client(args, timeout=args.timeout) as client:
             if args.num_beams > 1:  # beam search does not stream: its best hypothesis comes whole
                 response = client.generate(args.text, model=args.model, **params)
-                print(response.text)
+                if len(response.hypotheses) > 1:  # the n-best list, a line each: score, then text
+                    for hypothesis in response.hypotheses:
+                        print(f"{hypothesis.score:.4f}\t{hypothesis.text}")
+                else:
+                    print(response.text)
                 print(f"[{FINISH_REASON_NAMES[response.finish_reason]}: {response.usage.generated_tokens} tokens, "
                       f"{args.num_beams} beams]", file=sys.stderr)  # fmt: skip
                 return
@@ -292,6 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--stop", action="append", default=[], help="a stop sequence; may be repeated")
     gen.add_argument("--ignore-eos", action="store_true")
     gen.add_argument("--num-beams", type=int, default=0, help="beam search (> 1: the answer comes whole); default: 1")
+    gen.add_argument("--num-return-sequences", type=int, default=0, metavar="N",
+                     help="with --num-beams: print the N best hypotheses, a line each with its score")  # fmt: skip
     gen.add_argument("--timeout", type=float, default=120.0, help="seconds; default: %(default)s")
     gen.set_defaults(run=cmd_generate)
 

@@ -81,13 +81,25 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Hypothesis:
+    """One of a beam search's best finished hypotheses."""
+
+    text: str
+    token_ids: list[int]  # without the eos token
+    finish_reason: str
+    score: float  # what it was ranked by: sum(log p) / generated_length ** length_penalty
+
+
+@dataclass(frozen=True)
 class Event:
-    """New text and token ids of one sequence; the last event has finish_reason and usage."""
+    """New text and token ids of one sequence; the last event has finish_reason and usage (and, for a
+    beam search, its n best hypotheses, the first being text and token_ids)."""
 
     text: str
     token_ids: list[int]
     finish_reason: str | None = None
     usage: Usage | None = None
+    hypotheses: tuple[Hypothesis, ...] = ()
 
 
 @dataclass(eq=False)
@@ -113,7 +125,7 @@ class Sequence:
         """What the sequence holds in the scheduler's rows."""
         return self.beam_rows if self.search else [self]
 
-    def finish(self, reason: str, last_text: str = "") -> None:
+    def finish(self, reason: str, last_text: str = "", hypotheses: tuple[Hypothesis, ...] = ()) -> None:
         now = time.perf_counter()
         usage = Usage(
             prompt_tokens=len(self.prompt),
@@ -121,7 +133,7 @@ class Sequence:
             queue_seconds=(self.admitted or now) - self.arrived,
             time_to_first_token=(self.first_token or now) - self.arrived,
         )
-        self.events.put_nowait(Event(last_text, self.unsent, reason, usage))
+        self.events.put_nowait(Event(last_text, self.unsent, reason, usage, hypotheses))
         self.unsent = []
 
 
@@ -410,19 +422,27 @@ class Scheduler:
                 self._finish_search(sequence, now)
 
     def _finish_search(self, sequence: Sequence, now: float) -> None:
-        """A beam search ends with one event: the best hypothesis, whole."""
-        best = sequence.search.best()
-        ended = bool(best) and best[-1] == self.eos_id
-        forced = ended and self._at_last_position(sequence, len(best) - 1)
-        sequence.generated = best[:-1] if ended else best
-        sequence.unsent = list(sequence.generated)
+        """A beam search ends with one event: the best hypothesis, whole, and the n best."""
+        hypotheses = tuple(
+            self._hypothesis(sequence, tokens, score)
+            for tokens, score in sequence.search.best(sequence.params.beams.num_return_sequences)
+        )
+        best = hypotheses[0]
+        sequence.generated = best.token_ids
+        sequence.unsent = list(best.token_ids)
         sequence.first_token = sequence.last_token = now
         if self.metrics:
             self.metrics.first_token(now - sequence.arrived)
-            self.metrics.generated(len(sequence.generated))
-        reason = EOS if ended and not forced else LENGTH
-        sequence.finish(reason, sequence.text.update(sequence.generated, final=True))
+            self.metrics.generated(len(best.token_ids))
+        sequence.finish(best.finish_reason, best.text, hypotheses)
         self._leave(sequence)
+
+    def _hypothesis(self, sequence: Sequence, tokens: list[int], score: float) -> Hypothesis:
+        ended = bool(tokens) and tokens[-1] == self.eos_id
+        forced = ended and self._at_last_position(sequence, len(tokens) - 1)
+        generated = tokens[:-1] if ended else tokens
+        reason = EOS if ended and not forced else LENGTH
+        return Hypothesis(self.tokenizer.decode(generated), generated, reason, score)
 
     def _leave(self, sequence: Sequence) -> None:
         """Free the sequence's rows; the last rows move into them."""

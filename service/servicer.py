@@ -305,7 +305,8 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             ("stop", p.stop), ("ignore_eos", p.ignore_eos),
         ) if set_]  # fmt: skip
         beam_only = [name for name, set_ in (
-            ("length_penalty", p.HasField("length_penalty")), ("early_stopping", p.early_stopping)) if set_
+            ("length_penalty", p.HasField("length_penalty")), ("early_stopping", p.early_stopping),
+            ("num_return_sequences", p.num_return_sequences > 1)) if set_
         ]  # fmt: skip
         num_beams = p.num_beams or (1 if greedy_only else model.config.get("num_beams", 1))
         if num_beams == 1:
@@ -329,7 +330,10 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         if p.early_stopping and p.early_stopping not in EARLY_STOPPING:
             raise invalid(f"params.early_stopping: {p.early_stopping} is not an EarlyStopping value")
         early = EARLY_STOPPING.get(p.early_stopping) or model.config.get("early_stopping", "false")
-        return BeamSettings(num_beams, length_penalty, early)
+        returned = p.num_return_sequences or 1
+        if returned > num_beams:
+            raise invalid(f"params.num_return_sequences: {returned}; at most num_beams ({num_beams})")
+        return BeamSettings(num_beams, length_penalty, early, returned)
 
     async def _events(self, request: pb.GenerateRequest, record: CallRecord):
         """-> the model, and the events of the request's generation."""
@@ -354,6 +358,8 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         return pb.GenerateResponse(
             model=model.name, text="".join(text), token_ids=token_ids,
             finish_reason=FINISH_REASONS[event.finish_reason], usage=_usage(event.usage),
+            hypotheses=[pb.Hypothesis(text=h.text, token_ids=h.token_ids, finish_reason=FINISH_REASONS[h.finish_reason],
+                                      score=h.score) for h in event.hypotheses],
         )  # fmt: skip
 
     @handler

@@ -60,6 +60,7 @@ params = st.builds(
     num_beams=st.integers(0, 2**32 - 1) | st.integers(0, 5),
     length_penalty=st.one_of(st.none(), floats),
     early_stopping=st.integers(-3, 6),
+    num_return_sequences=st.integers(0, 2**32 - 1) | st.integers(0, 6),
 )
 generate_requests = st.builds(pb.GenerateRequest, model=models, input=texts, params=params)
 

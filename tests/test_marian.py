@@ -9,6 +9,8 @@ import io
 import json
 import random
 import shutil
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -60,8 +62,22 @@ class Checkpoint:
         batch = self.hf_tokenizer(texts, return_tensors="pt", padding=True)
         with torch.no_grad():
             out = self.hf.generate(**batch, max_new_tokens=MAX_NEW, **kwargs)
+        return [self._unpadded(row) for row in out]
+
+    def hf_n_best(self, texts: list[str], n: int, **kwargs) -> list[list[tuple[list[int], float]]]:
+        """Per text, transformers' n best beam-search hypotheses (ids as hf_generate) with their scores."""
+        batch = self.hf_tokenizer(texts, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = self.hf.generate(
+                **batch, max_new_tokens=MAX_NEW, num_return_sequences=n, output_scores=True,
+                return_dict_in_generate=True, **kwargs,
+            )  # fmt: skip
+        hypotheses = [(self._unpadded(row), float(score)) for row, score in zip(out.sequences, out.sequences_scores)]
+        return [hypotheses[i : i + n] for i in range(0, len(hypotheses), n)]
+
+    def _unpadded(self, row: torch.Tensor) -> list[int]:
         pad = self.hf.config.pad_token_id
-        return [[t for t in row[1:].tolist() if t != pad] for row in out]
+        return [t for t in row[1:].tolist() if t != pad]
 
 
 @pytest.fixture(scope="module")
@@ -214,34 +230,67 @@ def test_greedy_matches_generate_over_grpc(checkpoints, served, name):
     assert len(reasons) == 2 or name != "marian-swish-h4"  # some end by eos, some by length
 
 
-# (num_beams, length_penalty, early_stopping) against transformers' generate, inputs spread over them.
+# (num_beams, length_penalty, early_stopping, num_return_sequences) against transformers' generate,
+# inputs spread over them.
 BEAM_SETTINGS = [
-    (4, 1.0, False, pb.EARLY_STOPPING_HEURISTIC),
-    (4, 0.6, True, pb.EARLY_STOPPING_ON),
-    (3, 2.0, "never", pb.EARLY_STOPPING_NEVER),
-    (2, -0.5, False, pb.EARLY_STOPPING_HEURISTIC),
-    (5, 1.0, "never", pb.EARLY_STOPPING_NEVER),
+    (4, 1.0, False, pb.EARLY_STOPPING_HEURISTIC, 4),
+    (4, 0.6, True, pb.EARLY_STOPPING_ON, 2),
+    (3, 2.0, "never", pb.EARLY_STOPPING_NEVER, 1),
+    (2, -0.5, False, pb.EARLY_STOPPING_HEURISTIC, 2),
+    (5, 1.0, "never", pb.EARLY_STOPPING_NEVER, 3),
 ]
+SCORE_TOLERANCE = 1e-4  # measured differences are about 2e-7: the same float32 arithmetic
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_beam_search_matches_transformers(checkpoints, served, name):
+    """The best hypothesis, and the n best with their scores, as transformers' beam search gives them."""
     checkpoint = checkpoints[name]
     stub = served.stub()
     differs_from_greedy = 0
-    for i, (beams, penalty, early, early_pb) in enumerate(BEAM_SETTINGS):
+    for i, (beams, penalty, early, early_pb, n) in enumerate(BEAM_SETTINGS):
         texts = INPUTS[i::len(BEAM_SETTINGS)]
-        expected = checkpoint.hf_generate(texts, num_beams=beams, length_penalty=penalty, early_stopping=early)
+        expected = checkpoint.hf_n_best(texts, n, num_beams=beams, length_penalty=penalty, early_stopping=early)
         greedy = checkpoint.hf_generate(texts, num_beams=1)
         responses = concurrently(
-            lambda text: generate(stub, name, text, num_beams=beams, length_penalty=penalty, early_stopping=early_pb),
+            lambda text: generate(
+                stub, name, text, num_beams=beams, length_penalty=penalty, early_stopping=early_pb,
+                num_return_sequences=n,
+            ),
             texts,
-        )
+        )  # fmt: skip
         for text, response, want, plain in zip(texts, responses, expected, greedy):
-            assert list(response.token_ids) == without_eos(want), (text, beams, penalty, early)
-            assert response.text == checkpoint.hf_tokenizer.decode(want, skip_special_tokens=True)
-            differs_from_greedy += want != plain
+            context = (text, beams, penalty, early, n)
+            assert list(response.token_ids) == without_eos(want[0][0]), context
+            assert response.text == checkpoint.hf_tokenizer.decode(want[0][0], skip_special_tokens=True)
+            assert len(response.hypotheses) == n, context
+            first = response.hypotheses[0]
+            assert (first.text, first.token_ids, first.finish_reason) == (
+                response.text, response.token_ids, response.finish_reason
+            )  # fmt: skip
+            for hypothesis, (ids, score) in zip(response.hypotheses, want):
+                assert list(hypothesis.token_ids) == without_eos(ids), context
+                assert hypothesis.text == checkpoint.hf_tokenizer.decode(ids, skip_special_tokens=True)
+                assert abs(hypothesis.score - score) <= SCORE_TOLERANCE, (context, hypothesis.score, score)
+                limit = len(ids) == MAX_NEW  # transformers forces eos there: the length limit
+                assert hypothesis.finish_reason == (pb.FINISH_REASON_LENGTH if limit else pb.FINISH_REASON_EOS)
+            scores = [h.score for h in response.hypotheses]
+            assert scores == sorted(scores, reverse=True), context
+            differs_from_greedy += want[0][0] != plain
     assert differs_from_greedy >= 5  # the test would notice greedy posing as beam search
+
+
+def test_cli_prints_the_n_best_with_scores(served):
+    text = INPUTS[3]
+    expected = generate(served.stub(), "marian-swish-h4", text, num_beams=4, num_return_sequences=3).hypotheses
+    result = subprocess.run(
+        [sys.executable, "-m", "service", "generate", text, "--target", served.target, "--model", "marian-swish-h4",
+         "--max-new-tokens", str(MAX_NEW), "--num-beams", "4", "--num-return-sequences", "3"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"{h.score:.4f}\t{h.text}" for h in expected]
+    assert "4 beams]" in result.stderr
 
 
 def test_default_num_beams_is_the_models(checkpoints, served):
@@ -261,6 +310,8 @@ def test_beam_search_errors(served):
         ({"num_beams": 2, "length_penalty": 1e30}, "params.length_penalty: 1e+30; must be within +-10"),
         ({"num_beams": 2, "early_stopping": 7}, "params.early_stopping: 7 is not an EarlyStopping value"),
         ({"num_beams": 2, "length_penalty": float("nan")}, "params.length_penalty: nan; must be within +-10"),
+        ({"num_beams": 2, "num_return_sequences": 3}, "params.num_return_sequences: 3; at most num_beams (2)"),
+        ({"num_beams": 1, "num_return_sequences": 2}, "params.num_return_sequences: only with beam search"),
     ]
     for params, message in cases:
         with pytest.raises(grpc.RpcError) as error:
