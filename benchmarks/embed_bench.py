@@ -119,8 +119,12 @@ def main() -> None:
     parser.add_argument("--model-dir", type=Path, default=Path("build/models/minilm"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--spinning", action=argparse.BooleanOptionalAction, default=True,
-                        help="ONNX Runtime's threads spin between calls, in-process and in the server")
+    parser.add_argument(
+        "--spinning",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ONNX Runtime's threads spin between calls, in-process and in the server",
+    )
     args = parser.parse_args()
 
     st = st_encode(args.threads)
@@ -197,7 +201,9 @@ def main() -> None:
         mean_batch = statistics.mean(512 / len(r["batches"]) for r in runs)  # texts per model call
         figures64[name] = {"seconds": wall, "per_s": 512 / wall, "p50_ms": float(np.percentile(latencies, 50)),
                            "p99_ms": float(np.percentile(latencies, 99)), "mean_batch": mean_batch}  # fmt: skip
-        rows64.append([name, wall, 512 / wall, figures64[name]["p50_ms"], figures64[name]["p99_ms"], f"{mean_batch:.1f}"])
+        rows64.append(
+            [name, wall, 512 / wall, figures64[name]["p50_ms"], figures64[name]["p99_ms"], f"{mean_batch:.1f}"]
+        )
     ratio = rows64[0][2] / rows64[1][2]
     print_table(
         f"64 concurrent clients, one sentence a call (512 calls), median of {args.rounds}; "

@@ -93,7 +93,9 @@ class Harness:
         for step in range(steps):
             logits = model.decode(tokens[:, -1:], cache, cross, mask)
             tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
-            past = [(torch.cat([pk, nk], 2), torch.cat([pv, nv], 2)) for (pk, pv), (nk, nv) in zip(cache.past, cache.new)]
+            past = [
+                (torch.cat([pk, nk], 2), torch.cat([pv, nv], 2)) for (pk, pv), (nk, nv) in zip(cache.past, cache.new)
+            ]
             cache = ConcatCache(past, torch.ones(batch, step + 1, dtype=torch.long))
 
 
@@ -146,11 +148,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--new-tokens", type=int, default=128, help="per stream, in the service runs")
     parser.add_argument("--rounds", type=int, default=2, help="of the service runs")
-    parser.add_argument("--spinning", action=argparse.BooleanOptionalAction, default=True,
-                        help="ONNX Runtime's threads spin between calls (as --ort-spinning)")
+    parser.add_argument(
+        "--spinning",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ONNX Runtime's threads spin between calls (as --ort-spinning)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    figures = {"threads": args.threads, "spinning": args.spinning, "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__}}
+    figures = {
+        "threads": args.threads,
+        "spinning": args.spinning,
+        "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = random_model_dir(BASE_SEQ2SEQ, Path(tmp) / "base", "base", seed=0)
         export_model_dir(model_dir, progress_stream=io.StringIO())

@@ -163,7 +163,11 @@ def check_minilm(minilm_dir: Path, figures: dict) -> None:
         for batch in (32, 256):
             ms = cuda_ms(lambda: m(ids[:batch].to(CUDA), mask[:batch].to(CUDA)))
             speeds[batch] = ms
-        figures[f"minilm_{label}"] = {"min_cosine_vs_cpu_fp32": cosine, "ms_batch32": speeds[32], "ms_batch256": speeds[256]}
+        figures[f"minilm_{label}"] = {
+            "min_cosine_vs_cpu_fp32": cosine,
+            "ms_batch32": speeds[32],
+            "ms_batch256": speeds[256],
+        }
         rows.append([label, f"{cosine:.7f}", speeds[32], 32e3 / speeds[32], speeds[256], 256e3 / speeds[256]])
     print_table(
         f"MiniLM on CUDA ({float(mask.sum(1).float().mean()):.1f} tokens/sentence; times include host->device copies)",
@@ -181,7 +185,9 @@ def bench_decode(figures: dict) -> None:
             cross = [(torch.randn(batch, c.n_heads, 32, c.d_head, device=CUDA, dtype=dtype),) * 2] * c.n_decoder_layers
             source_mask = torch.ones(batch, 32, dtype=torch.long, device=CUDA)
             for prefix in (16, 256, 512):
-                past = [(torch.randn(batch, c.n_heads, prefix, c.d_head, device=CUDA, dtype=dtype),) * 2] * c.n_decoder_layers
+                past = [
+                    (torch.randn(batch, c.n_heads, prefix, c.d_head, device=CUDA, dtype=dtype),) * 2
+                ] * c.n_decoder_layers
                 past_mask = torch.ones(batch, prefix, dtype=torch.long, device=CUDA)
                 step = torch.randint(4, c.vocab_size, (batch, 1), device=CUDA)
 

@@ -51,7 +51,7 @@ async def run(target: str, clients: int, per_call: int) -> tuple[float, list[flo
         wall = time.perf_counter() - started
     vectors = np.empty((len(SENTENCES), len(results[0][0])), np.float32)
     for c, result in enumerate(results):
-        vectors[c :: clients] = result
+        vectors[c::clients] = result
     return wall, latencies, vectors
 
 

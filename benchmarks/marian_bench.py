@@ -95,8 +95,10 @@ def run_transformers(hf_dir: Path, sources: list[str], batch: int, new_tokens: i
             begun = time.perf_counter()
             out = model.generate(**tokenizer(group, return_tensors="pt", padding=True), **settings)
             latencies += [time.perf_counter() - begun] * len(group)
-            tokens += sum(1 for row in out[:, 1:].tolist() for t in row if t not in ends) if beams > 1 else (
-                (out.shape[1] - 1) * len(group)
+            tokens += (
+                sum(1 for row in out[:, 1:].tolist() for t in row if t not in ends)
+                if beams > 1
+                else ((out.shape[1] - 1) * len(group))
             )
         return summary(tokens, time.perf_counter() - started, latencies)
 

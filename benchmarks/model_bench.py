@@ -112,7 +112,11 @@ def bench_minilm(minilm_dir: Path, threads: int, repeats: int) -> dict:
         ["runtime", "median ms", "sentences/s", "speed vs transformers"],
         rows,
     )
-    return {"tokens_per_sentence": tokens_per_sentence, "padded_length": ids.shape[1], "median_ms": {n: m * 1e3 for n, m in medians.items()}}
+    return {
+        "tokens_per_sentence": tokens_per_sentence,
+        "padded_length": ids.shape[1],
+        "median_ms": {n: m * 1e3 for n, m in medians.items()},
+    }
 
 
 def bench_decode_step(base_dir: Path, threads: int, repeats: int) -> dict:
@@ -181,7 +185,9 @@ def main() -> None:
         exports, minilm_dir, base_dir = bench_export(Path(tmp), args.export_repeats)
         minilm = bench_minilm(minilm_dir, args.threads, args.repeats)
         decode = bench_decode_step(base_dir, args.threads, args.repeats)
-    write_results("model_bench", {"threads": args.threads, "export": exports, "minilm_forward": minilm, "decode_step": decode})
+    write_results(
+        "model_bench", {"threads": args.threads, "export": exports, "minilm_forward": minilm, "decode_step": decode}
+    )
 
 
 if __name__ == "__main__":

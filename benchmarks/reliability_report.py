@@ -137,8 +137,11 @@ def main() -> None:
         ["refusal latency p50 / max (ms)", f"{o['refusal_ms_p50']:.2f} / {o['refusal_ms_max']:.2f}"],
         ["health check meanwhile, p50 (ms)", f"{o['health_ms_p50']:.2f} ({', '.join(o['health_codes'])})"],
     ])  # fmt: skip
-    print_table("Bad requests (200 each)", ["request", "code", "p50 ms"],
-                [[n, v["code"], v["ms_p50"]] for n, v in figures["bad_requests"].items()])
+    print_table(
+        "Bad requests (200 each)",
+        ["request", "code", "p50 ms"],
+        [[n, v["code"], v["ms_p50"]] for n, v in figures["bad_requests"].items()],
+    )
     print_table("Runner faults (fault_threshold 3, probe every 1 s)", ["", "value"], [
         ["codes of the faulty calls", ", ".join(f["fault_codes"])],
         ["health NOT_SERVING after the third (ms)", f"{f['not_serving_after_ms']:.1f}"],

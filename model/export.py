@@ -186,7 +186,9 @@ def describe_graph(proto: onnx.ModelProto) -> dict:
         for v in values:
             t = v.type.tensor_type
             shape = [d.dim_param or d.dim_value for d in t.shape.dim]
-            out.append({"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name, "shape": shape})
+            out.append(
+                {"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name, "shape": shape}
+            )
         return out
 
     return {"inputs": describe(proto.graph.input), "outputs": describe(proto.graph.output)}
@@ -239,7 +241,16 @@ def greedy_logits_torch(model: Seq2SeqModel, ids, mask, tokens) -> torch.Tensor:
 
 def library_versions() -> dict:
     versions = {"python": platform.python_version()}
-    for package in ("attnserve", "torch", "onnx", "onnxruntime", "onnxruntime-gpu", "tokenizers", "sentencepiece", "safetensors"):
+    for package in (
+        "attnserve",
+        "torch",
+        "onnx",
+        "onnxruntime",
+        "onnxruntime-gpu",
+        "tokenizers",
+        "sentencepiece",
+        "safetensors",
+    ):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

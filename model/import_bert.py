@@ -37,7 +37,13 @@ BERT_NAMES = {
 }
 # Present in BERT checkpoints, not used by a sentence embedding.
 IGNORED = re.compile(r"^(embeddings\.position_ids|pooler\..*)$")
-HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu"}
+HF_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+}
 
 
 def _pattern(template: str) -> re.Pattern:

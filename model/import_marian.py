@@ -36,9 +36,16 @@ LAYER_PARTS = {
     "fc2": "feed_forward.w_2",
     "final_layer_norm": "feed_forward_norm",
 }
-_LAYER = re.compile(r"^model\.(encoder|decoder)\.layers\.(\d+)\.(\w+?)(?:\.(q_proj|k_proj|v_proj|out_proj))?\.(weight|bias)$")
+_LAYER = re.compile(
+    r"^model\.(encoder|decoder)\.layers\.(\d+)\.(\w+?)(?:\.(q_proj|k_proj|v_proj|out_proj))?\.(weight|bias)$"
+)
 # Token tables (and the output layer), under the names a checkpoint may use for them.
-_TABLES = {"model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"}
+_TABLES = {
+    "model.shared.weight",
+    "model.encoder.embed_tokens.weight",
+    "model.decoder.embed_tokens.weight",
+    "lm_head.weight",
+}
 # The sinusoid tables: read for a check, not as weights.
 _POSITIONS = re.compile(r"^model\.(encoder|decoder)\.embed_positions\.weight$")
 

@@ -81,7 +81,9 @@ def _randomize(model, shape: MarianShape, seed: int, eos_id: int) -> None:
             elif name == "lm_head.weight":
                 std = 4.0 / parameter.shape[1] ** 0.5
             elif "layer_norm" in name:
-                parameter.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * torch.randn(parameter.shape, generator=generator))
+                parameter.copy_(
+                    (1.0 if name.endswith("weight") else 0.0) + 0.1 * torch.randn(parameter.shape, generator=generator)
+                )
                 continue
             elif name.endswith("weight"):
                 std = parameter.shape[1] ** -0.5

@@ -215,7 +215,6 @@ def cmd_health(args) -> None:
     """Exit 0 when the server (or one service) is SERVING: for container health checks and exec probes."""
     import grpc
 
-
     try:
         with _client(args, timeout=args.timeout) as client:
             status = client.health(args.service)
@@ -353,7 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     defaults = TrainSettings()
 
-    train = commands.add_parser("train-numbers", help="train the bundled seq2seq model 'numbers' (about 4 min on 2 cores)")
+    train = commands.add_parser(
+        "train-numbers", help="train the bundled seq2seq model 'numbers' (about 4 min on 2 cores)"
+    )
     train.add_argument("--out", type=Path, default=CHECKPOINTS_DIR / "numbers", help="default: %(default)s")
     train.add_argument("--seed", type=int, help=f"default: {defaults.seed}")
     train.add_argument("--steps", type=int, help=f"default: {defaults.steps}")

@@ -79,9 +79,7 @@ class Client:
                 root_certificates=_read(tls_ca), private_key=_read(tls_key), certificate_chain=_read(tls_cert)
             )
             if token:
-                credentials = grpc.composite_channel_credentials(
-                    credentials, grpc.access_token_call_credentials(token)
-                )
+                credentials = grpc.composite_channel_credentials(credentials, grpc.access_token_call_credentials(token))
             self.channel = grpc.secure_channel(target, credentials, options=list(options))
         else:
             # Call credentials need a secure channel; without TLS the token goes as plain metadata.

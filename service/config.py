@@ -94,7 +94,9 @@ class ServerConfig:
         "", "file of bearer tokens, one a line: calls must send 'authorization: Bearer <token>' (health exempt)"
     )
     log_level: str = _setting("info", "logging level", ("debug", "info", "warning", "error"))
-    log_format: str = _setting("json", "json: one JSON object a line (one per call too); text: for people", ("json", "text"))
+    log_format: str = _setting(
+        "json", "json: one JSON object a line (one per call too); text: for people", ("json", "text")
+    )
 
     def __post_init__(self) -> None:
         positive = [

@@ -26,6 +26,7 @@ TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 # generations), "decode" (one decoder step of all running sequences), "attention" (an Attention call's
 # attention-map graph, on servers that serve it).
 
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
@@ -58,9 +59,7 @@ class Metrics:
             "attnserve_queue_depth", "Inputs waiting for the model: texts to embed, or sequences for a cache row.",
             ["model"], registry=registry,
         )  # fmt: skip
-        self.requests_running = Gauge(
-            "attnserve_requests_running", "Calls in progress.", ["model"], registry=registry
-        )
+        self.requests_running = Gauge("attnserve_requests_running", "Calls in progress.", ["model"], registry=registry)
         self.time_to_first_token = Histogram(
             "attnserve_time_to_first_token_seconds", "Time from a generation's arrival to its first token.",
             ["model"], buckets=LATENCY_BUCKETS, registry=registry,
@@ -72,9 +71,7 @@ class Metrics:
         self.prompt_tokens = Counter(
             "attnserve_prompt_tokens", "Tokens of inputs fed to the model.", ["model"], registry=registry
         )
-        self.generated_tokens = Counter(
-            "attnserve_generated_tokens", "Tokens generated.", ["model"], registry=registry
-        )
+        self.generated_tokens = Counter("attnserve_generated_tokens", "Tokens generated.", ["model"], registry=registry)
         self.kv_cache_usage = Gauge(
             "attnserve_kv_cache_usage_ratio", "Share of the generation cache reserved by running sequences.",
             ["model"], registry=registry,

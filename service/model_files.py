@@ -19,6 +19,8 @@ MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
 def tokenizer_files(kind: str) -> tuple[str, ...]:
     """The files a model's tokenizer reads, by the config's `tokenizer` kind."""
     return MARIAN_TOKENIZER_FILES if kind == "marian" else (TOKENIZER_FILE,)
+
+
 WEIGHTS_FILE = "model.safetensors"
 ENCODER_FILE = "onnx/encoder.onnx"
 DECODER_FILE = "onnx/decoder.onnx"

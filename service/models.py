@@ -86,7 +86,9 @@ def load_model(model_dir: Path, settings: SessionSettings, attention: bool = Fal
     """Open, verify and warm up one model directory (blocking: call it in a thread); with attention, its
     attention-map graph too."""
     files = open_model_dir(model_dir, attention=attention)
-    tokenizer = load_tokenizer(files.config.get("tokenizer", "tokenizers"), files.tokenizer, files.config["max_input_tokens"])
+    tokenizer = load_tokenizer(
+        files.config.get("tokenizer", "tokenizers"), files.tokenizer, files.config["max_input_tokens"]
+    )
     encoder_session = create_session(files.encoder, settings)
     model = ServedModel(files, tokenizer, provider_of(encoder_session))
     if files.task == "embedding":
@@ -180,8 +182,14 @@ class ModelRegistry:
             metrics.model_info.labels(model.name, model.task, model.provider, str(model.files.manifest["opset"])).set(1)
             if model.task == "embedding":
                 model.batcher = EmbeddingBatcher(
-                    model.encoder.embed, model.config["pad_id"], limits, executor, model.name, model.metrics,
-                    make_run_options=ort.RunOptions, health=model.health,
+                    model.encoder.embed,
+                    model.config["pad_id"],
+                    limits,
+                    executor,
+                    model.name,
+                    model.metrics,
+                    make_run_options=ort.RunOptions,
+                    health=model.health,
                 )
                 model.batcher.start()
                 model.metrics.watch_queue(lambda batcher=model.batcher: batcher.queue_depth)
@@ -189,9 +197,19 @@ class ModelRegistry:
                 c = model.config
                 cache = KVCache(generation.geometry(c), generation.rows(c))
                 model.scheduler = Scheduler(
-                    model.seq2seq, cache, model.tokenizer, c["bos_id"], c["eos_id"], c["pad_id"], executor,
-                    generation.max_waiting, model.name, model.metrics, model.health,
-                    suppressed_ids=tuple(c.get("suppressed_ids", ())), forced_eos=c.get("forced_eos", False),
+                    model.seq2seq,
+                    cache,
+                    model.tokenizer,
+                    c["bos_id"],
+                    c["eos_id"],
+                    c["pad_id"],
+                    executor,
+                    generation.max_waiting,
+                    model.name,
+                    model.metrics,
+                    model.health,
+                    suppressed_ids=tuple(c.get("suppressed_ids", ())),
+                    forced_eos=c.get("forced_eos", False),
                     renormalize_logits=c.get("renormalize_logits", False),
                     encode_split_cost=limits.split_cost_tokens,
                 )

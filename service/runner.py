@@ -76,7 +76,9 @@ def create_session(path, settings: SessionSettings) -> ort.InferenceSession:
             f"(available: {', '.join(ort.get_available_providers())}); install onnxruntime-gpu"
         )
     if settings.device == "cuda" and not nvidia_driver_present():
-        raise ProviderError("--device cuda: no NVIDIA driver (libcuda.so.1 does not load), so the CUDA provider cannot run")
+        raise ProviderError(
+            "--device cuda: no NVIDIA driver (libcuda.so.1 does not load), so the CUDA provider cannot run"
+        )
     wants_cuda = has_provider and settings.device in ("auto", "cuda") and nvidia_driver_present()
     providers = [CUDA, CPU] if wants_cuda else [CPU]
     session = ort.InferenceSession(str(path), options, providers=providers)

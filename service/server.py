@@ -136,7 +136,9 @@ class Server:
         status = SERVING if self.ready() else NOT_SERVING
         for model in self.registry.models.values():
             if model.health and not model.health.healthy:
-                log.error("model %s: %d model calls failed in a row: health NOT_SERVING", model.name, model.health.failures)
+                log.error(
+                    "model %s: %d model calls failed in a row: health NOT_SERVING", model.name, model.health.failures
+                )
         asyncio.get_running_loop().create_task(self._set_health(status))
 
     async def _probe_unhealthy_models(self) -> None:

@@ -85,7 +85,9 @@ def register(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
             pass  # the same handlers come again through add_registered_method_handlers
 
         def add_registered_method_handlers(self, service, handlers):
-            handlers = {n: h._replace(request_deserializer=_lenient(h.request_deserializer)) for n, h in handlers.items()}
+            handlers = {
+                n: h._replace(request_deserializer=_lenient(h.request_deserializer)) for n, h in handlers.items()
+            }
             server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
             server.add_registered_method_handlers(service, handlers)
 
@@ -320,7 +322,9 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                 f"cache rows of model {model.name!r} {model.scheduler.cache.rows})"
             )
         if greedy_only == ["stream"]:
-            raise invalid("params.num_beams: beam search does not stream (the best beam is known at the end); use Generate")
+            raise invalid(
+                "params.num_beams: beam search does not stream (the best beam is known at the end); use Generate"
+            )
         if greedy_only:
             name = next(n for n in greedy_only if n != "stream")
             raise invalid(f"params.{name}: not with beam search (num_beams {num_beams})")

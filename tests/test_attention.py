@@ -133,7 +133,9 @@ def test_buffer_cache_rows_of_different_lengths_attend_to_their_own_positions(le
     together = BufferCache(buffers[0::2], buffers[1::2], torch.tensor(lengths, dtype=torch.int32))
     logits = model.decode(step, together, cross, torch.ones_like(source))
     for row, length in enumerate(lengths):
-        past = [(k[row : row + 1, :, :length], v[row : row + 1, :, :length]) for k, v in zip(buffers[0::2], buffers[1::2])]
+        past = [
+            (k[row : row + 1, :, :length], v[row : row + 1, :, :length]) for k, v in zip(buffers[0::2], buffers[1::2])
+        ]
         alone = ConcatCache(past, torch.ones(1, length, dtype=torch.long))
         crossed = [(k[row : row + 1], v[row : row + 1]) for k, v in cross]
         expected = model.decode(step[row : row + 1], alone, crossed, torch.ones_like(source[:1]))

@@ -99,7 +99,10 @@ def raw_channel(server) -> grpc.Channel:
 
 
 @FUZZ
-@given(method=st.sampled_from(["Embed", "Tokenize", "Generate", "GenerateStream", "ListModels"]), data=st.binary(max_size=200))  # noqa: E501
+@given(
+    method=st.sampled_from(["Embed", "Tokenize", "Generate", "GenerateStream", "ListModels"]),
+    data=st.binary(max_size=200),
+)  # noqa: E501
 def test_raw_bytes(served, method, data):
     """Bytes that may not even parse as the request message; ListModels takes any of its (empty) messages."""
     channel = raw_channel(served)

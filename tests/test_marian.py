@@ -40,8 +40,15 @@ SHAPES = {
     "marian-swish-h4": MarianShape(d_model=32, heads=4, encoder_layers=2, decoder_layers=2, activation="swish"),
     "marian-gelu-h2": MarianShape(d_model=32, heads=2, encoder_layers=1, decoder_layers=3, d_ff=48, activation="gelu"),
     "marian-relu-h8": MarianShape(
-        d_model=64, heads=8, encoder_layers=3, decoder_layers=1, activation="relu", num_beams=3,
-        renormalize_logits=True, tied=False, eos_bias=11.0,
+        d_model=64,
+        heads=8,
+        encoder_layers=3,
+        decoder_layers=1,
+        activation="relu",
+        num_beams=3,
+        renormalize_logits=True,
+        tied=False,
+        eos_bias=11.0,
     ),
 }
 INPUTS = sentences(50, seed=2026)
@@ -249,7 +256,7 @@ def test_beam_search_matches_transformers(checkpoints, served, name):
     stub = served.stub()
     differs_from_greedy = 0
     for i, (beams, penalty, early, early_pb, n) in enumerate(BEAM_SETTINGS):
-        texts = INPUTS[i::len(BEAM_SETTINGS)]
+        texts = INPUTS[i :: len(BEAM_SETTINGS)]
         expected = checkpoint.hf_n_best(texts, n, num_beams=beams, length_penalty=penalty, early_stopping=early)
         greedy = checkpoint.hf_generate(texts, num_beams=1)
         responses = concurrently(

@@ -137,11 +137,18 @@ def test_prometheus_sees_rates_latencies_and_cache_usage_move(served, prometheus
     ok = scalar(prometheus, 'attnserve_requests_total{rpc="Embed", model="minilm", code="OK"}')
     assert ok == embed_calls > 5  # every call counted, once
     assert scalar(prometheus, 'sum(rate(attnserve_requests_total{code="OK"}[10s] offset 3s))') > 1
-    p50 = scalar(prometheus, 'histogram_quantile(0.5, sum by (le) (rate(attnserve_request_duration_seconds_bucket{rpc="Embed"}[1m])))')
+    p50 = scalar(
+        prometheus,
+        'histogram_quantile(0.5, sum by (le) (rate(attnserve_request_duration_seconds_bucket{rpc="Embed"}[1m])))',
+    )
     assert 0 < p50 < 1
-    ttft = scalar(prometheus, 'histogram_quantile(0.99, sum by (le) (rate(attnserve_time_to_first_token_seconds_bucket[1m])))')
+    ttft = scalar(
+        prometheus, "histogram_quantile(0.99, sum by (le) (rate(attnserve_time_to_first_token_seconds_bucket[1m])))"
+    )
     assert 0 < ttft < 5
-    decode_batch = scalar(prometheus, 'sum(attnserve_batch_size_sum{stage="decode"}) / sum(attnserve_batch_size_count{stage="decode"})')
+    decode_batch = scalar(
+        prometheus, 'sum(attnserve_batch_size_sum{stage="decode"}) / sum(attnserve_batch_size_count{stage="decode"})'
+    )
     assert 1 < decode_batch <= 4  # the four generation clients shared decode steps
     assert scalar(prometheus, 'attnserve_generated_tokens_total{model="numbers"}') == 63 * generate_calls > 0
     rules = json.loads(http_get(f"{prometheus}/api/v1/rules")[1])["data"]["groups"][0]["rules"]
@@ -210,9 +217,20 @@ def test_one_json_access_line_per_call(served, caplog):
     records = [r for r in caplog.records if r.name == "attnserve.access"]
     assert len(records) == 32
     embed, generate, refused = records[-32], records[-31], records[-1]
-    assert (embed.request_id, embed.rpc, embed.model, embed.code, embed.inputs) == ("trace-42", "Embed", "minilm", "OK", 2)
+    assert (embed.request_id, embed.rpc, embed.model, embed.code, embed.inputs) == (
+        "trace-42",
+        "Embed",
+        "minilm",
+        "OK",
+        2,
+    )
     assert embed.prompt_tokens == 3 + 3 and embed.seconds > 0
-    assert (generate.rpc, generate.model, generate.generated_tokens, generate.finish_reason) == ("Generate", "numbers", 10, "eos")
+    assert (generate.rpc, generate.model, generate.generated_tokens, generate.finish_reason) == (
+        "Generate",
+        "numbers",
+        10,
+        "eos",
+    )
     assert re.fullmatch(r"[0-9a-f]{32}", generate.request_id)
     assert (refused.code, refused.model) == ("NOT_FOUND", "")  # an unknown name never becomes a label
 

@@ -135,7 +135,9 @@ def test_unparsable_bytes_are_invalid_argument_not_internal(served):
     for method in ("Embed", "Generate", "GenerateStream", "Tokenize"):
         rpc = f"/attnserve.v1.Inference/{method}"
         call = (channel.unary_stream if method == "GenerateStream" else channel.unary_unary)(rpc)
-        got, details = status_of(lambda: list(call(b"\xff\x00garbage")) if method == "GenerateStream" else call(b"\xff\x00garbage"))
+        got, details = status_of(
+            lambda: list(call(b"\xff\x00garbage")) if method == "GenerateStream" else call(b"\xff\x00garbage")
+        )
         assert got == grpc.StatusCode.INVALID_ARGUMENT and "not a valid message" in details, (method, details)
     assert served.stub().Generate(pb.GenerateRequest(input="5")).text == "five"
 
@@ -368,7 +370,10 @@ def test_sigterm_finishes_short_calls_and_turns_away_long_and_new_ones(minilm_di
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                if (
+                    health.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                    == health_pb2.HealthCheckResponse.SERVING
+                ):
                     break
             except grpc.RpcError:
                 pass
@@ -384,13 +389,18 @@ def test_sigterm_finishes_short_calls_and_turns_away_long_and_new_ones(minilm_di
         process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         time.sleep(0.1)
-        assert status_of(lambda: stub.Embed(pb.EmbedRequest(inputs=["new"]), timeout=2))[0] == grpc.StatusCode.UNAVAILABLE
+        assert (
+            status_of(lambda: stub.Embed(pb.EmbedRequest(inputs=["new"]), timeout=2))[0] == grpc.StatusCode.UNAVAILABLE
+        )
         assert all(len(f.result(timeout=10).embeddings) == 1 for f in short)
         assert len(medium.result(timeout=10).embeddings) == 32
         codes = [status_of(f.result)[0] for f in longs]
         # Those that could not finish within the grace were turned away (at least the last: seconds of work
         # remained after the grace); none failed any other way.
-        assert codes[-1] == grpc.StatusCode.UNAVAILABLE and set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}
+        assert codes[-1] == grpc.StatusCode.UNAVAILABLE and set(codes) <= {
+            grpc.StatusCode.OK,
+            grpc.StatusCode.UNAVAILABLE,
+        }
         assert process.wait(timeout=10) == 0
         assert time.monotonic() - signalled < grace + 1.0
     finally:

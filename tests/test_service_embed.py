@@ -51,7 +51,9 @@ def test_embeddings_match_the_reference(served):
              "She saw the man with the telescope.", "A woman used a telescope to look at a man."]
         )  # fmt: skip
     assert result.model == "minilm" and result.vectors.shape == (3, 384)
-    np.testing.assert_allclose(result.vectors[0, :5], [0.00677752, 0.05905368, 0.04631271, 0.06658518, 0.05197431], atol=1e-6)
+    np.testing.assert_allclose(
+        result.vectors[0, :5], [0.00677752, 0.05905368, 0.04631271, 0.06658518, 0.05197431], atol=1e-6
+    )
     assert float(result.vectors[1] @ result.vectors[2]) == pytest.approx(0.7728268, abs=1e-6)
     np.testing.assert_allclose(np.linalg.norm(result.vectors, axis=1), 1.0, atol=1e-6)
     assert result.usage.prompt_tokens == 15 + 10 + 13
@@ -114,7 +116,10 @@ def test_health_and_reflection(served):
     channel = served.channel()
     health = health_pb2_grpc.HealthStub(channel)
     for service in ("", "attnserve.v1.Inference"):
-        assert health.Check(health_pb2.HealthCheckRequest(service=service)).status == health_pb2.HealthCheckResponse.SERVING
+        assert (
+            health.Check(health_pb2.HealthCheckRequest(service=service)).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
     reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
     (answer,) = reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
     names = {s.name for s in answer.list_services_response.service}

@@ -16,7 +16,9 @@ from model.numbers import pair, sample_number
 from service.background import BackgroundServer
 from service.pb import inference_pb2 as pb
 
-NUMBERS_FULL = "nine hundred and ninety-nine million, nine hundred and ninety-nine thousand, nine hundred and ninety-nine"
+NUMBERS_FULL = (
+    "nine hundred and ninety-nine million, nine hundred and ninety-nine thousand, nine hundred and ninety-nine"
+)
 
 
 @pytest.fixture(scope="module")
