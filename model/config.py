@@ -42,7 +42,8 @@ class ModelConfig:
     normalize: bool = True  # L2-normalise by default (a request may say otherwise)
     # Tokenization: inputs longer than this are truncated (or refused). None: max_positions.
     max_input_tokens: int | None = None
-    tokenizer: Literal["tokenizers", "marian"] = "tokenizers"  # tokenizer.json, or Marian's sentencepiece files
+    # tokenizer.json, or Marian's sentencepiece files (with target_vocab.json: marian_separate_vocabs)
+    tokenizer: Literal["tokenizers", "marian", "marian_separate_vocabs"] = "tokenizers"
     pad_id: int = 0
     bos_id: int = 1  # decoder start token (seq2seq)
     eos_id: int = 2

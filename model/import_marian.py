@@ -1,10 +1,14 @@
 """Import a Hugging Face MarianMT checkpoint (the opus-mt family) into a model directory.
 
 The source directory holds config.json (a MarianConfig), model.safetensors, source.spm, target.spm and
-vocab.json, and perhaps generation_config.json. Marian is the paper's Transformer: post-norm residuals,
-sinusoidal positions (sines and cosines in two halves), embeddings scaled by sqrt(d_model), one token
-table shared by encoder, decoder and output layer, plus a bias on the logits (final_logits_bias). The
-decoder starts from the pad token; eos is id 0.
+vocab.json, and perhaps generation_config.json; a checkpoint whose tokenizer_config.json says
+separate_vocabs also has target_vocab.json (the decoder's vocabulary, as large as the source's, with
+the special tokens at the same ids: Marian's converter makes them so).
+
+Marian is the paper's Transformer: post-norm residuals, sinusoidal positions (sines and cosines in two
+halves), embeddings scaled by sqrt(d_model), one token table shared by encoder, decoder and output layer
+(or one each), plus a bias on the logits (final_logits_bias). The decoder starts from the pad token;
+eos is id 0.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from service.model_files import MARIAN_TOKENIZER_FILES
+from service.model_files import MARIAN_TARGET_VOCAB_FILE, MARIAN_TOKENIZER_FILES, tokenizer_files
+from service.tokenizer import MarianTokenizer
 
 from .config import ModelConfig
 from .import_bert import HF_ACTIVATIONS as BERT_ACTIVATIONS
@@ -67,7 +72,7 @@ def _suppressed_ids(settings: dict) -> tuple[int, ...]:
     return tuple(sorted({words[0] for words in banned}))
 
 
-def marian_config(source: Path) -> ModelConfig:
+def marian_config(source: Path, separate_vocabs: bool = False) -> ModelConfig:
     hf = _read_json(source / "config.json")
     if hf.get("model_type") != "marian":
         raise MarianImportError(f"{source}/config.json: model_type is {hf.get('model_type')!r}, not 'marian'")
@@ -112,7 +117,7 @@ def marian_config(source: Path) -> ModelConfig:
         scale_embeddings=bool(hf.get("scale_embedding", False)),
         tie_output=bool(hf.get("tie_word_embeddings", True)),
         output_bias=True,
-        tokenizer="marian",
+        tokenizer="marian_separate_vocabs" if separate_vocabs else "marian",
         pad_id=hf["pad_token_id"],
         bos_id=hf["decoder_start_token_id"],
         eos_id=eos,
@@ -180,9 +185,13 @@ def import_marian(source: Path, out_dir: Path, name: str) -> Path:
     missing = [f for f in MARIAN_TOKENIZER_FILES if not (source / f).is_file()]
     if missing:
         raise MarianImportError(f"{source}: missing tokenizer files {', '.join(missing)}")
-    if _read_json(source / "tokenizer_config.json").get("separate_vocabs"):
-        raise MarianImportError(f"{source}: separate source and target vocabularies are not supported")
-    config = marian_config(source)
+    separate_vocabs = bool(_read_json(source / "tokenizer_config.json").get("separate_vocabs"))
+    if separate_vocabs and not (source / MARIAN_TARGET_VOCAB_FILE).is_file():
+        raise MarianImportError(
+            f"{source}: tokenizer_config.json says separate_vocabs, but {MARIAN_TARGET_VOCAB_FILE} is missing"
+        )
+    config = marian_config(source, separate_vocabs)
+    _check_vocabularies(source, config)
     state, tables = {}, {}
     with safe_open(str(weights), framework="pt") as f:
         for key in f.keys():
@@ -200,6 +209,24 @@ def import_marian(source: Path, out_dir: Path, name: str) -> Path:
     model = Seq2SeqModel(config)
     model.load_state_dict(state, strict=True)
     out_dir = save_model_dir(model.eval(), name, out_dir)
-    for file in MARIAN_TOKENIZER_FILES:
+    for file in tokenizer_files(config.tokenizer):
         shutil.copyfile(source / file, out_dir / file)
     return out_dir
+
+
+def _check_vocabularies(source: Path, config: ModelConfig) -> None:
+    """Every id a vocabulary gives must have a row in the token tables (else the model's lookup fails at
+    serving time), and a separate target vocabulary keeps the special tokens' ids."""
+    separate = config.tokenizer == "marian_separate_vocabs"
+    try:
+        tokenizer = MarianTokenizer(source, config.max_input_tokens, separate)
+    except ValueError as error:
+        raise MarianImportError(str(error)) from None
+    vocabularies = [("vocab.json", tokenizer.vocab)]
+    if separate:
+        vocabularies.append((MARIAN_TARGET_VOCAB_FILE, tokenizer.target_vocab))
+    for file, vocab in vocabularies:
+        if max(vocab.values()) >= config.vocab_size:
+            raise MarianImportError(
+                f"{source}/{file}: ids up to {max(vocab.values())}, beyond the model's {config.vocab_size} tokens"
+            )

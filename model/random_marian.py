@@ -1,7 +1,9 @@
 """Random MarianMT checkpoints in Hugging Face's layout, for tests and benchmarks: no checkpoint can be
 downloaded here, so transformers builds one (config.json, model.safetensors, generation_config.json) and
 a small sentencepiece model is trained for it (source.spm = target.spm, vocab.json), the files an
-opus-mt directory holds. Needs transformers, sentencepiece and num2words (the dev extra)."""
+opus-mt directory holds; or, with separate_vocabs, one for each side (vocab.json and target_vocab.json,
+as large as each other, as Marian's converter makes them). Needs transformers, sentencepiece and
+num2words (the dev extra)."""
 
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ class MarianShape:
     renormalize_logits: bool = False
     tied: bool = True  # False: an output layer of its own (lm_head), not the token table
     eos_bias: float = 5.0  # eos's head start in final_logits_bias
+    separate_vocabs: bool = False  # target.spm and target_vocab.json of their own; untied encoder/decoder tables
 
 
 def _vocabulary(spm_model: bytes, size: int) -> dict[str, int]:
@@ -102,10 +105,13 @@ def random_marian_checkpoint(out_dir: Path, shape: MarianShape = MarianShape(), 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spm_model = train_sentencepiece(300, seed)
-    vocab = _vocabulary(spm_model, shape.vocab_size)
+    target_spm = train_sentencepiece(250, seed + 1000) if shape.separate_vocabs else spm_model
+    size = shape.vocab_size or 1 + max(_piece_count(spm_model), _piece_count(target_spm))
+    vocab, target_vocab = _vocabulary(spm_model, size), _vocabulary(target_spm, size)
     pad, eos = vocab["<pad>"], vocab["</s>"]
     config = MarianConfig(
-        vocab_size=len(vocab), d_model=shape.d_model, encoder_layers=shape.encoder_layers,
+        vocab_size=len(vocab), share_encoder_decoder_embeddings=not shape.separate_vocabs,
+        d_model=shape.d_model, encoder_layers=shape.encoder_layers,
         decoder_layers=shape.decoder_layers, encoder_attention_heads=shape.heads, decoder_attention_heads=shape.heads,
         encoder_ffn_dim=shape.d_ff, decoder_ffn_dim=shape.d_ff, max_position_embeddings=shape.max_positions,
         activation_function=shape.activation, scale_embedding=True, pad_token_id=pad, decoder_start_token_id=pad,
@@ -122,6 +128,13 @@ def random_marian_checkpoint(out_dir: Path, shape: MarianShape = MarianShape(), 
     )  # fmt: skip
     model.save_pretrained(out_dir)
     (out_dir / "source.spm").write_bytes(spm_model)
-    (out_dir / "target.spm").write_bytes(spm_model)
+    (out_dir / "target.spm").write_bytes(target_spm)
     (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    if shape.separate_vocabs:
+        (out_dir / "target_vocab.json").write_text(json.dumps(target_vocab, ensure_ascii=False))
+        (out_dir / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": True}))
     return out_dir
+
+
+def _piece_count(spm_model: bytes) -> int:
+    return sentencepiece.SentencePieceProcessor(model_proto=spm_model).get_piece_size()

@@ -14,10 +14,14 @@ CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 # Marian's tokenizer: a sentencepiece model per language and one vocabulary mapping pieces to ids.
 MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+MARIAN_TARGET_VOCAB_FILE = "target_vocab.json"  # checkpoints with a target vocabulary of its own
+MARIAN_KINDS = ("marian", "marian_separate_vocabs")
 
 
 def tokenizer_files(kind: str) -> tuple[str, ...]:
     """The files a model's tokenizer reads, by the config's `tokenizer` kind."""
+    if kind == "marian_separate_vocabs":
+        return (*MARIAN_TOKENIZER_FILES, MARIAN_TARGET_VOCAB_FILE)
     return MARIAN_TOKENIZER_FILES if kind == "marian" else (TOKENIZER_FILE,)
 
 
@@ -146,7 +150,7 @@ def open_model_dir(root: Path, attention: bool = False) -> ModelFiles:
         task=task,
         config=manifest["config"],
         manifest=manifest,
-        tokenizer=root if tokenizer_kind == "marian" else root / TOKENIZER_FILE,
+        tokenizer=root if tokenizer_kind in MARIAN_KINDS else root / TOKENIZER_FILE,
         encoder=root / ENCODER_FILE,
         decoder=root / DECODER_FILE if task == "seq2seq" else None,
         attention=root / ATTENTION_FILE if attention else None,

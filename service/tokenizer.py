@@ -13,6 +13,8 @@ import numpy as np
 import sentencepiece
 from tokenizers import Tokenizer
 
+from .model_files import MARIAN_KINDS, MARIAN_TARGET_VOCAB_FILE
+
 
 @dataclass(frozen=True)
 class Encoded:
@@ -57,25 +59,30 @@ class MarianTokenizer:
 
     As transformers' MarianTokenizer does: the special tokens' text in the input stands for those tokens;
     a language code (">>fra<<") at the start of a stretch of text is one token; truncation keeps the </s>.
-    Ids -> text: pieces through the same vocabulary, special tokens dropped, joined by target.spm."""
+    Ids -> text: pieces through the target vocabulary, special tokens dropped, joined by target.spm.
+    The target vocabulary is vocab.json too, unless the checkpoint has its own (separate_vocabs:
+    target_vocab.json, where the special tokens keep their ids)."""
 
     SPECIALS = ("</s>", "<unk>", "<pad>")
 
-    def __init__(self, directory: Path, max_tokens: int):
+    def __init__(self, directory: Path, max_tokens: int, separate_vocabs: bool = False):
         directory = Path(directory)
         self.max_tokens = max_tokens
         self.source = sentencepiece.SentencePieceProcessor(model_file=str(directory / "source.spm"))
         self.target = sentencepiece.SentencePieceProcessor(model_file=str(directory / "target.spm"))
-        self.vocab: dict[str, int] = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
-        missing = [t for t in self.SPECIALS if t not in self.vocab]
-        if missing:
-            raise ValueError(f"{directory}/vocab.json lacks the special tokens {', '.join(missing)}")
-        self.pieces = {i: piece for piece, i in self.vocab.items()}
+        self.vocab = _marian_vocabulary(directory / "vocab.json")
+        self.target_vocab = self.vocab
+        if separate_vocabs:
+            self.target_vocab = _marian_vocabulary(directory / MARIAN_TARGET_VOCAB_FILE)
+            moved = [t for t in self.SPECIALS if self.target_vocab[t] != self.vocab[t]]
+            if moved:
+                raise ValueError(f"{directory}: {', '.join(moved)} have other ids in {MARIAN_TARGET_VOCAB_FILE}")
+        self.pieces = {i: piece for piece, i in self.target_vocab.items()}
         self.unk_id, self.eos_id = self.vocab["<unk>"], self.vocab["</s>"]
         self.special_ids = {self.vocab[t] for t in self.SPECIALS}
         self._specials = re.compile("(" + "|".join(re.escape(t) for t in self.SPECIALS) + ")")
 
-    def _pieces(self, text: str) -> list[str]:
+    def _pieces(self, text: str, processor: sentencepiece.SentencePieceProcessor) -> list[str]:
         pieces = []
         for part in self._specials.split(text):
             if part in self.SPECIALS:
@@ -85,24 +92,24 @@ class MarianTokenizer:
                 pieces.append(part[: end + 2])
                 part = part[end + 2 :]
             if part:
-                pieces.extend(self.source.encode(part, out_type=str))
+                pieces.extend(processor.encode(part, out_type=str))
         return pieces
 
     def encode(self, texts: list[str]) -> list[Encoded]:
         encoded = []
         for text in texts:
-            tokens = self._pieces(text)
+            tokens = self._pieces(text, self.source)
             truncated = len(tokens) + 1 > self.max_tokens
             tokens = tokens[: self.max_tokens - 1] + ["</s>"]
             encoded.append(Encoded([self.vocab.get(t, self.unk_id) for t in tokens], tokens, truncated))
         return encoded
 
     def encode_target(self, text: str) -> Encoded:
-        """A decoder target's own tokens: pieces of target.spm (the target language), no </s>."""
-        tokens = self.target.encode(text, out_type=str)
+        """A decoder target's own tokens: as encode, with target.spm and the target vocabulary, no </s>."""
+        tokens = self._pieces(text, self.target)
         truncated = len(tokens) > self.max_tokens
         tokens = tokens[: self.max_tokens]
-        return Encoded([self.vocab.get(t, self.unk_id) for t in tokens], tokens, truncated)
+        return Encoded([self.target_vocab.get(t, self.unk_id) for t in tokens], tokens, truncated)
 
     def tokens(self, ids: list[int]) -> list[str]:
         return [self.pieces.get(i, "<unk>") for i in ids]
@@ -124,9 +131,19 @@ class MarianTokenizer:
         return self.vocab.get(token)
 
 
+def _marian_vocabulary(path: Path) -> dict[str, int]:
+    vocab = json.loads(path.read_text(encoding="utf-8"))
+    missing = [t for t in MarianTokenizer.SPECIALS if t not in vocab]
+    if missing:
+        raise ValueError(f"{path} lacks the special tokens {', '.join(missing)}")
+    return vocab
+
+
 def load_tokenizer(kind: str, path: Path, max_tokens: int) -> TextTokenizer | MarianTokenizer:
     """The tokenizer of a model directory, by its config's `tokenizer` kind."""
-    return MarianTokenizer(path, max_tokens) if kind == "marian" else TextTokenizer(path, max_tokens)
+    if kind in MARIAN_KINDS:
+        return MarianTokenizer(path, max_tokens, separate_vocabs=kind == "marian_separate_vocabs")
+    return TextTokenizer(path, max_tokens)
 
 
 def pad_batch(sequences: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:

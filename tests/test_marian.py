@@ -32,7 +32,7 @@ from service.kv_cache import CacheGeometry, KVCache
 from service.model_files import open_model_dir
 from service.pb import inference_pb2 as pb
 from service.scheduler import BeamRow, reorder_beams
-from service.tokenizer import MarianTokenizer, pad_batch
+from service.tokenizer import MarianTokenizer, load_tokenizer, pad_batch
 
 transformers = pytest.importorskip("transformers")
 
@@ -50,7 +50,12 @@ SHAPES = {
         tied=False,
         eos_bias=11.0,
     ),
+    # Source and target vocabularies of their own (tokenizer_config.json: separate_vocabs).
+    "marian-separate-h4": MarianShape(
+        d_model=32, heads=4, encoder_layers=2, decoder_layers=2, activation="gelu", tied=False, separate_vocabs=True
+    ),
 }
+TOKENIZER_CHECKPOINTS = ["marian-swish-h4", "marian-separate-h4"]  # one vocabulary; two
 INPUTS = sentences(50, seed=2026)
 MAX_NEW = 24
 
@@ -110,17 +115,23 @@ def without_eos(ids: list[int], eos: int = 0) -> list[int]:
 @given(st.lists(st.sampled_from(INPUTS + ["</s>", "<unk>", "<pad>", ">>fra<<", ">>de<< ", "  ", "日本語", "ß"]), max_size=4),
        st.text(max_size=40))  # fmt: skip
 def test_token_ids_match_marian_tokenizer(checkpoints, parts, noise):
-    checkpoint = checkpoints["marian-swish-h4"]
-    ours = MarianTokenizer(checkpoint.dir, 512)
-    text = " ".join(parts) + noise
-    expected = checkpoint.hf_tokenizer(text)["input_ids"]
-    (encoded,) = ours.encode([text])
-    assert encoded.ids == expected, text
-    # Tokens: the pieces themselves, also those outside the vocabulary (where transformers says <unk>).
-    hf_tokens = checkpoint.hf_tokenizer.convert_ids_to_tokens(expected)
-    assert [t for t, i in zip(encoded.tokens, expected) if i != ours.unk_id] == [
-        t for t, i in zip(hf_tokens, expected) if i != ours.unk_id
-    ]
+    for name in TOKENIZER_CHECKPOINTS:
+        checkpoint = checkpoints[name]
+        ours = load_tokenizer(open_model_dir(checkpoint.dir).config["tokenizer"], checkpoint.dir, 512)
+        text = " ".join(parts) + noise
+        expected = checkpoint.hf_tokenizer(text)["input_ids"]
+        (encoded,) = ours.encode([text])
+        assert encoded.ids == expected, (name, text)
+        # Tokens: the pieces themselves, also those outside the vocabulary (where transformers says <unk>).
+        # (transformers' convert_ids_to_tokens reads ids through the target vocabulary: look them up here.)
+        source_pieces = {i: t for t, i in checkpoint.hf_tokenizer.get_src_vocab().items()}
+        hf_tokens = [source_pieces[i] for i in expected]
+        assert [t for t, i in zip(encoded.tokens, expected) if i != ours.unk_id] == [
+            t for t, i in zip(hf_tokens, expected) if i != ours.unk_id
+        ]
+        # A decoder target: target.spm's pieces through the target vocabulary (transformers adds </s>).
+        target = checkpoint.hf_tokenizer(text_target=text)["input_ids"]
+        assert ours.encode_target(text).ids == without_eos(target), (name, text)
 
 
 def test_language_code_is_one_token_and_truncation_keeps_eos(checkpoints):
@@ -133,9 +144,10 @@ def test_language_code_is_one_token_and_truncation_keeps_eos(checkpoints):
     assert encoded.ids[:5] == full[:5]
 
 
-def test_decoding_matches_marian_tokenizer(checkpoints):
-    checkpoint = checkpoints["marian-swish-h4"]
-    ours = MarianTokenizer(checkpoint.dir, 512)
+@pytest.mark.parametrize("name", TOKENIZER_CHECKPOINTS)
+def test_decoding_matches_marian_tokenizer(checkpoints, name):
+    checkpoint = checkpoints[name]
+    ours = load_tokenizer(open_model_dir(checkpoint.dir).config["tokenizer"], checkpoint.dir, 512)
     rng = random.Random(0)
     vocab = len(ours.vocab)
     for _ in range(200):
@@ -144,6 +156,14 @@ def test_decoding_matches_marian_tokenizer(checkpoints):
             assert ours.decode(ids, skip_special_tokens=skip) == checkpoint.hf_tokenizer.decode(
                 ids, skip_special_tokens=skip
             ), ids
+
+
+def test_separate_vocabularies_decode_through_the_target_one(checkpoints):
+    """The guard for the test above: the two vocabularies give other text for the same ids."""
+    model_dir = checkpoints["marian-separate-h4"].dir
+    separate, source_only = MarianTokenizer(model_dir, 512, separate_vocabs=True), MarianTokenizer(model_dir, 512)
+    ids = list(range(3, 40))
+    assert separate.decode(ids) != source_only.decode(ids)
 
 
 # Import
@@ -162,6 +182,9 @@ def test_imported_config(checkpoints):
     assert c["suppressed_ids"] == [pad] and c["forced_eos"] and c["renormalize_logits"]
     assert (c["num_beams"], c["tokenizer"]) == (3, "marian")
     assert {"source.spm", "target.spm", "vocab.json"} <= set(files.manifest["sha256"])
+    separate = open_model_dir(checkpoints["marian-separate-h4"].dir)
+    assert separate.config["tokenizer"] == "marian_separate_vocabs" and not separate.config["share_embeddings"]
+    assert {"source.spm", "target.spm", "vocab.json", "target_vocab.json"} <= set(separate.manifest["sha256"])
 
 
 def test_pickle_only_checkpoint_is_refused(checkpoints, tmp_path):
@@ -177,6 +200,19 @@ def test_unsupported_configs_are_refused(checkpoints, tmp_path):
     (source / "config.json").write_text(json.dumps({**config, "activation_function": "tanh", "decoder_vocab_size": 7}))
     with pytest.raises(MarianImportError, match="activation_function 'tanh'.*separate target vocabulary"):
         import_marian(source, tmp_path / "out", "odd")
+
+
+def test_separate_vocabularies_must_agree_on_special_tokens(checkpoints, tmp_path):
+    source = Path(shutil.copytree(checkpoints["marian-separate-h4"].source, tmp_path / "separate"))
+    target_vocab = json.loads((source / "target_vocab.json").read_text())
+    unk, other = target_vocab["<unk>"], next(t for t, i in target_vocab.items() if i == 5)
+    target_vocab["<unk>"], target_vocab[other] = 5, unk
+    (source / "target_vocab.json").write_text(json.dumps(target_vocab))
+    with pytest.raises(MarianImportError, match="<unk> have other ids in target_vocab.json"):
+        import_marian(source, tmp_path / "out", "separate")
+    (source / "target_vocab.json").unlink()
+    with pytest.raises(MarianImportError, match="separate_vocabs, but target_vocab.json is missing"):
+        import_marian(source, tmp_path / "out", "separate")
 
 
 def test_tampered_tokenizer_file_is_refused(checkpoints, copy_of):
