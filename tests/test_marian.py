@@ -99,6 +99,15 @@ def checkpoints(tmp_path_factory) -> dict[str, Checkpoint]:
 
 
 @pytest.fixture(scope="module")
+def our_tokenizers(checkpoints) -> dict:
+    """The served tokenizer of each TOKENIZER_CHECKPOINTS model, loaded once (hypothesis runs many examples)."""
+    return {
+        name: load_tokenizer(open_model_dir(checkpoints[name].dir).config["tokenizer"], checkpoints[name].dir, 512)
+        for name in TOKENIZER_CHECKPOINTS
+    }
+
+
+@pytest.fixture(scope="module")
 def served(checkpoints):
     server = BackgroundServer([c.dir for c in checkpoints.values()], max_new_tokens=MAX_NEW)
     yield server
@@ -114,10 +123,9 @@ def without_eos(ids: list[int], eos: int = 0) -> list[int]:
 
 @given(st.lists(st.sampled_from(INPUTS + ["</s>", "<unk>", "<pad>", ">>fra<<", ">>de<< ", "  ", "日本語", "ß"]), max_size=4),
        st.text(max_size=40))  # fmt: skip
-def test_token_ids_match_marian_tokenizer(checkpoints, parts, noise):
-    for name in TOKENIZER_CHECKPOINTS:
+def test_token_ids_match_marian_tokenizer(checkpoints, our_tokenizers, parts, noise):
+    for name, ours in our_tokenizers.items():
         checkpoint = checkpoints[name]
-        ours = load_tokenizer(open_model_dir(checkpoint.dir).config["tokenizer"], checkpoint.dir, 512)
         text = " ".join(parts) + noise
         expected = checkpoint.hf_tokenizer(text)["input_ids"]
         (encoded,) = ours.encode([text])
@@ -145,9 +153,8 @@ def test_language_code_is_one_token_and_truncation_keeps_eos(checkpoints):
 
 
 @pytest.mark.parametrize("name", TOKENIZER_CHECKPOINTS)
-def test_decoding_matches_marian_tokenizer(checkpoints, name):
-    checkpoint = checkpoints[name]
-    ours = load_tokenizer(open_model_dir(checkpoint.dir).config["tokenizer"], checkpoint.dir, 512)
+def test_decoding_matches_marian_tokenizer(checkpoints, our_tokenizers, name):
+    checkpoint, ours = checkpoints[name], our_tokenizers[name]
     rng = random.Random(0)
     vocab = len(ours.vocab)
     for _ in range(200):
