@@ -28,7 +28,7 @@ from pathlib import Path
 
 from model.export import export_model_dir
 from model.random_model import BASE_SEQ2SEQ, random_model_dir
-from service.client import Client
+from service.grpc_api.client import Client
 
 from .common import median_seconds, print_table, write_results
 from .server_process import ServerProcess

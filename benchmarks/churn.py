@@ -18,7 +18,7 @@ from .server_process import ServerProcess
 
 CLIENT = """
 import random, sys
-from service.client import Client
+from service.grpc_api.client import Client
 target, seed = sys.argv[1], int(sys.argv[2])
 rng = random.Random(seed)
 with Client(target) as client:

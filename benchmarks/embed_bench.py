@@ -29,10 +29,10 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from service.background import BackgroundServer
-from service.model_files import open_model_dir
-from service.runner import SessionSettings, create_session
-from service.tokenizer import TextTokenizer, pad_batch
+from modeldir.files import open_model_dir
+from modeldir.tokenizer import TextTokenizer, pad_batch
+from service.runner.sessions import SessionSettings, create_session
+from service.server_thread import ServerThread
 
 from .common import print_table, write_results
 from .load_clients import SENTENCES
@@ -77,8 +77,8 @@ class RecordingServer:
     """A background server whose MiniLM batches are recorded as they run."""
 
     def __init__(self, model_dir: Path, **settings):
-        self.server = BackgroundServer([model_dir], **settings)
-        self.batcher = self.server.server.registry.models[open_model_dir(model_dir).name].batcher
+        self.server = ServerThread([model_dir], **settings)
+        self.batcher = self.server.server.core.registry.models[open_model_dir(model_dir).name].batcher
         self.batches: list[tuple[np.ndarray, np.ndarray]] = []
         self.model_seconds = 0.0
         embed = self.batcher.embed

@@ -26,14 +26,14 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
+from model.decoder_cache import ConcatCache
 from model.export import export_model_dir
-from model.kv_cache import ConcatCache
 from model.random_model import BASE_SEQ2SEQ, random_model_dir
 from model.weights import load_model_dir
-from service.background import BackgroundServer
-from service.model_files import open_model_dir
-from service.runner import Seq2SeqRunner, SessionSettings, create_session
-from service.tokenizer import TextTokenizer, pad_batch
+from modeldir.files import open_model_dir
+from modeldir.tokenizer import TextTokenizer, pad_batch
+from service.runner.sessions import Seq2SeqRunner, SessionSettings, create_session
+from service.server_thread import ServerThread
 
 from .common import median_seconds, print_table, write_results
 from .stream_clients import source
@@ -118,7 +118,7 @@ def timed(fn) -> tuple[float, object]:
 
 
 def service_streams(model_dir: Path, threads: int, spinning: bool, new_tokens: int, rounds: int) -> dict:
-    server = BackgroundServer([model_dir], intra_op_threads=threads, ort_spinning=spinning)
+    server = ServerThread([model_dir], intra_op_threads=threads, ort_spinning=spinning)
     results: dict[int, list[dict]] = {1: [], 32: []}
     try:
         for _ in range(rounds):
@@ -127,7 +127,7 @@ def service_streams(model_dir: Path, threads: int, spinning: bool, new_tokens: i
                            "--streams", str(streams), "--new-tokens", str(new_tokens)]  # fmt: skip
                 run = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
                 results[streams].append(run)
-        largest = server.server.registry.models["base"].scheduler.largest_step
+        largest = server.server.core.registry.models["base"].scheduler.largest_step
     finally:
         server.close()
     figures = {"largest_step": largest}

@@ -24,11 +24,11 @@ import torch
 from safetensors.torch import load_model
 
 from model.config import load_config
-from model.kv_cache import ConcatCache
+from model.decoder_cache import ConcatCache
 from model.numbers import pair, sample_number
 from model.random_model import BASE_SEQ2SEQ, random_model
 from model.transformer import build_model
-from service.tokenizer import TextTokenizer, pad_batch
+from modeldir.tokenizer import TextTokenizer, pad_batch
 
 from .common import print_table, sentences
 

@@ -16,8 +16,8 @@ import time
 import grpc
 import numpy as np
 
-from service.pb import inference_pb2 as pb
-from service.pb import inference_pb2_grpc as pb_grpc
+from service.grpc_api.pb import inference_pb2 as pb
+from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
 
 from .common import sentences
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import grpc
 
 from model.random_marian import MarianShape, sentences
-from service.pb import inference_pb2 as pb
-from service.pb import inference_pb2_grpc as pb_grpc
+from service.grpc_api.pb import inference_pb2 as pb
+from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
 
 from .common import print_table, write_results
 
@@ -108,7 +108,7 @@ def run_ctranslate2(
 ) -> dict:
     import ctranslate2
 
-    from service.tokenizer import MarianTokenizer
+    from modeldir.tokenizer import MarianTokenizer
 
     translator = ctranslate2.Translator(str(ct2_dir), device="cpu", intra_threads=threads, inter_threads=1)
     pieces = [e.tokens for e in MarianTokenizer(model_dir, 512).encode(sources)]
@@ -150,9 +150,9 @@ async def clients(target: str, sources: list[str], concurrency: int, new_tokens:
 
 
 def run_attnserve(model_dir: Path, sources: list[str], batch: int, new_tokens: int, threads: int, beams: int = 1):
-    from service.background import BackgroundServer
+    from service.server_thread import ServerThread
 
-    server = BackgroundServer([model_dir], intra_op_threads=threads, max_new_tokens=new_tokens)
+    server = ServerThread([model_dir], intra_op_threads=threads, max_new_tokens=new_tokens)
     try:
         command = [sys.executable, "-m", "benchmarks.marian_bench", "--clients", server.target,
                    "--concurrency", str(batch), "--sentences", str(len(sources)), "--new-tokens", str(new_tokens),

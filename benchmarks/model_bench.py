@@ -22,14 +22,14 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
+from model.decoder_cache import ConcatCache
 from model.export import export_model_dir
 from model.import_bert import import_sentence_transformer
-from model.kv_cache import ConcatCache
 from model.random_model import BASE_SEQ2SEQ, random_model_dir
 from model.weights import load_model_dir
-from service.model_files import open_model_dir
-from service.runner import Seq2SeqRunner
-from service.tokenizer import TextTokenizer, pad_batch
+from modeldir.files import open_model_dir
+from modeldir.tokenizer import TextTokenizer, pad_batch
+from service.runner.sessions import Seq2SeqRunner
 
 from .common import median_seconds, print_table, sentences, write_results
 

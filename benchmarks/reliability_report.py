@@ -15,8 +15,8 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.background import BackgroundServer
-from service.pb import inference_pb2 as pb
+from service.grpc_api.pb import inference_pb2 as pb
+from service.server_thread import ServerThread
 
 from .common import print_table, write_results
 from .server_process import ServerProcess
@@ -35,12 +35,12 @@ def timed_status(call) -> tuple[str, float]:
 
 
 def overload(limit: int = 8, excess: int = 32) -> dict:
-    server = BackgroundServer(MODELS, max_concurrent_requests=limit)
+    server = ServerThread(MODELS, max_concurrent_requests=limit)
     try:
         release = server.hold_model_thread()
         stub = server.stub()
         held = [stub.Embed.future(pb.EmbedRequest(inputs=[f"held {i}"])) for i in range(limit)]
-        while server.server.servicer.in_flight < limit:
+        while server.server.core.admission.in_flight < limit:
             time.sleep(0.01)
         with ThreadPoolExecutor(excess) as pool:
             refused = list(pool.map(lambda i: timed_status(lambda: stub.Embed(pb.EmbedRequest(inputs=["x"]))),
@@ -60,7 +60,7 @@ def overload(limit: int = 8, excess: int = 32) -> dict:
 
 
 def bad_requests(n: int = 200) -> dict:
-    server = BackgroundServer(MODELS)
+    server = ServerThread(MODELS)
     try:
         stub = server.stub()
         cases = {
@@ -79,10 +79,10 @@ def bad_requests(n: int = 200) -> dict:
 
 
 def fault_and_probe() -> dict:
-    server = BackgroundServer(MODELS, probe_seconds=1.0, fault_threshold=3)
+    server = ServerThread(MODELS, probe_seconds=1.0, fault_threshold=3)
     try:
-        model = server.server.registry.models["minilm"]
-        real = model.encoder.session
+        model = server.server.core.registry.models["minilm"]
+        real = model.runner.session
         health = health_pb2_grpc.HealthStub(server.channel())
 
         class Failing:
@@ -93,14 +93,14 @@ def fault_and_probe() -> dict:
             return health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
 
         stub = server.stub()
-        model.encoder.session = Failing()
+        model.runner.session = Failing()
         codes = [timed_status(lambda: stub.Embed(pb.EmbedRequest(inputs=["f"])))[0] for _ in range(3)]
         started = time.perf_counter()
         while serving():
             time.sleep(0.005)
         flipped = time.perf_counter() - started
         other_model = stub.Generate(pb.GenerateRequest(input="2")).text
-        model.encoder.session = real
+        model.runner.session = real
         started = time.perf_counter()
         while not serving():
             time.sleep(0.01)
@@ -116,7 +116,7 @@ def startup_and_drain() -> dict:
     process = ServerProcess()
     ready = time.perf_counter() - started
     channel = grpc.insecure_channel(process.target)
-    from service.pb import inference_pb2_grpc
+    from service.grpc_api.pb import inference_pb2_grpc
 
     stub = inference_pb2_grpc.InferenceStub(channel)
     futures = [stub.Embed.future(pb.EmbedRequest(inputs=[f"{i} " + "words " * 100] * 8)) for i in range(6)]

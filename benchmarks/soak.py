@@ -19,8 +19,8 @@ from collections import Counter
 import grpc
 import numpy as np
 
-from service.pb import inference_pb2 as pb
-from service.pb import inference_pb2_grpc as pb_grpc
+from service.grpc_api.pb import inference_pb2 as pb
+from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
 
 from .common import print_table, sentences, write_results
 from .server_process import ServerProcess

@@ -16,8 +16,8 @@ import time
 
 import grpc
 
-from service.pb import inference_pb2 as pb
-from service.pb import inference_pb2_grpc as pb_grpc
+from service.grpc_api.pb import inference_pb2 as pb
+from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
 
 
 def source(seed: int, words: int = 32, vocab: int = 32000) -> str:

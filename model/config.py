@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from service.model_files import CONFIG_FILE
+from modeldir.files import CONFIG_FILE
 
 CONFIG_FORMAT = "attnserve.model/1"
 

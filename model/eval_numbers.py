@@ -9,9 +9,9 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from service.greedy import greedy_decode_onnx
-from service.model_files import open_model_dir
-from service.tokenizer import TextTokenizer, pad_batch
+from modeldir.files import open_model_dir
+from modeldir.reference_decoder import greedy_decode_onnx
+from modeldir.tokenizer import TextTokenizer, pad_batch
 
 from .numbers import EVAL_SEED, MAX_DIGITS, pair, sample_number
 

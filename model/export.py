@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 import torch
 
-from service.model_files import (
+from modeldir.files import (
     ATTENTION_FILE,
     CONFIG_FILE,
     DECODER_FILE,
@@ -47,9 +47,9 @@ from service.model_files import (
     tokenizer_files,
 )
 
-from .attention_maps import export_attention, measure_attention_parity
+from .attention_graph import export_attention, measure_attention_parity
 from .config import ModelConfig
-from .kv_cache import BufferCache
+from .decoder_cache import BufferCache
 from .transformer import EmbeddingModel, Seq2SeqModel
 from .weights import load_model_dir
 
@@ -216,7 +216,7 @@ def measure_encoder_parity(model, path: Path) -> float:
 def measure_decoder_parity(model: Seq2SeqModel, encoder_path: Path, decoder_path: Path, steps: int = 8) -> float:
     """Max abs difference of logits at every step of a greedy decode: ONNX Runtime with the KV cache
     against PyTorch recomputing the whole prefix without one."""
-    from service.greedy import greedy_decode_onnx
+    from modeldir.reference_decoder import greedy_decode_onnx
 
     encoder, decoder = _session(encoder_path), _session(decoder_path)
     ids, mask = example_encoder_inputs(model.config, batch=3, length=11)

@@ -14,7 +14,7 @@ from pathlib import Path
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
-from service.model_files import TOKENIZER_FILE
+from modeldir.files import TOKENIZER_FILE
 
 from .config import ModelConfig
 from .transformer import EmbeddingModel

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from service.model_files import MARIAN_TARGET_VOCAB_FILE, MARIAN_TOKENIZER_FILES, tokenizer_files
-from service.tokenizer import MarianTokenizer
+from modeldir.files import MARIAN_TARGET_VOCAB_FILE, MARIAN_TOKENIZER_FILES, tokenizer_files
+from modeldir.tokenizer import MarianTokenizer
 
 from .config import ModelConfig
 from .import_bert import HF_ACTIVATIONS as BERT_ACTIVATIONS

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from service.model_files import TOKENIZER_FILE
+from modeldir.files import TOKENIZER_FILE
 
 from .config import ModelConfig
 from .transformer import build_model

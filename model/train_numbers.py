@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from service.model_files import TOKENIZER_FILE
+from modeldir.files import TOKENIZER_FILE
 
 from .config import ModelConfig
 from .numbers import TrainSettings, build_tokenizer, pair, sample_number

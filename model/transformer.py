@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from .attention import KeysValues, MultiHeadAttention
 from .config import ModelConfig
-from .kv_cache import ConcatCache
+from .decoder_cache import ConcatCache
 
 ACTIVATIONS = {
     "relu": nn.ReLU,

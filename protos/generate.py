@@ -1,4 +1,4 @@
-"""Generate the Python gRPC code in service/pb from protos/ (make proto; a test checks it is current)."""
+"""Generate the Python gRPC code in service/grpc_api/pb from protos/ (make proto; a test checks it is current)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,6 @@ def generate(out_dir: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else PROTOS.parent / "service" / "pb"
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else PROTOS.parent / "service" / "grpc_api" / "pb"
     for path in generate(out):
         print(path)

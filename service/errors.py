@@ -1,32 +1,45 @@
-"""Errors a request can meet, each with the gRPC status it maps to. Raised below the servicer, turned
-into a status there: the layers below never see gRPC."""
+"""Domain errors: what a request can meet, named by kind, never by a transport's status code. Raised by
+the core and the engine; each front door maps each kind to its own status in one place."""
 
 from __future__ import annotations
 
-import grpc
 
+class ServiceError(Exception):
+    """A request refused or not finished. `field` names the request field at fault, where one is."""
 
-class RequestError(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str):
+    def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
-        self.code, self.message = code, message
+        self.message, self.field = message, field
 
 
-def invalid(message: str) -> RequestError:
-    return RequestError(grpc.StatusCode.INVALID_ARGUMENT, message)
+class InvalidArgument(ServiceError):
+    """The request is wrong: a field out of range, too long, contradicting another."""
 
 
-def not_found(message: str) -> RequestError:
-    return RequestError(grpc.StatusCode.NOT_FOUND, message)
+class NotFound(ServiceError):
+    """The request names a model that is not served."""
 
 
-def exhausted(message: str) -> RequestError:
-    return RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+class Overloaded(ServiceError):
+    """A queue or a concurrency limit is full: the same request may succeed later."""
 
 
-def unavailable(message: str) -> RequestError:
-    return RequestError(grpc.StatusCode.UNAVAILABLE, message)
+class QueueFull(Overloaded):
+    """A model's queue (texts to embed, sequences waiting for a cache row) holds no more."""
 
 
-def failed_precondition(message: str) -> RequestError:
-    return RequestError(grpc.StatusCode.FAILED_PRECONDITION, message)
+class Unavailable(ServiceError):
+    """The server is starting or shutting down."""
+
+
+class FailedPrecondition(ServiceError):
+    """The server is not set up for this request (a capability that is off)."""
+
+
+class DeadlineExceeded(ServiceError):
+    """The request ran out of time on the server's side (a stream whose client stopped reading)."""
+
+
+def invalid(field: str, problem: str) -> InvalidArgument:
+    """An InvalidArgument whose message starts with the field: 'inputs[3]: empty text'."""
+    return InvalidArgument(f"{field}: {problem}", field)

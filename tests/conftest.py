@@ -15,7 +15,7 @@ from model.config import ModelConfig
 from model.export import export_model_dir
 from model.random_model import random_model_dir
 from model.weights import load_model_dir
-from service.model_files import open_model_dir
+from modeldir.files import open_model_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
 
@@ -107,7 +107,7 @@ def minilm_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def numbers_dir(tmp_path_factory) -> Path:
     """The committed numbers checkpoint, exported."""
-    from service.cli import CHECKPOINTS_DIR
+    from cli.build import CHECKPOINTS_DIR
 
     target = Path(shutil.copytree(CHECKPOINTS_DIR / "numbers", tmp_path_factory.mktemp("models") / "numbers"))
     export_model_dir(target, progress_stream=io.StringIO())

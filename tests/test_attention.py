@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from model.attention import KeysValues, MultiHeadAttention, attention
 from model.config import ModelConfig
-from model.kv_cache import BufferCache, ConcatCache
+from model.decoder_cache import BufferCache, ConcatCache
 from model.random_model import random_model
 
 shapes = st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 6), st.integers(1, 12), st.integers(1, 9))

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model.attention import KeysValues, attention
-from model.attention_maps import AttentionGraph, check_weights, weight_masks
+from model.attention_graph import AttentionGraph, check_weights, weight_masks
 from model.weights import load_model_dir
-from service.model_files import ATTENTION_FILE, attention_inputs, attention_outputs
-from service.runner import SessionSettings, create_session
+from modeldir.files import ATTENTION_FILE, attention_inputs, attention_outputs
+from service.runner.sessions import SessionSettings, create_session
 
 from .conftest import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS
 
@@ -182,10 +182,10 @@ def test_marian_matches_pytorch_and_never_predicts_a_suppressed_token(marian):
 
 
 def test_marian_attention_over_grpc(marian):
-    from service.background import BackgroundServer
-    from service.client import Client
+    from service.grpc_api.client import Client
+    from service.server_thread import ServerThread
 
-    server = BackgroundServer([marian.dir], attention_maps=True, max_new_tokens=12)
+    server = ServerThread([marian.dir], attention_maps=True, max_new_tokens=12)
     try:
         text = "Deux cent mille trois cent quarante."
         with Client(server.target) as client:

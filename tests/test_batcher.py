@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.batcher import BatchLimits, Item, split_by_length, take_batch
+from service.engine.batcher import BatchLimits, Item, split_by_length, take_batch
 
 
 def items(lengths: list[int]) -> list[Item]:

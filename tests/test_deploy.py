@@ -52,7 +52,7 @@ def test_the_serving_install_has_no_torch(tmp_path):
     assert result.returncode == 0, result.stderr
     names = {i["metadata"]["name"].lower().replace("_", "-") for i in json.loads(report.read_text())["install"]}
     assert {"onnxruntime-gpu", "grpcio", "tokenizers", "prometheus-client"} <= names and "torch" not in names
-    probe = "import sys, service.cli, service.server, service.client; assert 'torch' not in sys.modules, 'torch'"
+    probe = "import sys, cli.main, service.server, service.grpc_api.client; assert 'torch' not in sys.modules, 'torch'"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).returncode == 0
 
 

@@ -12,13 +12,13 @@ import onnx
 from model.config import ModelConfig
 from model.export import export_model_dir
 from model.random_model import random_model_dir
-from service.model_files import ATTENTION_FILE, DECODER_FILE, ENCODER_FILE, MANIFEST_FILE, sha256_file
+from modeldir.files import ATTENTION_FILE, DECODER_FILE, ENCODER_FILE, MANIFEST_FILE, sha256_file
 
 from .conftest import SEQ2SEQ_CONFIGS
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True, check=True)
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, check=True)
 
 
 def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):

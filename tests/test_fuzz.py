@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.background import BackgroundServer
-from service.pb import inference_pb2 as pb
+from service.grpc_api.pb import inference_pb2 as pb
+from service.server_thread import ServerThread
 
 from .test_reliability import assert_back_to, baseline
 
@@ -27,7 +27,7 @@ floats = st.floats(width=32, allow_nan=True, allow_infinity=True)
 @pytest.fixture(scope="module")
 def served(minilm_dir, numbers_dir):
     # Small limits keep each accepted call cheap, so that 10,000 of them fit in a CI run.
-    server = BackgroundServer([minilm_dir, numbers_dir], max_new_tokens=16, max_client_batch_size=8)
+    server = ServerThread([minilm_dir, numbers_dir], max_new_tokens=16, max_client_batch_size=8)
     before = baseline(server)
     yield server
     assert_back_to(server, before, timeout=30)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from service.greedy import greedy_decode_onnx
-from service.tokenizer import pad_batch
+from modeldir.reference_decoder import greedy_decode_onnx
+from modeldir.tokenizer import pad_batch
 
 STEPS = 24
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from service.background import BackgroundServer
-from service.client import Client
-from service.heads import format_table, summarize
-from service.heads_figure import DPI, GAP, figure_size_px
+from cli.heads import format_table, summarize
+from cli.heads_figure import DPI, GAP, figure_size_px
+from service.grpc_api.client import Client
+from service.server_thread import ServerThread
 
 TRUCK = "The delivery truck, which was late, blocked the narrow street."
 
@@ -59,15 +59,13 @@ def test_cross_attention_has_no_positions_to_compare():
 
 @pytest.fixture(scope="module")
 def served(minilm_dir, numbers_dir):
-    server = BackgroundServer([minilm_dir, numbers_dir], attention_maps=True)
+    server = ServerThread([minilm_dir, numbers_dir], attention_maps=True)
     yield server
     server.close()
 
 
 def heads(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "service", "heads", *args], capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, "-m", "cli", "heads", *args], capture_output=True, text=True, timeout=120)
 
 
 def parse_table(stdout: str) -> list[list[str]]:
@@ -142,7 +140,7 @@ def test_errors_are_reported_plainly(served, numbers_dir):
     assert result.returncode == 1 and "--kind cross: model 'minilm' has no cross-attention" in result.stderr
     result = heads("x", "--model", "nope", "--target", served.target)
     assert result.returncode == 1 and result.stderr.startswith("NOT_FOUND: model: 'nope' is not served here")
-    off = BackgroundServer([numbers_dir])
+    off = ServerThread([numbers_dir])
     try:
         result = heads("5", "--target", off.target)
         assert result.returncode == 1 and "FAILED_PRECONDITION" in result.stderr and "--attention-maps" in result.stderr
@@ -152,7 +150,5 @@ def test_errors_are_reported_plainly(served, numbers_dir):
 
 def test_serving_never_imports_matplotlib():
     """matplotlib is the plot extra's: the serving image does not have it."""
-    probe = (
-        "import sys, service.cli, service.server, service.client, service.heads; assert 'matplotlib' not in sys.modules"
-    )
+    probe = "import sys, cli.main, service.server, service.grpc_api.client, cli.heads; assert 'matplotlib' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).returncode == 0

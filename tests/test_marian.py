@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 from model.export import export_model_dir
 from model.import_marian import MarianImportError, import_marian
 from model.random_marian import MarianShape, random_marian_checkpoint, sentences
-from service.background import BackgroundServer
-from service.greedy import greedy_decode_onnx
-from service.kv_cache import CacheGeometry, KVCache
-from service.model_files import open_model_dir
-from service.pb import inference_pb2 as pb
-from service.scheduler import BeamRow, reorder_beams
-from service.tokenizer import MarianTokenizer, load_tokenizer, pad_batch
+from modeldir.files import open_model_dir
+from modeldir.reference_decoder import greedy_decode_onnx
+from modeldir.tokenizer import MarianTokenizer, load_tokenizer, pad_batch
+from service.engine.generation_cache import CacheGeometry, GenerationCache, reorder_beams
+from service.engine.sequence import BeamRow
+from service.grpc_api.pb import inference_pb2 as pb
+from service.server_thread import ServerThread
 
 transformers = pytest.importorskip("transformers")
 
@@ -109,7 +109,7 @@ def our_tokenizers(checkpoints) -> dict:
 
 @pytest.fixture(scope="module")
 def served(checkpoints):
-    server = BackgroundServer([c.dir for c in checkpoints.values()], max_new_tokens=MAX_NEW)
+    server = ServerThread([c.dir for c in checkpoints.values()], max_new_tokens=MAX_NEW)
     yield server
     server.close()
 
@@ -223,7 +223,7 @@ def test_separate_vocabularies_must_agree_on_special_tokens(checkpoints, tmp_pat
 
 
 def test_tampered_tokenizer_file_is_refused(checkpoints, copy_of):
-    from service.model_files import ModelFilesError
+    from modeldir.files import ModelFilesError
 
     model_dir = copy_of(checkpoints["marian-swish-h4"].dir)
     (model_dir / "vocab.json").write_text("{}")
@@ -334,7 +334,7 @@ def test_cli_prints_the_n_best_with_scores(served):
     text = INPUTS[3]
     expected = generate(served.stub(), "marian-swish-h4", text, num_beams=4, num_return_sequences=3).hypotheses
     result = subprocess.run(
-        [sys.executable, "-m", "service", "generate", text, "--target", served.target, "--model", "marian-swish-h4",
+        [sys.executable, "-m", "cli", "generate", text, "--target", served.target, "--model", "marian-swish-h4",
          "--max-new-tokens", str(MAX_NEW), "--num-beams", "4", "--num-return-sequences", "3"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -379,7 +379,7 @@ def test_beam_search_errors(served):
 
 
 def test_cancelled_beam_search_frees_all_its_rows(served):
-    scheduler = served.server.registry.models["marian-swish-h4"].scheduler
+    scheduler = served.server.core.registry.models["marian-swish-h4"].scheduler
     stub = served.stub()
     release = served.hold_model_thread()
     future = stub.Generate.future(
@@ -391,10 +391,10 @@ def test_cancelled_beam_search_frees_all_its_rows(served):
     with pytest.raises(grpc.FutureCancelledError):
         future.result()
     for _ in range(100):
-        if served.call_soon(lambda: (len(scheduler.rows), scheduler.cache.used)) == (0, 0):
+        if served.call_soon(lambda: (scheduler.running, scheduler.cache.used)) == (0, 0):
             break
         threading.Event().wait(0.05)
-    assert served.call_soon(lambda: (len(scheduler.rows), scheduler.cache.used, len(scheduler.waiting))) == (0, 0, 0)
+    assert served.call_soon(lambda: (scheduler.running, scheduler.cache.used, len(scheduler.waiting))) == (0, 0, 0)
 
 
 # The cache rows of a beam search
@@ -405,19 +405,23 @@ def test_reorder_beams_copies_only_extra_children():
     ordered, copies = reorder_beams(rows, [1, 1, 3, 1])  # beams 0 and 2 died; 1 has three children
     assert [slot.row for slot in ordered[:1]] == [2] and ordered[2].row == 0  # first children keep their rows
     assert sorted(copies) == [(2, 5), (2, 7)]  # two copies, from beam 1's row into the dead beams' rows
-    assert {ordered[1].row, ordered[3].row} == {5, 7} and [slot.beam for slot in ordered] == [0, 1, 2, 3]
+    assert {ordered[1].row, ordered[3].row} == {5, 7}
     assert reorder_beams(rows, [0, 1, 2, 3])[1] == []  # every beam its own parent: nothing moves
 
 
-def test_copy_row_copies_the_filled_positions_only():
-    cache = KVCache(CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=4), rows=3)
-    for row in range(3):
-        cache.allocate(4, 9)
+def test_beam_rows_follow_their_parents_copying_the_filled_positions_only():
+    cache = GenerationCache(CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=4), rows=3)
+    beams = [BeamRow(None, beam) for beam in range(3)]
+    for beam in beams:
+        cache.allocate(beam, 4, 9)
+    cache.advance(3)
+    cache.lengths[2] = 6  # as if row 2 had run further
     rng = np.random.default_rng(0)
     for buffer in cache.self_keys + cache.self_values:
         buffer[:] = rng.standard_normal(buffer.shape)
     before = [b.copy() for b in cache.self_keys + cache.self_values]
-    cache.copy_row(2, 0, 6)
+    ordered = cache.follow_parents(beams, [1, 2, 2])  # beam 0 died; beam 2 has two children
+    assert [b.row for b in ordered] == [1, 2, 0]  # the second child of beam 2 takes row 0, with a copy
     for buffer, old in zip(cache.self_keys + cache.self_values, before):
         np.testing.assert_array_equal(buffer[0, :, :6], old[2, :, :6])
         np.testing.assert_array_equal(buffer[0, :, 6:], old[0, :, 6:])

@@ -18,10 +18,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from service.background import BackgroundServer
-from service.client import Client
-from service.logs import JsonFormatter
-from service.pb import inference_pb2 as pb
+from service.grpc_api.client import Client
+from service.grpc_api.pb import inference_pb2 as pb
+from service.ops.logs import JsonFormatter
+from service.server_thread import ServerThread
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
@@ -42,7 +42,7 @@ def http_get(url: str) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def served(minilm_dir, numbers_dir):
-    server = BackgroundServer([minilm_dir, numbers_dir])
+    server = ServerThread([minilm_dir, numbers_dir])
     yield server
     server.close()
 
@@ -192,14 +192,14 @@ def test_every_metric_the_dashboard_queries_is_exported(served):
 
 
 def test_health_endpoints_follow_the_server(numbers_dir):
-    server = BackgroundServer([numbers_dir], load=False)
+    server = ServerThread([numbers_dir], load=False)
     try:
         base = metrics_url(server)
         assert http_get(f"{base}/healthz") == (200, "ok\n")
         assert http_get(f"{base}/readyz")[0] == 503
         server.load()
         assert http_get(f"{base}/readyz") == (200, "ready\n")
-        server.server.servicer.draining = True
+        server.server.core.admission.draining = True
         assert http_get(f"{base}/readyz")[0] == 503
         assert http_get(f"{base}/nothing")[0] == 404
     finally:

@@ -7,8 +7,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.model_files import open_model_dir
-from service.tokenizer import TextTokenizer, pad_batch
+from modeldir.files import open_model_dir
+from modeldir.tokenizer import TextTokenizer, pad_batch
 
 TEXTS = [
     "The delivery truck, which was late, blocked the narrow street.",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from service.model_files import DECODER_FILE, ENCODER_FILE, MANIFEST_FILE, ModelFilesError, open_model_dir
+from modeldir.files import DECODER_FILE, ENCODER_FILE, MANIFEST_FILE, ModelFilesError, open_model_dir
 
 
 def test_an_intact_directory_opens(exported):

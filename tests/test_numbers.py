@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
+from cli.build import CHECKPOINTS_DIR
 from model.eval_numbers import NumbersModel, evaluate
 from model.numbers import LIMIT, build_tokenizer, pair, sample_number, to_words
 from model.train_numbers import settings_from, train
-from service.cli import CHECKPOINTS_DIR
 
 CHECKPOINT = CHECKPOINTS_DIR / "numbers"
 

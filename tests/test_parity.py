@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from model.config import ModelConfig
 from model.export import DecoderGraph, EncoderGraph, export_model_dir
 from model.random_model import random_model_dir
-from service.model_files import decoder_inputs, decoder_outputs, encoder_outputs
+from modeldir.files import decoder_inputs, decoder_outputs, encoder_outputs
 
 from .conftest import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS, Exported
 

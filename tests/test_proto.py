@@ -1,4 +1,4 @@
-"""service/pb is generated from protos/: it must be what the generator writes today."""
+"""service/grpc_api/pb is generated from protos/: it must be what the generator writes today."""
 
 from __future__ import annotations
 
@@ -15,5 +15,5 @@ def test_generated_code_is_current(tmp_path):
     written = generate.generate(tmp_path)
     assert written
     for fresh in written:
-        committed = ROOT / "service" / "pb" / fresh.name
+        committed = ROOT / "service" / "grpc_api" / "pb" / fresh.name
         assert committed.read_text() == fresh.read_text(), f"{committed.name} is stale: run make proto"

@@ -22,8 +22,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from benchmarks.churn import churn
 from model.numbers import pair, sample_number
-from service.background import BackgroundServer
-from service.pb import inference_pb2 as pb
+from service.grpc_api.pb import inference_pb2 as pb
+from service.server_thread import ServerThread
+
+from .waits import wait_until
 
 
 @dataclass(frozen=True)
@@ -36,20 +38,20 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def baseline(server: BackgroundServer) -> Baseline:
+def baseline(server: ServerThread) -> Baseline:
     return Baseline(server.call_soon(lambda: len(asyncio.all_tasks())), open_fds())
 
 
-def assert_back_to(server: BackgroundServer, before: Baseline, timeout: float = 10.0) -> None:
+def assert_back_to(server: ServerThread, before: Baseline, timeout: float = 10.0) -> None:
     """Nothing left behind: in flight, queued, running, cached, tasks, descriptors; and health SERVING."""
 
     def state():
-        registry = server.server.registry
-        out = {"in_flight": server.server.servicer.in_flight, "tasks": len(asyncio.all_tasks())}
+        registry = server.server.core.registry
+        out = {"in_flight": server.server.core.admission.in_flight, "tasks": len(asyncio.all_tasks())}
         for model in registry.models.values():
-            if model.batcher:
+            if model.task == "embedding":
                 out[f"{model.name} queued"] = model.batcher.queue_depth + len(model.batcher.running)
-            if model.scheduler:
+            else:
                 s = model.scheduler
                 out[f"{model.name} sequences"] = len(s.waiting) + s.running + s.cache.used
                 out[f"{model.name} reserved"] = s.cache.reserved_tokens
@@ -79,7 +81,7 @@ def status_of(call) -> tuple[grpc.StatusCode, str]:
 
 @pytest.fixture(scope="module")
 def served(minilm_dir, numbers_dir):
-    server = BackgroundServer(
+    server = ServerThread(
         [minilm_dir, numbers_dir], max_message_bytes=1 << 20, stream_write_timeout=1.0, probe_seconds=0.2
     )
     yield server
@@ -87,7 +89,7 @@ def served(minilm_dir, numbers_dir):
 
 
 def model_work(server) -> tuple[int, int]:
-    models = server.server.registry.models
+    models = server.server.core.registry.models
     return models["minilm"].batcher.texts_run, models["numbers"].scheduler.steps_run
 
 
@@ -152,14 +154,14 @@ def test_a_message_too_large_is_resource_exhausted_and_the_next_call_succeeds(se
 
 def test_overload_rejects_exactly_the_excess_at_once_and_health_still_answers(minilm_dir):
     limit, excess = 4, 6
-    server = BackgroundServer([minilm_dir], max_concurrent_requests=limit)
+    server = ServerThread([minilm_dir], max_concurrent_requests=limit)
     try:
         before = baseline(server)
         release = server.hold_model_thread()
         stub = server.stub()
         held = [stub.Embed.future(pb.EmbedRequest(inputs=[f"held {i}"])) for i in range(limit)]
         deadline = time.monotonic() + 5
-        while server.server.servicer.in_flight < limit and time.monotonic() < deadline:
+        while server.server.core.admission.in_flight < limit and time.monotonic() < deadline:
             time.sleep(0.01)
 
         def extra(i):
@@ -184,7 +186,7 @@ def test_overload_rejects_exactly_the_excess_at_once_and_health_still_answers(mi
 def test_a_running_batch_whose_callers_all_left_is_stopped(served):
     """RunOptions.terminate: a long embedding call is cut short when its only caller's deadline passes."""
     before = baseline(served)
-    batcher = served.server.registry.models["minilm"].batcher
+    batcher = served.server.core.registry.models["minilm"].batcher
     long = pb.EmbedRequest(inputs=[f"{i} " + "many words in a long text " * 50 for i in range(32)])
     started = time.perf_counter()
     stub = served.stub()
@@ -233,8 +235,8 @@ def test_cancelling_10_of_100_streams_leaves_the_others_exact(served):
 
 def test_runner_faults_fail_only_their_batch_then_flip_health_until_a_probe_passes(served):
     before = baseline(served)
-    model = served.server.registry.models["minilm"]
-    real = model.encoder.session
+    model = served.server.core.registry.models["minilm"]
+    real = model.runner.session
     health = health_pb2_grpc.HealthStub(served.channel())
 
     class Failing:
@@ -246,15 +248,15 @@ def test_runner_faults_fail_only_their_batch_then_flip_health_until_a_probe_pass
 
     stub = served.stub()
     try:
-        model.encoder.session = Failing()
+        model.runner.session = Failing()
         got, details = status_of(lambda: stub.Embed(pb.EmbedRequest(inputs=["one fault"])))
         assert got == grpc.StatusCode.INTERNAL and "internal error" in details
-        model.encoder.session = real
+        model.runner.session = real
         assert len(stub.Embed(pb.EmbedRequest(inputs=["fine again"])).embeddings) == 1
         assert status() == health_pb2.HealthCheckResponse.SERVING
         assert stub.Generate(pb.GenerateRequest(input="4")).text == "four"  # other models unaffected
 
-        model.encoder.session = Failing()
+        model.runner.session = Failing()
         for _ in range(3):  # fault_threshold
             assert status_of(lambda: stub.Embed(pb.EmbedRequest(inputs=["fault"])))[0] == grpc.StatusCode.INTERNAL
         deadline = time.monotonic() + 5
@@ -264,7 +266,7 @@ def test_runner_faults_fail_only_their_batch_then_flip_health_until_a_probe_pass
         time.sleep(0.5)  # probes run every 0.2 s, and fail while the fault lasts
         assert status() == health_pb2.HealthCheckResponse.NOT_SERVING
     finally:
-        model.encoder.session = real
+        model.runner.session = real
     deadline = time.monotonic() + 5
     while status() != health_pb2.HealthCheckResponse.SERVING and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -281,6 +283,8 @@ def test_slow_readers_are_cut_off_and_free_everything(served):
     stream_write_timeout, 1 s here), generation runs to its end regardless and frees the cache rows, and
     the client's deadline ends what is left. Memory stays put."""
     before, memory = baseline(served), rss_mb()
+    scheduler = served.server.core.registry.models["numbers"].scheduler
+    steps = served.call_soon(lambda: scheduler.steps_run)
     # A tiny HTTP/2 window, so that an unread stream really blocks the server's writes.
     options = [("grpc.http2.lookahead_bytes", 256), ("grpc.http2.bdp_probe", 0)]
     channels = [grpc.insecure_channel(served.target, options=options) for _ in range(5)]
@@ -289,9 +293,9 @@ def test_slow_readers_are_cut_off_and_free_everything(served):
     for i in range(50):
         stub = pb_stub(channels[i % 5])
         streams.append(stub.GenerateStream(request, timeout=8))
-    time.sleep(0.5)
-    scheduler = served.server.registry.models["numbers"].scheduler
-    assert served.call_soon(lambda: scheduler.cache.used) == 0  # generation finished; rows already free
+    # Every sequence is admitted, runs its 63 steps to the end and frees its row, though no client reads.
+    wait_until(lambda: served.call_soon(lambda: scheduler.steps_run >= steps + 63 and scheduler.cache.used == 0),
+               what="the unread generations finish and free their rows")  # fmt: skip
     codes = []
     for stream in streams:
         try:
@@ -308,7 +312,7 @@ def test_slow_readers_are_cut_off_and_free_everything(served):
 
 
 def pb_stub(channel):
-    from service.pb import inference_pb2_grpc
+    from service.grpc_api.pb import inference_pb2_grpc
 
     return inference_pb2_grpc.InferenceStub(channel)
 
@@ -323,7 +327,7 @@ def test_clients_killed_mid_call_leave_nothing_behind(served):
 
 
 def run_serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", "0",
+    return subprocess.run([sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0",
                            "--metrics-port", "0", *args], capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
@@ -349,7 +353,7 @@ def test_contradictory_settings_refuse_to_start(minilm_dir, tmp_path):
 
 def start_serve(*args: str) -> tuple[subprocess.Popen, int]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
+        [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
          "--log-format", "text", *args],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.sampling import SamplingParams, next_token, penalize_repetition
+from service.engine.sampling import SamplingParams, next_token, penalize_repetition
 
 LOGITS = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
 

@@ -20,9 +20,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.background import BackgroundServer
-from service.client import Client
-from service.model_files import MANIFEST_FILE
+from modeldir.files import MANIFEST_FILE
+from service.grpc_api.client import Client
+from service.server_thread import ServerThread
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,13 +76,13 @@ def embed_status(client: Client) -> grpc.StatusCode:
         return error.code()
 
 
-def localhost(server: BackgroundServer) -> str:
+def localhost(server: ServerThread) -> str:
     return f"localhost:{server.port}"
 
 
 def test_tls(minilm_dir, pki):
     cert, key = pki["server"]
-    server = BackgroundServer([minilm_dir], tls_cert=cert, tls_key=key)
+    server = ServerThread([minilm_dir], tls_cert=cert, tls_key=key)
     try:
         with Client(localhost(server), tls_ca=pki["ca"], timeout=5) as client:
             assert client.embed(["over TLS"]).vectors.shape == (1, 384)
@@ -96,7 +96,7 @@ def test_tls(minilm_dir, pki):
 
 def test_mutual_tls_requires_a_client_certificate_from_the_ca(minilm_dir, pki):
     cert, key = pki["server"]
-    server = BackgroundServer([minilm_dir], tls_cert=cert, tls_key=key, tls_client_ca=pki["ca"])
+    server = ServerThread([minilm_dir], tls_cert=cert, tls_key=key, tls_client_ca=pki["ca"])
     try:
         client_cert, client_key = pki["client"]
         with Client(localhost(server), tls_ca=pki["ca"], tls_cert=client_cert, tls_key=client_key, timeout=5) as ok:
@@ -113,7 +113,7 @@ def test_mutual_tls_requires_a_client_certificate_from_the_ca(minilm_dir, pki):
 
 def test_bearer_tokens_with_health_exempt(minilm_dir, tmp_path):
     (tmp_path / "tokens").write_text("first-secret\n\nsecond-secret\n")
-    server = BackgroundServer([minilm_dir], auth_token_file=str(tmp_path / "tokens"))
+    server = ServerThread([minilm_dir], auth_token_file=str(tmp_path / "tokens"))
     try:
         for token in ("first-secret", "second-secret"):
             with Client(server.target, token=token, timeout=5) as client:
@@ -152,7 +152,7 @@ def test_onnx_external_data_outside_the_model_directory_is_refused(minilm_dir, c
     manifest["sha256"]["onnx/encoder.onnx"] = hashlib.sha256(graph_path.read_bytes()).hexdigest()
     (model_dir / MANIFEST_FILE).write_text(json.dumps(manifest))
     result = subprocess.run(
-        [sys.executable, "-m", "service", "serve", "--models", str(model_dir), "--port", "0", "--metrics-port", "0",
+        [sys.executable, "-m", "cli", "serve", "--models", str(model_dir), "--port", "0", "--metrics-port", "0",
          "--host", "127.0.0.1"], capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 1
@@ -164,7 +164,7 @@ def test_serving_never_writes_to_the_model_directories(minilm_dir, numbers_dir):
         return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
 
     before = {d: snapshot(d) for d in (minilm_dir, numbers_dir)}
-    server = BackgroundServer([minilm_dir, numbers_dir])
+    server = ServerThread([minilm_dir, numbers_dir])
     try:
         with Client(server.target) as client:
             client.embed(["read only"])

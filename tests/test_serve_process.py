@@ -14,10 +14,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.config import ConfigError, ServerConfig, add_arguments, from_sources
-from service.pb import inference_pb2 as pb
-from service.pb import inference_pb2_grpc as pb_grpc
-from service.runner import nvidia_driver_present
+from service.grpc_api.pb import inference_pb2 as pb
+from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
+from service.ops.config import ConfigError, ServerConfig, add_arguments, from_sources
+from service.runner.sessions import nvidia_driver_present
 
 
 def parse(*argv: str, environ: dict | None = None) -> ServerConfig:
@@ -49,7 +49,7 @@ def test_bad_settings_are_refused(argv, environ, message):
 
 
 def test_serve_help_documents_every_option_with_its_default():
-    result = subprocess.run([sys.executable, "-m", "service", "serve", "--help"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "cli", "serve", "--help"], capture_output=True, text=True)
     text = " ".join(result.stdout.split())
     for name in ServerConfig.__dataclass_fields__:
         assert f"--{name.replace('_', '-')}" in text and f"env ATTNSERVE_{name.upper()}; default:" in text
@@ -57,7 +57,7 @@ def test_serve_help_documents_every_option_with_its_default():
 
 def start(*args: str) -> tuple[subprocess.Popen, int]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", "0", *args],
+        [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0", *args],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     for line in process.stderr:
@@ -117,7 +117,7 @@ def test_startup_failures_exit_non_zero_with_a_clear_message(minilm_dir, args, m
         pytest.skip("a GPU driver is present: --device cuda may well start")
     argv = ["--models", str(minilm_dir), *args] if args[0] != "--models" else args
     result = subprocess.run(
-        [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", "0", *argv],
+        [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0", *argv],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 1

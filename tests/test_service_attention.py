@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from model.numbers import pair
-from service.background import BackgroundServer
-from service.client import AttentionMaps, Client
-from service.model_files import ATTENTION_FILE, MANIFEST_FILE, ModelFilesError, open_model_dir
-from service.pb import inference_pb2 as pb
+from modeldir.files import ATTENTION_FILE, MANIFEST_FILE, ModelFilesError, open_model_dir
+from service.grpc_api.client import AttentionMaps, Client
+from service.grpc_api.pb import inference_pb2 as pb
+from service.server_thread import ServerThread
 
 TRUCK = "The delivery truck, which was late, blocked the narrow street."
 TRUCK_TOKENS = ["[CLS]", "the", "delivery", "truck", ",", "which", "was", "late", ",", "blocked", "the", "narrow",
@@ -26,7 +26,7 @@ LIMITS = dict(attention_max_input_tokens=64, attention_max_response_bytes=1_000_
 
 @pytest.fixture(scope="module")
 def served(minilm_dir, numbers_dir):
-    server = BackgroundServer([minilm_dir, numbers_dir], attention_maps=True, **LIMITS)
+    server = ServerThread([minilm_dir, numbers_dir], attention_maps=True, **LIMITS)
     yield server
     server.close()
 
@@ -124,7 +124,7 @@ def test_the_raw_message_carries_shapes_and_little_endian_float32(served):
 
 
 def test_the_model_thread_runs_the_graph_and_metrics_count_it(served):
-    registry = served.server.registry
+    registry = served.server.core.registry
     before = registry.models["minilm"].attention.calls
     metrics = served.server.metrics.registry
     labels = {"model": "minilm", "stage": "attention"}
@@ -172,7 +172,7 @@ def long_sentence(tokens: int) -> str:
     ],
 )  # fmt: skip
 def test_bad_requests_are_refused_before_any_model_work(served, request_, message):
-    models = served.server.registry.models
+    models = served.server.core.registry.models
     work = (models["minilm"].attention.calls, models["numbers"].attention.calls, models["numbers"].scheduler.steps_run)
     code, details = status(lambda: served.stub().Attention(request_))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details, details
@@ -197,7 +197,7 @@ def test_empty_model_means_the_first_one(served):
 
 @pytest.fixture(scope="module")
 def tight(numbers_dir):
-    server = BackgroundServer([numbers_dir], attention_maps=True, attention_max_concurrent=1,
+    server = ServerThread([numbers_dir], attention_maps=True, attention_max_concurrent=1,
                               attention_max_response_bytes=200_000)  # fmt: skip
     yield server
     server.close()
@@ -206,13 +206,13 @@ def tight(numbers_dir):
 def test_the_size_bound_counts_the_longest_generation_before_generating(tight):
     """'12': 4 source tokens; up to 63 new tokens make 64 decoder positions, so 12 maps of each kind take
     4 x 12 x (4 x 4 + 64 x 64 + 64 x 4) = 209,664 bytes, whatever the generation turns out to be."""
-    steps = tight.server.registry.models["numbers"].scheduler.steps_run
+    steps = tight.server.core.registry.models["numbers"].scheduler.steps_run
     code, details = status(lambda: tight.stub().Attention(pb.AttentionRequest(input="12")))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details == (
         "input: the attention weights would take 209664 bytes (4 source and 64 decoder positions); at most 200000 "
         "(attention_max_response_bytes): shorten the input, or ask for fewer layers, fewer max_new_tokens"
     )
-    assert tight.server.registry.models["numbers"].scheduler.steps_run == steps  # nothing generated
+    assert tight.server.core.registry.models["numbers"].scheduler.steps_run == steps  # nothing generated
     maps = attention(tight, "12", max_new_tokens=10)
     assert maps.target_text == "twelve" and maps.weights["cross"].shape == (3, 4, 2, 4)
 
@@ -233,7 +233,7 @@ def test_too_many_at_once_is_resource_exhausted(tight):
 
 
 def test_a_caller_that_leaves_holds_its_slot_until_its_graph_has_run(tight):
-    maps = tight.server.registry.models["numbers"].attention
+    maps = tight.server.core.registry.models["numbers"].attention
     runs = maps.calls
     request = pb.AttentionRequest(input="5", target="five")  # teacher forcing: straight to the graph
     release = tight.hold_model_thread()
@@ -245,17 +245,17 @@ def test_a_caller_that_leaves_holds_its_slot_until_its_graph_has_run(tight):
     finally:
         release.set()
     deadline = time.monotonic() + 10
-    while tight.call_soon(lambda: tight.server.servicer.attention_calls) and time.monotonic() < deadline:
+    while tight.call_soon(lambda: tight.server.core.attention.calls) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert tight.call_soon(lambda: tight.server.servicer.attention_calls) == 0
+    assert tight.call_soon(lambda: tight.server.core.attention.calls) == 0
     assert maps.calls == runs + 1  # the abandoned call's graph ran, then let its slot go
     assert tight.stub().Attention(request).predicted_tokens == ["▁five", "</s>"]
 
 
 def test_off_by_default_nothing_loaded_and_failed_precondition(numbers_dir):
-    server = BackgroundServer([numbers_dir])
+    server = ServerThread([numbers_dir])
     try:
-        assert server.server.registry.models["numbers"].attention is None
+        assert server.server.core.registry.models["numbers"].attention is None
         code, details = status(lambda: server.stub().Attention(pb.AttentionRequest(input="5")))
         assert code == grpc.StatusCode.FAILED_PRECONDITION
         assert "attention maps are off on this server; start it with --attention-maps" in details
@@ -285,7 +285,7 @@ def test_a_modified_attention_graph_is_refused(numbers_dir, copy_of):
 
 
 def test_the_answer_size_limit_must_fit_in_a_message():
-    from service.config import ConfigError, ServerConfig
+    from service.ops.config import ConfigError, ServerConfig
 
     with pytest.raises(ConfigError, match="attention_max_response_bytes 4194304 must leave 65536 bytes"):
         ServerConfig(attention_maps=True, attention_max_response_bytes=4 << 20)
@@ -295,7 +295,7 @@ def test_the_answer_size_limit_must_fit_in_a_message():
 def test_flags_and_environment_turn_it_on():
     import argparse
 
-    from service.config import add_arguments, from_sources
+    from service.ops.config import add_arguments, from_sources
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -336,7 +336,7 @@ def test_any_request_gets_a_proper_status(served, request):
 
 def test_entropy_of_a_uniform_head_is_log_keys():
     """A sanity check of the reading the CLI gives: with every key weighted alike, log(keys) nats."""
-    from service.heads import summarize
+    from cli.heads import summarize
 
     (summary,) = summarize(np.full((1, 1, 3, 5), 0.2), [0], [True, False, False, False, False], self_attention=False)
     assert summary.entropy == pytest.approx(math.log(5)) and summary.special == pytest.approx(0.2)

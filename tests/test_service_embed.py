@@ -16,9 +16,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from service.background import BackgroundServer
-from service.client import Client
-from service.pb import inference_pb2 as pb
+from service.grpc_api.client import Client
+from service.grpc_api.pb import inference_pb2 as pb
+from service.server_thread import ServerThread
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven tired engineers debug the flaky network".split()
 
@@ -29,7 +29,7 @@ def sentence(rng: random.Random, low: int, high: int) -> str:
 
 @pytest.fixture(scope="module")
 def served(minilm_dir, numbers_dir):
-    server = BackgroundServer([minilm_dir, numbers_dir])
+    server = ServerThread([minilm_dir, numbers_dir])
     yield server
     server.close()
 
@@ -41,7 +41,7 @@ def code_and_details(call):
 
 
 def batcher(served):
-    return served.server.registry.models["minilm"].batcher
+    return served.server.core.registry.models["minilm"].batcher
 
 
 def test_embeddings_match_the_reference(served):
@@ -172,7 +172,7 @@ def test_work_whose_caller_has_gone_is_dropped_before_it_runs(served):
 
 
 def test_a_full_queue_answers_resource_exhausted_at_once(minilm_dir):
-    server = BackgroundServer([minilm_dir], max_queue_inputs=4, max_batch_size=2)
+    server = ServerThread([minilm_dir], max_queue_inputs=4, max_batch_size=2)
     try:
         release = server.hold_model_thread()
         stub = server.stub()
@@ -190,7 +190,7 @@ def test_a_full_queue_answers_resource_exhausted_at_once(minilm_dir):
 
 
 def test_calls_beyond_max_concurrent_requests_are_refused_but_health_answers(minilm_dir):
-    server = BackgroundServer([minilm_dir], max_concurrent_requests=2)
+    server = ServerThread([minilm_dir], max_concurrent_requests=2)
     try:
         release = server.hold_model_thread()
         stub = server.stub()
@@ -207,7 +207,7 @@ def test_calls_beyond_max_concurrent_requests_are_refused_but_health_answers(min
 
 
 def test_health_is_not_serving_until_the_models_are_warm(minilm_dir):
-    server = BackgroundServer([minilm_dir], load=False)
+    server = ServerThread([minilm_dir], load=False)
     try:
         health = health_pb2_grpc.HealthStub(server.channel())
         for service in ("", "attnserve.v1.Inference"):
@@ -224,7 +224,7 @@ def test_health_is_not_serving_until_the_models_are_warm(minilm_dir):
 
 def test_cli_client_commands(served):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "service", *args, "--target", served.target],
+        return subprocess.run([sys.executable, "-m", "cli", *args, "--target", served.target],
                               capture_output=True, text=True, timeout=60)  # fmt: skip
 
     health = cli("health")

@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 from model.numbers import pair, sample_number
-from service.background import BackgroundServer
-from service.pb import inference_pb2 as pb
+from service.grpc_api.pb import inference_pb2 as pb
+from service.server_thread import ServerThread
 
 NUMBERS_FULL = (
     "nine hundred and ninety-nine million, nine hundred and ninety-nine thousand, nine hundred and ninety-nine"
@@ -23,13 +23,13 @@ NUMBERS_FULL = (
 
 @pytest.fixture(scope="module")
 def served(minilm_dir, numbers_dir):
-    server = BackgroundServer([numbers_dir, minilm_dir])
+    server = ServerThread([numbers_dir, minilm_dir])
     yield server
     server.close()
 
 
 def scheduler(server):
-    return server.server.registry.models["numbers"].scheduler
+    return server.server.core.registry.models["numbers"].scheduler
 
 
 def generate(stub, text: str, **params) -> pb.GenerateResponse:
@@ -129,7 +129,7 @@ def test_cancelling_a_stream_frees_its_cache_row(served):
 
 def test_requests_that_do_not_fit_wait_then_finish(numbers_dir):
     # One row holds 64 decoder + 32 source positions: 192 tokens make two rows.
-    server = BackgroundServer([numbers_dir], kv_cache_tokens=192)
+    server = ServerThread([numbers_dir], kv_cache_tokens=192)
     try:
         assert scheduler(server).cache.rows == 2
         rng = random.Random(9)
@@ -175,7 +175,7 @@ def test_bad_requests_are_refused(served, request_, code, message):
 
 
 def test_a_full_waiting_queue_answers_resource_exhausted(numbers_dir):
-    server = BackgroundServer([numbers_dir], kv_cache_tokens=96, max_waiting_sequences=1)
+    server = ServerThread([numbers_dir], kv_cache_tokens=96, max_waiting_sequences=1)
     try:
         release = server.hold_model_thread()
         stub = server.stub()
@@ -195,7 +195,7 @@ def test_a_full_waiting_queue_answers_resource_exhausted(numbers_dir):
 
 def test_cli_generate_streams_to_the_terminal(served):
     result = subprocess.run(
-        [sys.executable, "-m", "service", "generate", "312405", "--target", served.target],
+        [sys.executable, "-m", "cli", "generate", "312405", "--target", served.target],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.tokenizer import TextTokenizer, pad_batch
+from modeldir.tokenizer import TextTokenizer, pad_batch
 
 
 def test_the_files_own_padding_and_truncation_are_overridden():

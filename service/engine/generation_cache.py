@@ -1,19 +1,23 @@
-"""The generation cache of one seq2seq model: preallocated rows, one per running sequence, and its books.
+"""The generation cache of one seq2seq model: preallocated rows, one per running sequence (one per beam of a
+beam search), and all of its books: who holds which row, how much of each row is filled, and the moves.
 
 Layout (docs/kv_cache.md explains the choice): per decoder layer, a self-attention key buffer and a
 value buffer of shape (rows, heads, target_tokens, d_head), allocated once, and cross-attention buffers
-(rows, heads, source capacity, d_head). Running sequences occupy rows 0..used-1, so a decode step binds
-the leading `used` rows of every buffer, a contiguous view, as its past input and present output: the
-step writes its keys and values in place and reads only each row's filled positions. Nothing is copied
-per step. When a sequence leaves, the last row moves into its place (one sequence's cache, once).
+(rows, heads, source capacity, d_head). Holders occupy rows 0..used-1, so a decode step binds the leading
+`used` rows of every buffer, a contiguous view, as its past input and present output: the step writes its
+keys and values in place and reads only each row's filled positions. Nothing is copied per step. When a
+holder leaves, the last row's holder moves into its place (one sequence's cache, once).
 
 Cross-attention reads its buffer's whole source capacity, so that capacity follows the longest source
 among running sequences: it doubles when a longer one arrives and returns to its minimum when the cache
 empties (copies at admission, never per step).
+
+A holder is any object with a `row` attribute (int or None), which the cache keeps up to date.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +51,26 @@ class CacheFull(Exception):
     """No free row."""
 
 
-class KVCache:
+def reorder_beams(beam_rows: list, parents: list[int]) -> tuple[list, list[tuple[int, int]]]:
+    """Rows for the new beams, whose parents are `parents` (old beam indices). -> the holders in new beam
+    order, and the (from row, to row) copies that make it so: a parent's first child keeps its row;
+    each further child takes the row of a beam that has no child, with a copy of its parent's."""
+    children = defaultdict(list)
+    for new, parent in enumerate(parents):
+        children[parent].append(new)
+    spare = [holder for old, holder in enumerate(beam_rows) if old not in children]
+    ordered: list = [None] * len(parents)
+    copies = []
+    for parent, kids in children.items():
+        ordered[kids[0]] = beam_rows[parent]
+        for kid in kids[1:]:
+            holder = spare.pop()
+            copies.append((beam_rows[parent].row, holder.row))
+            ordered[kid] = holder
+    return ordered, copies
+
+
+class GenerationCache:
     def __init__(self, geometry: CacheGeometry, rows: int):
         if rows < 1:
             raise ValueError(f"the cache must hold at least one row of {geometry.bytes_per_row} bytes")
@@ -56,11 +79,15 @@ class KVCache:
         shape = (rows, g.n_heads, g.target_tokens, g.d_head)
         self.self_keys = [np.zeros(shape, np.float32) for _ in range(g.n_layers)]
         self.self_values = [np.zeros(shape, np.float32) for _ in range(g.n_layers)]
+        self.holders: list = []  # the row table: holders[i] holds row i
         self.lengths = np.zeros(rows, np.int32)  # decoder positions filled per row
         self.source_lengths = np.zeros(rows, np.int32)
         self.reserved = np.zeros(rows, np.int64)  # tokens each row's sequence may need
-        self.used = 0
         self._allocate_cross(MIN_SOURCE_CAPACITY)
+
+    @property
+    def used(self) -> int:
+        return len(self.holders)
 
     def _allocate_cross(self, capacity: int) -> None:
         g = self.geometry
@@ -102,8 +129,9 @@ class KVCache:
         g = self.geometry
         return source_tokens <= g.source_tokens and 1 + new_tokens <= g.target_tokens
 
-    def allocate(self, source_tokens: int, new_tokens: int) -> int:
-        """A row for a sequence with this source that may generate `new_tokens`; raises CacheFull."""
+    def allocate(self, holder, source_tokens: int, new_tokens: int) -> int:
+        """The next row, for a holder whose sequence has this source and may generate `new_tokens`;
+        sets holder.row. Raises CacheFull."""
         if not self.fits(source_tokens, new_tokens):
             raise ValueError(f"a request of {source_tokens} + {new_tokens} tokens never fits this cache")
         if self.used == self.rows:
@@ -114,7 +142,8 @@ class KVCache:
                 capacity *= 2
             self._allocate_cross(min(capacity, self.geometry.source_tokens))
         row = self.used
-        self.used += 1
+        self.holders.append(holder)
+        holder.row = row
         self.lengths[row] = 0
         self.source_lengths[row] = source_tokens
         self.reserved[row] = source_tokens + 1 + new_tokens
@@ -128,10 +157,13 @@ class KVCache:
         for buffer, data in zip(self.cross_keys + self.cross_values, keys + values):
             buffer[row, :, :length] = data[:, :length]
 
-    def free(self, row: int) -> int | None:
-        """Release a row. The last used row moves into it: -> the row number that moved, if any."""
-        last = self.used - 1
-        moved = None
+    def advance(self, rows: int) -> None:
+        """A decode step filled one more position of each of the first `rows` rows."""
+        self.lengths[:rows] += 1
+
+    def release(self, holder) -> None:
+        """Free the holder's row; the last row's holder moves into it."""
+        row, last = holder.row, self.used - 1
         if row != last:
             filled, source = self.lengths[last], self.source_lengths[last]
             for buffer in self.self_keys + self.self_values:
@@ -141,18 +173,25 @@ class KVCache:
             for books in (self.lengths, self.source_lengths, self.reserved):
                 books[row] = books[last]
             self.source_mask[row] = self.source_mask[last]
-            moved = last
-        self.used -= 1
-        self.reserved[self.used] = 0
+            moved = self.holders[last]
+            self.holders[row] = moved
+            moved.row = row
+        self.holders.pop()
+        self.reserved[last] = 0
+        holder.row = None
         if self.used == 0 and self.source_capacity > MIN_SOURCE_CAPACITY:
             self._allocate_cross(MIN_SOURCE_CAPACITY)  # a long source once need not cost every step after
-        return moved
 
-    def copy_row(self, source: int, target: int, length: int) -> None:
-        """Another beam's self-attention K/V, the first `length` positions: a beam search's row follows
-        its parent. Cross-attention rows are alike for all beams of a sequence and are left alone."""
-        for buffer in self.self_keys + self.self_values:
-            buffer[target, :, :length] = buffer[source, :, :length]
+    def follow_parents(self, beam_rows: list, parents: list[int]) -> list:
+        """A beam search's rows after a step whose new beams continue `parents` (old beam indices): each
+        new beam's row holds its parent's self-attention K/V. -> the holders in new beam order.
+        Cross-attention rows are alike for all beams of a sequence and are left alone."""
+        ordered, copies = reorder_beams(beam_rows, parents)
+        for source, target in copies:
+            length = self.lengths[source]
+            for buffer in self.self_keys + self.self_values:
+                buffer[target, :, :length] = buffer[source, :, :length]
+        return ordered
 
     def step_inputs(self) -> dict:
         """The leading `used` rows of every buffer (views, not copies) and the books a step needs."""

@@ -13,7 +13,7 @@ import numpy as np
 import sentencepiece
 from tokenizers import Tokenizer
 
-from .model_files import MARIAN_KINDS, MARIAN_TARGET_VOCAB_FILE
+from .files import MARIAN_KINDS, MARIAN_TARGET_VOCAB_FILE
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import grpc
 
-from .config import ServerConfig
-from .pb import inference_pb2_grpc as pb_grpc
+from .grpc_api.pb import inference_pb2_grpc as pb_grpc
+from .ops.config import ServerConfig
 from .server import Server, create_server
 
 
-class BackgroundServer:
+class ServerThread:
     def __init__(self, models: list[Path], load: bool = True, **settings):
         settings = {"host": "127.0.0.1", "port": 0, "metrics_port": 0, **settings}
         self.config = ServerConfig(models=tuple(models), **settings)
@@ -61,7 +61,7 @@ class BackgroundServer:
             holding.set()
             release.wait(60)
 
-        self.server.model_executor.submit(hold)
+        self.server.core.model_executor.submit(hold)
         holding.wait(5)
         return release
 

@@ -22,14 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .metrics import ModelMetrics
-from .tokenizer import pad_batch
+from modeldir.tokenizer import pad_batch
+
+from ..errors import QueueFull
+from ..ops.metrics import ModelMetrics
 
 log = logging.getLogger("attnserve.batcher")
-
-
-class QueueFull(Exception):
-    """More texts are waiting than the queue holds."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model_files import decoder_inputs
+from .files import decoder_inputs
 
 
 def greedy_decode_onnx(

@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from service.model_files import attention_inputs, attention_outputs
+from modeldir.files import attention_inputs, attention_outputs
 
 from .attention import MultiHeadAttention
 from .config import ModelConfig
-from .kv_cache import NoCache
+from .decoder_cache import NoCache
 from .transformer import EmbeddingModel, Seq2SeqModel
 
 

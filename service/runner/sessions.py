@@ -1,7 +1,5 @@
-"""ONNX Runtime sessions: creating them on the right execution provider, and running the graphs.
-
-Stateless between calls: what a call needs comes in as arrays and goes out as arrays.
-"""
+"""ONNX Runtime sessions: created with the server's settings on the execution provider it asks for, and
+checked for what they really got."""
 
 from __future__ import annotations
 
@@ -10,7 +8,6 @@ import logging
 import os
 from dataclasses import dataclass
 
-import numpy as np
 import onnxruntime as ort
 
 log = logging.getLogger("attnserve.runner")
@@ -93,60 +90,3 @@ def create_session(path, settings: SessionSettings) -> ort.InferenceSession:
 
 def provider_of(session: ort.InferenceSession) -> str:
     return session.get_providers()[0]
-
-
-class EncoderRunner:
-    """The encoder graph of an embedding model: token ids in, pooled embeddings out."""
-
-    def __init__(self, session: ort.InferenceSession):
-        self.session = session
-        self.provider = provider_of(session)
-
-    def embed(self, input_ids: np.ndarray, attention_mask: np.ndarray, run_options=None) -> np.ndarray:
-        """(B, S) int64 twice -> (B, d) float32, pooled, not normalised. Only this output is fetched."""
-        (pooled,) = self.session.run(
-            ["embedding"], {"input_ids": input_ids, "attention_mask": attention_mask}, run_options
-        )
-        return pooled
-
-
-class Seq2SeqRunner:
-    """The encoder and decoder graphs of a seq2seq model. Keeps nothing between calls: the cache's
-    buffers come in as arguments, and a step writes its keys and values into them in place."""
-
-    def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, n_layers: int):
-        self.encoder, self.decoder, self.n_layers = encoder, decoder, n_layers
-        self.provider = provider_of(decoder)
-        self.past_names = [f"past_{kind}.{i}" for i in range(n_layers) for kind in ("key", "value")]
-        self.cross_names = [f"cross_{kind}.{i}" for i in range(n_layers) for kind in ("key", "value")]
-
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
-        """(B, S) twice -> each layer's cross-attention keys and values, (B, H, S, Dh), in layer order."""
-        outputs = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
-        return outputs[1:]
-
-    def step(
-        self,
-        input_ids: np.ndarray,
-        past_lengths: np.ndarray,
-        encoder_attention_mask: np.ndarray,
-        self_buffers: list[np.ndarray],
-        cross_buffers: list[np.ndarray],
-        run_options: ort.RunOptions | None = None,
-    ) -> np.ndarray:
-        """One decoder step for every row: -> logits (B, vocab). Each self-attention buffer (B, H, L, Dh),
-        a contiguous array, is bound as both the past input and the present output of its layer, so the
-        step's keys and values land in it and nothing is copied."""
-        binding = self.decoder.io_binding()
-        binding.bind_cpu_input("input_ids", input_ids)
-        binding.bind_cpu_input("past_lengths", past_lengths)
-        binding.bind_cpu_input("encoder_attention_mask", encoder_attention_mask)
-        for name, buffer in zip(self.past_names, self_buffers):
-            value = ort.OrtValue.ortvalue_from_numpy(buffer)  # wraps the array's memory
-            binding.bind_ortvalue_input(name, value)
-            binding.bind_ortvalue_output(name.replace("past_", "present_"), value)
-        for name, buffer in zip(self.cross_names, cross_buffers):
-            binding.bind_cpu_input(name, buffer)
-        binding.bind_output("logits")
-        self.decoder.run_with_iobinding(binding, run_options)
-        return binding.get_outputs()[-1].numpy()  # the logits only (bound last): the buffers stay put

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import grpc
 
-from .config import ServerConfig
-from .metrics import Metrics
+from ..ops.config import ServerConfig
+from ..ops.metrics import Metrics
 
 OPEN_SERVICES = ("/grpc.health.v1.Health/",)
 

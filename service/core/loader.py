@@ -1,0 +1,214 @@
+"""Loading the served models: each model directory opened and verified (checksums), its sessions created,
+its config read once into frozen dataclasses, its batcher or scheduler started, and the whole model
+warmed up through its serving path before it is served. The only reader of a model's config."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from modeldir.files import ModelFiles, open_model_dir
+from modeldir.tokenizer import load_tokenizer
+
+from ..engine.batcher import BatchLimits, EmbeddingBatcher
+from ..engine.generation_cache import CacheGeometry, GenerationCache
+from ..engine.scheduler import Scheduler
+from ..engine.token_choice import GenerationRules, TokenChoice
+from ..ops.metrics import Metrics
+from ..runner.attention_maps import AttentionMapsRunner
+from ..runner.embedding import EmbeddingRunner
+from ..runner.seq2seq import Seq2SeqRunner
+from ..runner.sessions import SessionSettings, create_session, provider_of
+from .attention import AttentionGraph, select_layers
+from .health import ModelHealth, probe, run_encoder
+from .models import (
+    Architecture,
+    EmbeddingModel,
+    GenerationDefaults,
+    GenerationLimits,
+    Seq2SeqModel,
+    ServedModel,
+    SpecialTokens,
+)
+from .registry import ModelRegistry
+
+log = logging.getLogger("attnserve.loader")
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """How big each seq2seq model's generation cache is, and how many may wait for it."""
+
+    max_new_tokens: int
+    cache_bytes: int
+    cache_tokens: int  # when > 0, instead of cache_bytes
+    max_running: int
+    max_waiting: int
+
+    def geometry(self, architecture: Architecture, max_input_tokens: int) -> CacheGeometry:
+        # The start token takes one of the model's positions.
+        new_tokens = min(self.max_new_tokens, architecture.max_positions - 1)
+        return CacheGeometry(
+            n_layers=architecture.n_decoder_layers,
+            n_heads=architecture.n_heads,
+            d_head=architecture.d_model // architecture.n_heads,
+            target_tokens=1 + new_tokens,
+            source_tokens=max_input_tokens,
+        )
+
+    def rows(self, geometry: CacheGeometry) -> int:
+        if self.cache_tokens:
+            rows = self.cache_tokens // geometry.tokens_per_row
+        else:
+            rows = self.cache_bytes // geometry.bytes_per_row
+        return min(rows, self.max_running)
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    sessions: SessionSettings
+    batching: BatchLimits
+    cache: CacheSettings
+    attention_maps: bool  # load each model's attention-map graph
+    fault_threshold: int  # consecutive failed model calls before a model is unhealthy
+
+
+@dataclass
+class _Opened:
+    """A model directory's parts, made in the model thread, before anything runs on the event loop."""
+
+    files: ModelFiles
+    tokenizer: object
+    provider: str
+    architecture: Architecture
+    special: SpecialTokens
+    runner: EmbeddingRunner | Seq2SeqRunner
+    attention: AttentionMapsRunner | None
+    geometry: CacheGeometry | None = None
+    rows: int = 0
+
+
+def _open(model_dir: Path, settings: LoadSettings) -> _Opened:
+    """Open and verify one model directory and create its sessions (blocking: run it in the model thread)."""
+    files = open_model_dir(model_dir, attention=settings.attention_maps)
+    c = files.config
+    architecture = Architecture(
+        c["n_encoder_layers"], c["n_decoder_layers"], c["n_heads"], c["d_model"], c["max_positions"]
+    )
+    geometry, rows = None, 0
+    if files.task == "seq2seq":  # a cache that holds no row can serve nothing: refuse before any session
+        geometry = settings.cache.geometry(architecture, c["max_input_tokens"])
+        rows = settings.cache.rows(geometry)
+        if rows < 1:
+            raise ValueError(
+                f"model {files.name}: the generation cache holds no row: one takes {geometry.bytes_per_row} bytes "
+                f"({geometry.tokens_per_row} tokens); raise kv_cache_bytes or kv_cache_tokens, or lower max_new_tokens"
+            )
+    tokenizer = load_tokenizer(c.get("tokenizer", "tokenizers"), files.tokenizer, c["max_input_tokens"])
+    special = SpecialTokens(c["bos_id"], c["eos_id"], c["pad_id"], frozenset(tokenizer.special_ids))
+    encoder = create_session(files.encoder, settings.sessions)
+    if files.task == "embedding":
+        runner = EmbeddingRunner(encoder)
+    else:
+        runner = Seq2SeqRunner(encoder, create_session(files.decoder, settings.sessions), c["n_decoder_layers"])
+    attention = None
+    if settings.attention_maps:
+        # Its threads sleep between calls instead of spinning: the graph runs seldom, and spinning threads
+        # of an idle session would take cycles from the serving graphs' next calls.
+        quiet = dataclasses.replace(settings.sessions, spinning=False)
+        attention = AttentionMapsRunner(create_session(files.attention, quiet), files.task)
+    opened = _Opened(files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, rows)
+    log.info("model %s (%s) loaded from %s on %s", files.name, files.task, model_dir, opened.provider)
+    return opened
+
+
+def _warm_up_in_thread(model: ServedModel) -> None:
+    """First calls allocate and plan: run them before the first request does (in the model thread). An
+    embedding model's runner at the shortest and longest input; the attention-map graph once, checking
+    that its rows are distributions."""
+    if model.task == "embedding":
+        run_encoder(model, ["warm up"])
+        run_encoder(model, ["warm up " * model.max_input_tokens] * 2)
+    if model.attention is not None:
+        ids = model.tokenizer.encode(["warm up"])[0].ids
+        target = [model.special.bos] if model.task == "seq2seq" else None
+        maps = model.attention.runner.run(ids, target, select_layers(model, []))
+        for weights in maps.weights.values():
+            if not np.allclose(weights.sum(-1), 1, atol=1e-4):
+                raise RuntimeError(f"model {model.name}: the attention-map graph gives rows that do not sum to 1")
+
+
+def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics: Metrics, on_health_change):
+    """The typed model with its loop (on the event loop): batcher or scheduler, metrics, health."""
+    files, c = opened.files, opened.files.config
+    model_metrics = metrics.for_model(files.name, files.task, attention=opened.attention is not None)
+    health = ModelHealth(settings.fault_threshold, on_health_change)
+    common = dict(
+        name=files.name, provider=opened.provider, opset=files.manifest["opset"], architecture=opened.architecture,
+        max_input_tokens=c["max_input_tokens"], special=opened.special, tokenizer=opened.tokenizer, health=health,
+        metrics=model_metrics,
+        attention=AttentionGraph(opened.attention, executor, model_metrics) if opened.attention else None,
+    )  # fmt: skip
+    metrics.model_info.labels(files.name, files.task, opened.provider, str(files.manifest["opset"])).set(1)
+    if files.task == "embedding":
+        batcher = EmbeddingBatcher(
+            opened.runner.embed, c["pad_id"], settings.batching, executor, files.name, model_metrics,
+            make_run_options=opened.runner.run_options, health=health,
+        )  # fmt: skip
+        model_metrics.watch_queue(lambda: batcher.queue_depth)
+        return EmbeddingModel(**common, runner=opened.runner, batcher=batcher,
+                              normalize_by_default=bool(c.get("normalize", True)))  # fmt: skip
+    cache = GenerationCache(opened.geometry, opened.rows)
+    rules = GenerationRules(
+        eos_id=c["eos_id"], suppressed_ids=tuple(c.get("suppressed_ids", ())), forced_eos=c.get("forced_eos", False),
+        renormalize_logits=c.get("renormalize_logits", False),
+    )  # fmt: skip
+    scheduler = Scheduler(
+        opened.runner, cache, opened.tokenizer.decode, TokenChoice(rules), c["bos_id"], c["pad_id"], executor,
+        settings.cache.max_waiting, files.name, model_metrics, health, settings.batching.split_cost_tokens,
+    )  # fmt: skip
+    model_metrics.watch_queue(lambda: len(scheduler.waiting))
+    model_metrics.watch_cache(lambda: cache.usage_ratio, cache.capacity_tokens)
+    defaults = GenerationDefaults(c.get("num_beams", 1), c.get("length_penalty", 1.0), c.get("early_stopping", "false"))
+    limits = GenerationLimits(max_new_tokens=opened.geometry.target_tokens - 1, cache_rows=cache.rows)
+    if opened.runner.provider != "CPUExecutionProvider":
+        log.warning(
+            "model %s: the generation cache lives in host memory, so each decode step copies it to "
+            "%s and back (docs/kv_cache.md, 'On the GPU')", files.name, opened.runner.provider,
+        )  # fmt: skip
+    log.info(
+        "model %s: generation cache of %d rows (%d MB), up to %d new tokens and %d source tokens a row",
+        files.name, cache.rows, cache.rows * cache.geometry.bytes_per_row >> 20,
+        cache.geometry.target_tokens - 1, cache.geometry.source_tokens,
+    )  # fmt: skip
+    return Seq2SeqModel(**common, runner=opened.runner, scheduler=scheduler, defaults=defaults, limits=limits)
+
+
+async def load_models(
+    model_dirs: list[Path], settings: LoadSettings, executor: Executor, metrics: Metrics, on_health_change
+) -> ModelRegistry:
+    """Every model loaded, started and warm, or an error (ValueError, ModelFilesError, ProviderError) that
+    says which and why. Call on the event loop that will serve them."""
+    loop = asyncio.get_running_loop()
+    opened = [await loop.run_in_executor(executor, _open, model_dir, settings) for model_dir in model_dirs]
+    longest = max(o.files.config["max_input_tokens"] for o in opened)
+    if longest > settings.batching.max_batch_tokens:
+        raise ValueError(
+            f"max_batch_tokens {settings.batching.max_batch_tokens} is less than the longest input a model "
+            f"takes ({longest} tokens): such an input could never run"
+        )
+    registry = ModelRegistry([_build(o, settings, executor, metrics, on_health_change) for o in opened])
+    for model in registry.models.values():
+        await loop.run_in_executor(executor, _warm_up_in_thread, model)
+        if model.task == "embedding":
+            model.batcher.start()
+        else:
+            model.scheduler.start()
+            await probe(model, executor)  # a first generation through the serving path
+    return registry

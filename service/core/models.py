@@ -1,0 +1,95 @@
+"""The served models, typed: an embedding model and a seq2seq model, each with what the core needs of it
+read once from its directory into frozen dataclasses (core/loader.py builds them; nothing else reads a
+model's config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from modeldir.tokenizer import MarianTokenizer, TextTokenizer
+
+from ..engine.batcher import EmbeddingBatcher
+from ..engine.scheduler import Scheduler
+from ..ops.metrics import ModelMetrics
+from ..runner.embedding import EmbeddingRunner
+from ..runner.seq2seq import Seq2SeqRunner
+from .health import ModelHealth
+
+if TYPE_CHECKING:
+    from .attention import AttentionGraph
+
+
+@dataclass(frozen=True)
+class Architecture:
+    n_encoder_layers: int
+    n_decoder_layers: int  # 0 for an embedding model
+    n_heads: int
+    d_model: int
+    max_positions: int
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    bos: int  # the decoder's start token (seq2seq)
+    eos: int
+    pad: int
+    tokenizer: frozenset[int]  # the tokenizer's own special tokens ([CLS], </s>, ...)
+
+    def of(self, seq2seq: bool) -> frozenset[int]:
+        """Every special token of a model: the tokenizer's, pad, and for seq2seq the decoder's start and eos."""
+        return self.tokenizer | {self.pad} | ({self.bos, self.eos} if seq2seq else set())
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    """The checkpoint's choices for what a request leaves unset (transformers' generation config)."""
+
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: str = "false"
+
+
+@dataclass(frozen=True)
+class GenerationLimits:
+    max_new_tokens: int  # the most a request may ask for: what a cache row holds after the start token
+    cache_rows: int  # a beam search takes one per beam
+
+
+@dataclass(eq=False)
+class ServedModel:
+    name: str
+    provider: str  # the execution provider its sessions got
+    opset: int
+    architecture: Architecture
+    max_input_tokens: int
+    special: SpecialTokens
+    tokenizer: TextTokenizer | MarianTokenizer
+    health: ModelHealth
+    metrics: ModelMetrics
+    attention: AttentionGraph | None  # with attention maps on
+
+    task: ClassVar[str]
+
+    @property
+    def dimensions(self) -> int:
+        return self.architecture.d_model
+
+
+@dataclass(eq=False)
+class EmbeddingModel(ServedModel):
+    runner: EmbeddingRunner
+    batcher: EmbeddingBatcher
+    normalize_by_default: bool
+
+    task: ClassVar[str] = "embedding"
+
+
+@dataclass(eq=False)
+class Seq2SeqModel(ServedModel):
+    runner: Seq2SeqRunner
+    scheduler: Scheduler
+    defaults: GenerationDefaults
+    limits: GenerationLimits
+
+    task: ClassVar[str] = "seq2seq"

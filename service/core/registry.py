@@ -1,0 +1,70 @@
+"""The served models by name, with one default per task, and what a listing of them says."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import NotFound, invalid
+from .models import ServedModel
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    task: str
+    dimensions: int
+    max_input_tokens: int
+    provider: str
+    opset: int
+    is_default: bool
+
+
+class ModelRegistry:
+    def __init__(self, models: list[ServedModel]):
+        self.models: dict[str, ServedModel] = {}
+        self.defaults: dict[str, ServedModel] = {}  # the first model of each task
+        for model in models:
+            if model.name in self.models:
+                raise ValueError(f"two model directories are both named {model.name!r}")
+            self.models[model.name] = model
+            self.defaults.setdefault(model.task, model)
+
+    def get(self, name: str, task: str, rpc: str) -> ServedModel:
+        """The model called `name` (empty: the default for the task), which must be of `task`."""
+        if not name:
+            if task not in self.defaults:
+                raise NotFound(f"model: no {task} model is served, so {rpc} has no default", "model")
+            return self.defaults[task]
+        model = self.find(name)
+        if model.task != task:
+            article = "an" if model.task[0] in "aeiou" else "a"
+            raise invalid("model", f"{name!r} is {article} {model.task} model; {rpc} needs one of task {task!r}")
+        return model
+
+    def find(self, name: str) -> ServedModel:
+        """Any model by name (empty: the first one loaded)."""
+        if not name:
+            return next(iter(self.models.values()))
+        if name not in self.models:
+            served = ", ".join(sorted(self.models))
+            raise NotFound(f"model: {name!r} is not served here (served: {served})", "model")
+        return self.models[name]
+
+    def infos(self) -> list[ModelInfo]:
+        return [
+            ModelInfo(m.name, m.task, m.dimensions, m.max_input_tokens, m.provider, m.opset,
+                      self.defaults.get(m.task) is m)
+            for m in self.models.values()
+        ]  # fmt: skip
+
+    @property
+    def healthy(self) -> bool:
+        return all(m.health.healthy for m in self.models.values())
+
+    async def stop(self, error: Exception) -> None:
+        """Stop the batching and scheduling loops; calls still waiting on them get `error`."""
+        for model in self.models.values():
+            if model.task == "embedding":
+                await model.batcher.stop(error)
+            else:
+                await model.scheduler.stop(error)

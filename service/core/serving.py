@@ -1,0 +1,133 @@
+"""The serving core: what every front door calls. Admission, the loaded models, one object per
+capability (embeddings, generation, tokenize, models, attention maps), and the lifecycle (load, health
+probes, drain, stop). It knows no transport: plain dataclasses in and out, domain errors raised."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Unavailable
+from ..ops.metrics import Metrics
+from .admission import Admission
+from .attention import Attention, AttentionLimits
+from .embeddings import Embeddings
+from .generation import Generation
+from .health import probe
+from .loader import LoadSettings, load_models
+from .registry import ModelInfo, ModelRegistry
+from .tokenization import Tokenization
+
+log = logging.getLogger("attnserve.core")
+
+
+@dataclass(frozen=True)
+class CoreSettings:
+    model_dirs: tuple[Path, ...]
+    load: LoadSettings
+    max_concurrent_requests: int
+    max_client_batch_size: int
+    max_beams: int
+    attention: AttentionLimits
+    probe_seconds: float  # how often an unhealthy model is probed
+
+
+class ServingCore:
+    def __init__(self, settings: CoreSettings, metrics: Metrics):
+        self.settings, self.metrics = settings, metrics
+        # One thread runs every model call: on a CPU, concurrent calls would only fight over the cores.
+        self.model_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self.tokenize_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
+        self.admission = Admission(settings.max_concurrent_requests)
+        self.registry: ModelRegistry | None = None  # once the models are loaded and warm
+        self.embeddings: Embeddings | None = None
+        self.generation: Generation | None = None
+        self.tokenization: Tokenization | None = None
+        self.attention: Attention | None = None
+        self._readiness_listeners: list[Callable[[bool], None]] = []
+        self._probes: asyncio.Task | None = None
+
+    def ready(self) -> bool:
+        """Models loaded and healthy, and not draining: what every front door's health reports."""
+        return self.registry is not None and not self.admission.draining and self.registry.healthy
+
+    def on_readiness_change(self, listener: Callable[[bool], None]) -> None:
+        """listener(ready) is called on the event loop whenever ready() may have changed."""
+        self._readiness_listeners.append(listener)
+
+    def _readiness_changed(self) -> None:
+        ready = self.ready()
+        for listener in self._readiness_listeners:
+            listener(ready)
+
+    def _health_changed(self) -> None:
+        """A model turned unhealthy or healthy again (called on the event loop)."""
+        for model in self.registry.models.values():
+            if not model.health.healthy:
+                log.error(
+                    "model %s: %d model calls failed in a row: health NOT_SERVING", model.name, model.health.failures
+                )
+        self._readiness_changed()
+
+    async def load(self) -> None:
+        """Load, start and warm every model; then calls are admitted."""
+        s = self.settings
+        registry = await load_models(
+            list(s.model_dirs), s.load, self.model_executor, self.metrics, self._health_changed
+        )
+        self.tokenization = Tokenization(registry, self.tokenize_executor, s.max_client_batch_size)
+        self.embeddings = Embeddings(registry, self.tokenization, s.max_client_batch_size)
+        self.generation = Generation(registry, self.tokenization, s.max_beams)
+        self.attention = Attention(registry, self.tokenization, s.attention)
+        self.registry = registry
+        self.admission.loaded = True
+        self._probes = asyncio.get_running_loop().create_task(self._probe_unhealthy_models(), name="probes")
+        log.info("serving %s", ", ".join(f"{m.name} ({m.task}, {m.provider})" for m in registry.models.values()))
+        self._readiness_changed()
+
+    def models(self) -> list[ModelInfo]:
+        return self.registry.infos()
+
+    async def _probe_unhealthy_models(self) -> None:
+        """Every probe_seconds, a small call through each unhealthy model; one that passes restores it."""
+        while True:
+            await asyncio.sleep(self.settings.probe_seconds)
+            for model in self.registry.models.values():
+                if model.health.healthy:
+                    continue
+                try:
+                    await probe(model, self.model_executor)
+                except Exception as error:
+                    log.warning("model %s: probe failed: %s", model.name, error)
+                else:
+                    log.info("model %s: probe passed: healthy again", model.name)
+                    model.health.succeeded()
+
+    def start_draining(self) -> None:
+        """Turn new calls away (Unavailable) from now on; calls in flight go on."""
+        log.info("draining: %d calls in flight", self.admission.in_flight)
+        self.admission.draining = True
+        self._readiness_changed()
+
+    async def wait_idle(self, seconds: float) -> None:
+        """Until no call is in flight, or `seconds` have passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.admission.in_flight and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        """Fail what is still queued or running with Unavailable."""
+        if self._probes is not None:
+            self._probes.cancel()
+        if self.registry is not None:
+            await self.registry.stop(Unavailable("the server shut down before this call finished; retry"))
+
+    def close(self) -> None:
+        """Stop the model and tokenization threads (after the front doors have closed)."""
+        self.model_executor.shutdown(wait=False, cancel_futures=True)
+        self.tokenize_executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,40 @@
+"""The tokenize capability, and the tokenization every other capability does: in threads of their own,
+off the event loop, so that the loop keeps accepting while long texts are cut into tokens."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from modeldir.tokenizer import Encoded
+
+from ..ops.call_record import CallRecord
+from .models import ServedModel
+from .registry import ModelRegistry
+from .validation import check_texts
+
+
+@dataclass(frozen=True)
+class TokenizeResult:
+    model: str
+    encoded: list[Encoded]
+
+
+class Tokenization:
+    def __init__(self, registry: ModelRegistry, executor: Executor, max_client_batch_size: int):
+        self.registry, self.executor, self.max_client_batch_size = registry, executor, max_client_batch_size
+
+    async def encode(self, model: ServedModel, texts: list[str]) -> list[Encoded]:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, model.tokenizer.encode, texts)
+
+    async def encode_target(self, model: ServedModel, text: str) -> Encoded:
+        """A decoder target's own tokens (seq2seq), without special tokens."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, model.tokenizer.encode_target, text)
+
+    async def tokenize(self, model_name: str, inputs: list[str], call: CallRecord) -> TokenizeResult:
+        """The ids and tokens each text becomes for a model (any task), and whether it was truncated."""
+        model = self.registry.find(model_name)
+        call.use_model(model.name)
+        texts = check_texts(inputs, self.max_client_batch_size)
+        return TokenizeResult(model.name, await self.encode(model, texts))

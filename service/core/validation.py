@@ -1,0 +1,136 @@
+"""Request validation as pure functions of a request's values and the limits they must keep: every front
+door refuses the same things with the same field names and limits (InvalidArgument names both)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..engine.beam_search import BeamSettings
+from ..engine.sampling import SamplingParams
+from ..engine.sequence import GenerationParams
+from ..errors import invalid
+from .models import Seq2SeqModel
+
+MAX_LENGTH_PENALTY = 10.0
+MAX_STOP_SEQUENCES = 8
+MAX_STOP_LENGTH = 64
+EARLY_STOPPING_VALUES = ("false", "true", "never")  # transformers': heuristic, on, never
+
+
+def check_text(field: str, text: str) -> None:
+    if not text:
+        raise invalid(field, "empty text")
+    if "\x00" in text:
+        raise invalid(field, "contains a NUL character")
+
+
+def check_texts(texts: list[str], limit: int) -> list[str]:
+    """1 to `limit` texts (max_client_batch_size), none empty."""
+    if not texts:
+        raise invalid("inputs", f"empty; send 1 to {limit} texts")
+    if len(texts) > limit:
+        raise invalid("inputs", f"{len(texts)} texts; at most {limit} per call (max_client_batch_size)")
+    for i, text in enumerate(texts):
+        check_text(f"inputs[{i}]", text)
+    return texts
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """A request's generation options as the caller set them: 0, None and empty mean unset."""
+
+    max_new_tokens: int = 0
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 0.0
+    repetition_penalty: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    num_beams: int = 0
+    length_penalty: float | None = None
+    early_stopping: str | None = None  # one of EARLY_STOPPING_VALUES, else refused
+    num_return_sequences: int = 0
+
+
+def generation_params(model: Seq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int) -> GenerationParams:
+    """The options checked against the model's limits, unset ones filled from its defaults."""
+    limit = model.limits.max_new_tokens
+    max_new_tokens = p.max_new_tokens or limit
+    if max_new_tokens > limit:
+        raise invalid(
+            "params.max_new_tokens",
+            f"{max_new_tokens}; at most {limit} for model {model.name!r} "
+            f"(its cache rows hold {limit + 1} decoder positions)",
+        )
+    if not math.isfinite(p.temperature) or p.temperature < 0:
+        raise invalid("params.temperature", f"{p.temperature:.7g}; must be finite and >= 0 (0: greedy)")
+    top_p = p.top_p or 1.0
+    if not math.isfinite(top_p) or not 0 < top_p <= 1:
+        raise invalid("params.top_p", f"{p.top_p:.7g}; must be in (0, 1]")
+    penalty = p.repetition_penalty or 1.0
+    if not math.isfinite(penalty) or penalty < 0:
+        raise invalid("params.repetition_penalty", f"{p.repetition_penalty:.7g}; must be finite and > 0")
+    if len(p.stop) > MAX_STOP_SEQUENCES:
+        raise invalid("params.stop", f"{len(p.stop)} sequences; at most {MAX_STOP_SEQUENCES}")
+    for i, stop in enumerate(p.stop):
+        if not 1 <= len(stop) <= MAX_STOP_LENGTH:
+            raise invalid(f"params.stop[{i}]", f"{len(stop)} characters; 1 to {MAX_STOP_LENGTH}")
+    if p.temperature == 0:
+        # Greedy decoding has nothing to sample from: sampling options would silently do nothing.
+        for name, set_ in (("top_k", p.top_k), ("top_p", p.top_p), ("seed", p.seed is not None)):
+            if set_:
+                raise invalid(f"params.{name}", "only with sampling (temperature > 0); temperature 0 is greedy")
+    return GenerationParams(
+        max_new_tokens=max_new_tokens,
+        sampling=SamplingParams(p.temperature, p.top_k, top_p, penalty),
+        seed=p.seed,
+        stop=tuple(p.stop),
+        ignore_eos=p.ignore_eos,
+        beams=beam_settings(model, p, streaming, max_beams),
+        stream=streaming,
+    )
+
+
+def beam_settings(model: Seq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int) -> BeamSettings | None:
+    """Beam search settings, or None for greedy/sampling. An unset num_beams is the model's default,
+    unless the request asks for what beam search cannot do (stream, sample, stop sequences, ...)."""
+    greedy_only = [name for name, set_ in (
+        ("stream", streaming), ("temperature", p.temperature), ("repetition_penalty", p.repetition_penalty),
+        ("stop", p.stop), ("ignore_eos", p.ignore_eos),
+    ) if set_]  # fmt: skip
+    beam_only = [name for name, set_ in (
+        ("length_penalty", p.length_penalty is not None), ("early_stopping", p.early_stopping),
+        ("num_return_sequences", p.num_return_sequences > 1)) if set_
+    ]  # fmt: skip
+    defaults = model.defaults
+    num_beams = p.num_beams or (1 if greedy_only else defaults.num_beams)
+    if num_beams == 1:
+        if beam_only:
+            raise invalid(f"params.{beam_only[0]}", "only with beam search (num_beams > 1)")
+        return None
+    rows = model.limits.cache_rows
+    limit = min(max_beams, rows)
+    if num_beams > limit:
+        raise invalid(
+            "params.num_beams",
+            f"{num_beams}; at most {limit} (max_beams {max_beams}, cache rows of model {model.name!r} {rows})",
+        )
+    if greedy_only == ["stream"]:
+        raise invalid(
+            "params.num_beams", "beam search does not stream (the best beam is known at the end); use Generate"
+        )
+    if greedy_only:
+        name = next(n for n in greedy_only if n != "stream")
+        raise invalid(f"params.{name}", f"not with beam search (num_beams {num_beams})")
+    length_penalty = defaults.length_penalty if p.length_penalty is None else p.length_penalty
+    if not abs(length_penalty) <= MAX_LENGTH_PENALTY:  # also NaN; length ** penalty stays a float32
+        raise invalid("params.length_penalty", f"{length_penalty:.7g}; must be within +-{MAX_LENGTH_PENALTY}")
+    if p.early_stopping is not None and p.early_stopping not in EARLY_STOPPING_VALUES:
+        raise invalid("params.early_stopping", f"{p.early_stopping} is not an EarlyStopping value")
+    early = p.early_stopping or defaults.early_stopping
+    returned = p.num_return_sequences or 1
+    if returned > num_beams:
+        raise invalid("params.num_return_sequences", f"{returned}; at most num_beams ({num_beams})")
+    return BeamSettings(num_beams, length_penalty, early, returned)

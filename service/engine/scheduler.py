@@ -1,0 +1,281 @@
+"""Continuous batching for generation: one loop per seq2seq model, the only writer of sequence state.
+
+Each turn of the loop has three parts:
+- schedule: sequences whose callers have gone leave (the cache frees their rows); waiting requests are
+  admitted while the cache has rows for them (a beam search takes one row per beam, all at once);
+- execute, in the model thread: the sources admitted this turn go through the encoder together, then
+  one decoder step runs for every running row at once, and each row's next token is chosen
+  (token_choice.py); beam searches step, and their rows follow their parents (the cache moves them);
+- update, on the event loop: tokens become text (held back where a stop sequence might begin), events
+  go to the callers, and finished sequences leave at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
+
+import numpy as np
+
+from modeldir.tokenizer import pad_batch
+
+from ..errors import QueueFull
+from ..ops.metrics import ModelMetrics
+from .batcher import split_by_length
+from .beam_search import BeamSearch
+from .generation_cache import GenerationCache
+from .sequence import EOS, LENGTH, STOP, BeamRow, Event, GenerationParams, Hypothesis, Sequence, owner
+from .text_stream import TextStream
+from .token_choice import TokenChoice
+
+log = logging.getLogger("attnserve.scheduler")
+
+
+class Scheduler:
+    def __init__(
+        self,
+        runner,
+        cache: GenerationCache,
+        decode: Callable[[list[int]], str],
+        choice: TokenChoice,
+        bos_id: int,
+        pad_id: int,
+        executor: Executor,
+        max_waiting: int,
+        name: str = "",
+        metrics: ModelMetrics | None = None,
+        health=None,
+        encode_split_cost: int = 64,
+    ):
+        """runner: encode(ids, mask) -> cross K/V, and step(...) -> logits (runner/seq2seq.py); decode: token
+        ids -> text; encode_split_cost: one more encoder call's cost in padded tokens (split_by_length)."""
+        self.runner, self.cache, self.decode, self.choice, self.executor = runner, cache, decode, choice, executor
+        self.bos_id, self.pad_id, self.eos_id = bos_id, pad_id, choice.eos_id
+        self.encode_split_cost = encode_split_cost
+        self.max_waiting, self.name, self.metrics, self.health = max_waiting, name, metrics, health
+        self.waiting: deque[Sequence] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.steps_run = 0
+        self.largest_step = 0  # the most rows one step has run
+
+    @property
+    def running(self) -> int:
+        """Running sequences (a beam search counts once)."""
+        return len(self._sequences())
+
+    def _sequences(self) -> list[Sequence]:
+        """The running sequences, each once, in row order."""
+        return list({id(owner(holder)): owner(holder) for holder in self.cache.holders}.values())
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"scheduler:{self.name}")
+
+    async def stop(self, error: Exception) -> None:
+        """Stop the loop; callers still waiting or running get `error`."""
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for sequence in list(self.waiting) + self._sequences():
+            sequence.events.put_nowait(error)
+        self.waiting.clear()
+        for sequence in self._sequences():
+            self._leave(sequence)
+
+    async def generate(self, prompt: list[int], params: GenerationParams) -> AsyncIterator[Event]:
+        """Events of one sequence until it finishes; QueueFull when the queue is full. Leaving early (the
+        caller cancelled) frees its rows before the next step."""
+        if len(self.waiting) >= self.max_waiting:
+            raise QueueFull(f"{len(self.waiting)} requests are waiting; the queue holds {self.max_waiting}")
+        seed = params.seed if params.seed is not None else secrets.randbits(64)
+        sequence = Sequence(prompt, params, TextStream(self.decode, params.stop), np.random.default_rng(seed))
+        if params.beams:
+            sequence.search = BeamSearch(params.beams, self.eos_id, params.max_new_tokens)
+        self.waiting.append(sequence)
+        self._wake.set()
+        try:
+            while True:
+                event = await sequence.events.get()
+                if isinstance(event, Exception):
+                    raise event
+                yield event
+                if event.finish_reason is not None:
+                    return
+        finally:
+            sequence.gone = True
+            if sequence in self.waiting:
+                self.waiting.remove(sequence)
+            self._wake.set()
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            for sequence in [s for s in self._sequences() if s.gone]:
+                self._leave(sequence)
+            if not self.cache.holders and not self.waiting:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            admitted = self._schedule()
+            if not self.cache.holders:
+                continue
+            holders = list(self.cache.holders)
+            try:
+                tokens, timings = await loop.run_in_executor(self.executor, self._execute, admitted, holders)
+            except Exception as error:  # a model fault: these sequences fail, the loop goes on
+                log.exception("model %s: decode step failed", self.name)
+                if self.health:
+                    self.health.failed()
+                for sequence in self._sequences():
+                    sequence.events.put_nowait(error)
+                    self._leave(sequence)
+                continue
+            if self.health:
+                self.health.succeeded()
+            self.steps_run += 1
+            self.largest_step = max(self.largest_step, len(holders))
+            if self.metrics:
+                for stage, inputs, positions, seconds in timings:
+                    self.metrics.model_call(stage, inputs, positions, seconds)
+            self._update(holders, tokens)
+
+    # schedule
+
+    def _schedule(self) -> list[Sequence]:
+        """Admit waiting sequences, first come first served, while the cache has rows for them: a beam
+        search at the head waits until it has all its rows."""
+        admitted = []
+        while self.waiting and self.cache.free_rows >= self.waiting[0].params.width:
+            sequence = self.waiting.popleft()
+            if sequence.search:
+                sequence.beam_rows = [BeamRow(sequence, beam) for beam in range(sequence.params.width)]
+            for holder in sequence.holders:
+                self.cache.allocate(holder, len(sequence.prompt), sequence.params.max_new_tokens)
+            sequence.admitted = time.perf_counter()
+            if self.metrics and not sequence.params.probe:
+                self.metrics.queued(sequence.admitted - sequence.arrived)
+            admitted.append(sequence)
+        return admitted
+
+    def _leave(self, sequence: Sequence) -> None:
+        for holder in sequence.holders:
+            self.cache.release(holder)
+
+    # execute (in the model thread)
+
+    def _execute(self, admitted: list[Sequence], holders: list) -> tuple[list[int | None], list[tuple]]:
+        """Encode the newly admitted sources, run one decoder step for all rows, choose each row's next
+        token (beam searches: their beams', rows reordered). -> the tokens (None for beam rows), and
+        (stage, inputs, positions, seconds) of each model call."""
+        timings = []
+        # Sources of similar length are encoded together: padding costs as much as real tokens.
+        for group in split_by_length(admitted, self.encode_split_cost, length=lambda s: len(s.prompt)):
+            started = time.perf_counter()
+            ids, mask = pad_batch([s.prompt for s in group], self.pad_id)
+            cross = self.runner.encode(ids, mask)
+            for i, sequence in enumerate(group):
+                for holder in sequence.holders:
+                    self.cache.write_cross(holder.row, [c[i] for c in cross[0::2]], [c[i] for c in cross[1::2]])
+            timings.append(("encode", len(group), int(ids.size), time.perf_counter() - started))
+        started = time.perf_counter()
+        last = [self._last_token(holder) for holder in holders]
+        inputs = self.cache.step_inputs()
+        logits = self.runner.step(
+            np.array(last, dtype=np.int64)[:, None],
+            inputs["past_lengths"],
+            inputs["encoder_attention_mask"],
+            inputs["self"],
+            inputs["cross"],
+        )
+        self.cache.advance(len(holders))
+        tokens = self.choice.choose(holders, logits)
+        for sequence in {id(h.sequence): h.sequence for h in holders if isinstance(h, BeamRow)}.values():
+            parents = self.choice.beam_step(sequence, logits)
+            if parents is not None:
+                sequence.beam_rows = self.cache.follow_parents(sequence.beam_rows, parents)
+                for beam, holder in enumerate(sequence.beam_rows):
+                    holder.beam = beam
+        timings.append(("decode", len(holders), len(holders), time.perf_counter() - started))
+        return tokens, timings
+
+    def _last_token(self, holder: Sequence | BeamRow) -> int:
+        if isinstance(holder, BeamRow):
+            token = holder.sequence.search.last_tokens[holder.beam]
+            return self.bos_id if token is None else token
+        return holder.generated[-1] if holder.generated else self.bos_id
+
+    # update
+
+    def _update(self, holders: list, tokens: list[int | None]) -> None:
+        now = time.perf_counter()
+        searches = {id(owner(h)): owner(h) for h in holders if isinstance(h, BeamRow)}
+        for sequence, token in zip(holders, tokens):
+            if token is None or sequence.gone:
+                continue  # beam rows: below; gone: leaves at the start of the next turn
+            self._count_token(sequence, now)
+            if token == self.eos_id and not sequence.params.ignore_eos:
+                forced = self.choice.forced_eos_at(sequence, len(sequence.generated))
+                sequence.finish(LENGTH if forced else EOS, sequence.text.update(sequence.generated, final=True))
+                self._leave(sequence)
+                continue
+            sequence.generated.append(token)
+            sequence.unsent.append(token)
+            if self.metrics and not sequence.params.probe:
+                self.metrics.generated(1)
+            at_limit = len(sequence.generated) >= sequence.params.max_new_tokens
+            if not (at_limit or sequence.params.events_per_token):
+                continue  # the text is decoded once, at the end
+            text = sequence.text.update(sequence.generated, final=at_limit)
+            if sequence.text.stopped:
+                sequence.finish(STOP, text)
+                self._leave(sequence)
+            elif at_limit:
+                sequence.finish(LENGTH, text)
+                self._leave(sequence)
+            else:
+                sequence.send(text)
+        for sequence in searches.values():
+            if sequence.search.done and not sequence.gone:
+                self._finish_search(sequence, now)
+
+    def _count_token(self, sequence: Sequence, now: float) -> None:
+        """Time to first token, or since the last one."""
+        if self.metrics and not sequence.params.probe:
+            if sequence.first_token is None:
+                self.metrics.first_token(now - sequence.arrived)
+            else:
+                self.metrics.between_tokens(now - sequence.last_token)
+        if sequence.first_token is None:
+            sequence.first_token = now
+        sequence.last_token = now
+
+    def _finish_search(self, sequence: Sequence, now: float) -> None:
+        """A beam search ends with one event: the best hypothesis, whole, and the n best."""
+        hypotheses = tuple(
+            self._hypothesis(sequence, tokens, score)
+            for tokens, score in sequence.search.best(sequence.params.beams.num_return_sequences)
+        )
+        best = hypotheses[0]
+        sequence.generated = best.token_ids
+        sequence.unsent = list(best.token_ids)
+        sequence.first_token = sequence.last_token = now
+        if self.metrics and not sequence.params.probe:
+            self.metrics.first_token(now - sequence.arrived)
+            self.metrics.generated(len(best.token_ids))
+        sequence.finish(best.finish_reason, best.text, hypotheses)
+        self._leave(sequence)
+
+    def _hypothesis(self, sequence: Sequence, tokens: list[int], score: float) -> Hypothesis:
+        ended = bool(tokens) and tokens[-1] == self.eos_id
+        forced = ended and self.choice.forced_eos_at(sequence, len(tokens) - 1)
+        generated = tokens[:-1] if ended else tokens
+        reason = EOS if ended and not forced else LENGTH
+        return Hypothesis(self.decode(generated), generated, reason, score)

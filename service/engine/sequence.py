@@ -1,0 +1,128 @@
+"""One generation as the scheduler sees it: its parameters, its state from arrival to finish, and the
+events it sends its caller (new text and token ids; the last with the finish reason and usage)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .beam_search import BeamSearch, BeamSettings
+from .sampling import SamplingParams
+from .text_stream import TextStream
+
+LENGTH, EOS, STOP, CANCELLED = "length", "eos", "stop", "cancelled"
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    max_new_tokens: int
+    sampling: SamplingParams = SamplingParams()
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    beams: BeamSettings | None = None  # beam search (num_beams >= 2); None: greedy or sampling
+    # Events token by token (GenerateStream); otherwise one at the end, and the text is decoded once
+    # (each step's decode, and waking the caller, would take the cores the model needs).
+    stream: bool = True
+    probe: bool = False  # the server's own check (warm-up, health probe): not counted in the metrics
+
+    @property
+    def events_per_token(self) -> bool:
+        """Whether the text is followed token by token: to stream it, or to find stop sequences in it."""
+        return self.stream or bool(self.stop)
+
+    @property
+    def greedy(self) -> bool:
+        """The plain argmax: no temperature, no repetition penalty."""
+        return self.sampling.temperature == 0.0 and self.sampling.repetition_penalty == 1.0
+
+    @property
+    def width(self) -> int:
+        """Cache rows the sequence takes."""
+        return self.beams.num_beams if self.beams else 1
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    generated_tokens: int
+    queue_seconds: float  # from arrival to admission
+    time_to_first_token: float  # from arrival to the first token
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One of a beam search's best finished hypotheses."""
+
+    text: str
+    token_ids: list[int]  # without the eos token
+    finish_reason: str
+    score: float  # what it was ranked by: sum(log p) / generated_length ** length_penalty
+
+
+@dataclass(frozen=True)
+class Event:
+    """New text and token ids of one sequence; the last event has finish_reason and usage (and, for a
+    beam search, its n best hypotheses, the first being text and token_ids)."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    hypotheses: tuple[Hypothesis, ...] = ()
+
+
+@dataclass(eq=False)
+class Sequence:
+    prompt: list[int]
+    params: GenerationParams
+    text: TextStream
+    rng: np.random.Generator
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    arrived: float = field(default_factory=time.perf_counter)
+    admitted: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+    row: int | None = None  # greedy and sampled sequences: the cache row it holds (the cache sets it)
+    beam_rows: list[BeamRow] = field(default_factory=list)  # beam search: the beams' rows, in beam order
+    search: BeamSearch | None = None
+    generated: list[int] = field(default_factory=list)
+    unsent: list[int] = field(default_factory=list)  # ids not yet in an event
+    gone: bool = False  # the caller left
+
+    @property
+    def holders(self) -> list:
+        """What holds the sequence's cache rows: its beams, or itself."""
+        return self.beam_rows if self.search else [self]
+
+    def send(self, text: str) -> None:
+        """An event with the new text and the ids not sent yet."""
+        self.events.put_nowait(Event(text, self.unsent))
+        self.unsent = []
+
+    def finish(self, reason: str, last_text: str = "", hypotheses: tuple[Hypothesis, ...] = ()) -> None:
+        now = time.perf_counter()
+        usage = Usage(
+            prompt_tokens=len(self.prompt),
+            generated_tokens=len(self.generated),
+            queue_seconds=(self.admitted or now) - self.arrived,
+            time_to_first_token=(self.first_token or now) - self.arrived,
+        )
+        self.events.put_nowait(Event(last_text, self.unsent, reason, usage, hypotheses))
+        self.unsent = []
+
+
+@dataclass(eq=False)
+class BeamRow:
+    """One beam's cache row; `beam` is its place among the sequence's running beams."""
+
+    sequence: Sequence
+    beam: int
+    row: int | None = None
+
+
+def owner(holder: Sequence | BeamRow) -> Sequence:
+    return holder.sequence if isinstance(holder, BeamRow) else holder

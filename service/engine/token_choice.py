@@ -1,0 +1,70 @@
+"""Each row's next token after a decode step, under the checkpoint's generation rules: greedy rows by one
+argmax, sampled rows by their own generator, beam searches by a step of their search.
+
+The rules are transformers' (bad_words_ids of one token: never generated; forced_eos_token_id: eos at
+the last position a request allows; renormalize_logits), read from the checkpoint once by the loader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .beam_search import log_softmax
+from .sampling import next_token
+from .sequence import BeamRow, Sequence
+
+
+@dataclass(frozen=True)
+class GenerationRules:
+    eos_id: int
+    suppressed_ids: tuple[int, ...] = ()  # never generated
+    forced_eos: bool = False  # eos at the last position a request allows
+    renormalize_logits: bool = False  # beam search: log-softmax again after the rules
+
+
+class TokenChoice:
+    def __init__(self, rules: GenerationRules):
+        self.rules = rules
+        self.eos_id = rules.eos_id
+        self.suppressed_ids = np.asarray(rules.suppressed_ids, dtype=np.int64)
+
+    def forced_eos_at(self, sequence: Sequence, generated: int) -> bool:
+        """Whether the checkpoint forces eos after `generated` tokens: at the last position allowed."""
+        params = sequence.params
+        return self.rules.forced_eos and not params.ignore_eos and generated == params.max_new_tokens - 1
+
+    def choose(self, holders: list, logits: np.ndarray) -> list[int | None]:
+        """The next token of each greedy or sampled row (None for beam rows); logits (rows, vocab)."""
+        tokens: list[int | None] = [None] * len(holders)
+        greedy = [i for i, s in enumerate(holders) if isinstance(s, Sequence) and s.params.greedy]
+        if greedy:
+            chosen = logits[greedy]  # a copy: beam rows need the logits as they came
+            chosen[:, self.suppressed_ids] = -np.inf
+            for i, token in zip(greedy, chosen.argmax(axis=-1).tolist()):
+                tokens[i] = token
+        for i, sequence in enumerate(holders):
+            if isinstance(sequence, BeamRow):
+                continue
+            if self.forced_eos_at(sequence, len(sequence.generated)):
+                tokens[i] = self.eos_id
+            elif tokens[i] is None:
+                row = logits[i].copy()
+                row[self.suppressed_ids] = -np.inf
+                tokens[i] = next_token(row, sequence.generated, sequence.params.sampling, sequence.rng)
+        return tokens
+
+    def beam_step(self, sequence: Sequence, logits: np.ndarray) -> list[int] | None:
+        """One step of a beam search over its beams' rows of logits. -> the parent (old beam) of each new
+        beam, or None when the search is done."""
+        search = sequence.search
+        log_probs = log_softmax(logits[[holder.row for holder in sequence.beam_rows]])
+        log_probs[:, self.suppressed_ids] = -np.inf
+        if self.forced_eos_at(sequence, search.length - 1):
+            log_probs[:] = -np.inf
+            log_probs[:, self.eos_id] = 0.0
+        if self.rules.renormalize_logits:
+            log_probs = log_softmax(log_probs)
+        parents = search.step(log_probs)
+        return None if search.done else parents.tolist()

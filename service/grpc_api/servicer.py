@@ -1,0 +1,148 @@
+"""The attnserve.v1.Inference servicer: protobuf in, core types; core results out, protobuf. Nothing else:
+validation, limits and policy are the core's, and status codes are calls.py's."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..core.attention import AttentionRequest, AttentionResult
+from ..core.embeddings import EmbedRequest
+from ..core.generation import GenerateRequest
+from ..core.serving import ServingCore
+from ..core.validation import GenerationOptions
+from ..engine.sequence import CANCELLED, EOS, LENGTH, STOP, Usage
+from ..errors import DeadlineExceeded
+from ..ops.metrics import Metrics
+from ..runner.attention_maps import CROSS, DECODER_SELF, ENCODER_SELF
+from .calls import CallContext, handler
+from .pb import inference_pb2 as pb
+from .pb import inference_pb2_grpc as pb_grpc
+
+TASKS = {"embedding": pb.TASK_EMBEDDING, "seq2seq": pb.TASK_SEQ2SEQ}
+FINISH_REASONS = {
+    LENGTH: pb.FINISH_REASON_LENGTH, EOS: pb.FINISH_REASON_EOS, STOP: pb.FINISH_REASON_STOP,
+    CANCELLED: pb.FINISH_REASON_CANCELLED,
+}  # fmt: skip
+ATTENTION_KINDS = {
+    ENCODER_SELF: pb.ATTENTION_KIND_ENCODER_SELF, DECODER_SELF: pb.ATTENTION_KIND_DECODER_SELF,
+    CROSS: pb.ATTENTION_KIND_CROSS,
+}  # fmt: skip
+EARLY_STOPPING = {
+    pb.EARLY_STOPPING_HEURISTIC: "false", pb.EARLY_STOPPING_ON: "true", pb.EARLY_STOPPING_NEVER: "never",
+}  # fmt: skip
+
+
+def generation_options(p: pb.GenerationParams) -> GenerationOptions:
+    early = EARLY_STOPPING.get(p.early_stopping, str(p.early_stopping)) if p.early_stopping else None
+    return GenerationOptions(
+        max_new_tokens=p.max_new_tokens, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p,
+        repetition_penalty=p.repetition_penalty, seed=p.seed if p.HasField("seed") else None, stop=tuple(p.stop),
+        ignore_eos=p.ignore_eos, num_beams=p.num_beams,
+        length_penalty=p.length_penalty if p.HasField("length_penalty") else None, early_stopping=early,
+        num_return_sequences=p.num_return_sequences,
+    )  # fmt: skip
+
+
+def generate_request(request: pb.GenerateRequest) -> GenerateRequest:
+    return GenerateRequest(request.model, request.input, generation_options(request.params))
+
+
+def usage_message(usage: Usage | None) -> pb.GenerateUsage | None:
+    if usage is None:
+        return None
+    return pb.GenerateUsage(
+        prompt_tokens=usage.prompt_tokens, generated_tokens=usage.generated_tokens,
+        time_to_first_token_seconds=usage.time_to_first_token, queue_seconds=usage.queue_seconds,
+    )  # fmt: skip
+
+
+def attention_response(r: AttentionResult) -> pb.AttentionResponse:
+    response = pb.AttentionResponse(
+        model=r.model, source_tokens=r.source.tokens, source_ids=r.source.ids, source_special=r.source_special,
+        attentions=[
+            pb.AttentionWeights(kind=ATTENTION_KINDS[kind], shape=weights.shape, data=weights.astype("<f4").tobytes(),
+                                layers=r.maps.layers[kind])
+            for kind, weights in r.maps.weights.items()
+        ],
+    )  # fmt: skip
+    if r.target_ids is not None:
+        response.target_tokens.extend(r.target_tokens)
+        response.target_ids.extend(r.target_ids)
+        response.target_special.extend(r.target_special)
+        response.predicted_tokens.extend(r.predicted_tokens)
+        response.predicted_ids.extend(r.maps.predicted_ids)
+        response.target_text = r.target_text
+    return response
+
+
+class InferenceServicer(pb_grpc.InferenceServicer):
+    def __init__(self, core: ServingCore, metrics: Metrics, stream_write_timeout: float):
+        self.core, self.metrics, self.stream_write_timeout = core, metrics, stream_write_timeout
+
+    @handler
+    async def Embed(self, request: pb.EmbedRequest, call: CallContext) -> pb.EmbedResponse:
+        normalize = request.normalize if request.HasField("normalize") else None
+        truncate = request.truncate if request.HasField("truncate") else True
+        result = await self.core.embeddings.embed(
+            EmbedRequest(request.model, list(request.inputs), normalize, truncate), call.record
+        )
+        u = result.usage
+        usage = pb.EmbedUsage(
+            prompt_tokens=u.prompt_tokens, truncated_inputs=u.truncated_inputs, queue_seconds=u.queue_seconds,
+            tokenization_seconds=u.tokenization_seconds, inference_seconds=u.inference_seconds,
+        )  # fmt: skip
+        embeddings = [pb.Embedding(values=v) for v in result.vectors.tolist()]
+        return pb.EmbedResponse(model=result.model, embeddings=embeddings, usage=usage)
+
+    @handler
+    async def Tokenize(self, request: pb.TokenizeRequest, call: CallContext) -> pb.TokenizeResponse:
+        result = await self.core.tokenization.tokenize(request.model, list(request.inputs), call.record)
+        tokenized = [pb.TokenizedInput(ids=e.ids, tokens=e.tokens, truncated=e.truncated) for e in result.encoded]
+        return pb.TokenizeResponse(model=result.model, tokenized=tokenized)
+
+    @handler
+    async def Generate(self, request: pb.GenerateRequest, call: CallContext) -> pb.GenerateResponse:
+        r = await self.core.generation.generate(generate_request(request), call.record)
+        return pb.GenerateResponse(
+            model=r.model, text=r.text, token_ids=r.token_ids, finish_reason=FINISH_REASONS[r.finish_reason],
+            usage=usage_message(r.usage),
+            hypotheses=[pb.Hypothesis(text=h.text, token_ids=h.token_ids, finish_reason=FINISH_REASONS[h.finish_reason],
+                                      score=h.score) for h in r.hypotheses],
+        )  # fmt: skip
+
+    @handler
+    async def GenerateStream(self, request: pb.GenerateRequest, call: CallContext) -> None:
+        """Messages are written one at a time, each within stream_write_timeout: a client that stops
+        reading holds one message in flight, not a growing buffer, and is cut off after the timeout.
+        (Its sequence runs on to its end meanwhile, and its cache row is freed then.)"""
+        stream = await self.core.generation.stream(generate_request(request), call.record)
+        timeout = self.stream_write_timeout
+        async for event in stream.events:
+            message = pb.GenerateStreamResponse(
+                model=stream.model, text=event.text, token_ids=event.token_ids,
+                finish_reason=FINISH_REASONS.get(event.finish_reason, pb.FINISH_REASON_UNSPECIFIED),
+                usage=usage_message(event.usage),
+            )  # fmt: skip
+            try:
+                await asyncio.wait_for(call.context.write(message), timeout)
+            except asyncio.TimeoutError:
+                raise DeadlineExceeded(f"stream: the client read nothing for {timeout:g} s (stream_write_timeout)")
+
+    @handler
+    async def ListModels(self, request: pb.ListModelsRequest, call: CallContext) -> pb.ListModelsResponse:
+        return pb.ListModelsResponse(
+            models=[
+                pb.ModelInfo(name=m.name, task=TASKS[m.task], dimensions=m.dimensions,
+                             max_input_tokens=m.max_input_tokens, execution_provider=m.provider, opset=m.opset,
+                             is_default=m.is_default)
+                for m in self.core.models()
+            ]
+        )  # fmt: skip
+
+    @handler
+    async def Attention(self, request: pb.AttentionRequest, call: CallContext) -> pb.AttentionResponse:
+        target = request.target if request.HasField("target") else None
+        attention = AttentionRequest(
+            request.model, request.input, target, request.max_new_tokens, tuple(request.layers)
+        )
+        return attention_response(await self.core.attention.maps(attention, call.record))

@@ -1,0 +1,26 @@
+"""The encoder graph of an embedding model: token ids in, pooled embeddings out."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+from .sessions import provider_of
+
+
+class EmbeddingRunner:
+    def __init__(self, session: ort.InferenceSession):
+        self.session = session
+        self.provider = provider_of(session)
+
+    @staticmethod
+    def run_options() -> ort.RunOptions:
+        """Options for one call, whose `terminate` stops it (within ~20 ms) when its callers have gone."""
+        return ort.RunOptions()
+
+    def embed(self, input_ids: np.ndarray, attention_mask: np.ndarray, run_options=None) -> np.ndarray:
+        """(B, S) int64 twice -> (B, d) float32, pooled, not normalised. Only this output is fetched."""
+        (pooled,) = self.session.run(
+            ["embedding"], {"input_ids": input_ids, "attention_mask": attention_mask}, run_options
+        )
+        return pooled
