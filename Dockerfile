@@ -10,6 +10,8 @@ ARG PIP_EXTRA_INDEX_URL=""
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY cli/ cli/
+COPY modeldir/ modeldir/
 COPY model/ model/
 COPY service/ service/
 COPY models/ models/
@@ -30,6 +32,8 @@ RUN python3 -m venv /opt/attnserve
 ENV PATH=/opt/attnserve/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY cli/ cli/
+COPY modeldir/ modeldir/
 COPY model/ model/
 COPY service/ service/
 # The serving dependencies only: onnxruntime-gpu, grpcio, tokenizers, numpy, prometheus-client; no torch.

@@ -29,7 +29,7 @@ from model.random_model import BASE_SEQ2SEQ, random_model_dir
 from model.weights import load_model_dir
 from modeldir.files import open_model_dir
 from modeldir.tokenizer import TextTokenizer, pad_batch
-from service.runner.sessions import Seq2SeqRunner
+from service.runner.seq2seq import Seq2SeqRunner
 
 from .common import median_seconds, print_table, sentences, write_results
 

@@ -1,3 +1,5 @@
+"""`python -m cli`: the attnserve command."""
+
 from .main import main
 
 main()

@@ -8,7 +8,7 @@ d_model x d_model matrix and split into heads by a reshape; likewise W^K and W^V
 
 - encoder self-attention: keys and values from the same sequence, a padding mask;
 - decoder masked self-attention: keys and values of earlier positions come from a cache, the step's
-  own positions under a causal mask (how the cache is read and written: kv_cache.py);
+  own positions under a causal mask (how the cache is read and written: decoder_cache.py);
 - cross-attention: keys and values from the encoder output, projected once per sequence (project_kv)
   and passed in at every step.
 """
@@ -66,7 +66,7 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, d_model)
         self.w_v = nn.Linear(d_model, d_model)
         self.w_o = nn.Linear(d_model, d_model)
-        # A list while attention maps are recorded (model/attention_maps.py): each call appends its weights
+        # A list while attention maps are recorded (model/attention_graph.py): each call appends its weights
         # (B, H, T, S). None otherwise, so that the serving graphs trace exactly as without it.
         self.recorded: list[Tensor] | None = None
 

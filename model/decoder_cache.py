@@ -9,7 +9,7 @@ the step's own go. The decoder asks its cache for the step's positions and for e
   and present output, it writes in place and reads only each row's filled positions, so a step neither
   copies the cache nor pays for the buffer's unused length, on the CPU and on CUDA alike.
 - NoCache: no past at all: a whole target in one pass under a causal mask (teacher forcing), with plain
-  attention whose weights can be recorded (the attention-map graph, model/attention_maps.py).
+  attention whose weights can be recorded (the attention-map graph, model/attention_graph.py).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Export a model directory to ONNX: onnx/encoder.onnx, onnx/decoder.onnx (seq2seq), the attention-map
-graph onnx/attention.onnx (attention_maps.py; served only on request) and manifest.json.
+graph onnx/attention.onnx (attention_graph.py; served only on request) and manifest.json.
 
 The encoder graph runs once per request. For seq2seq models it also returns every decoder layer's
 cross-attention K/V, so decode steps never project the encoder output again. The decoder graph is one
 step: the step's tokens, each row's filled length, the self-attention K/V buffers of every layer
 (nothing filled on the first step) and the cross K/V in; the last position's logits and the buffers
 with the step's K/V written in out. Its masked self-attention is ONNX Runtime's GroupQueryAttention
-(kv_cache.py): bound to the same buffers as input and output, a step writes in place and reads only
+(decoder_cache.py): bound to the same buffers as input and output, a step writes in place and reads only
 the filled positions.
 
 The exporter is torch's TorchScript-based one (dynamo=False): it exports in a fraction of a second where

@@ -120,7 +120,7 @@ class DecoderLayer(Block):
 
     def forward(self, x: Tensor, cache, index: int, cross: KeysValues) -> Tensor:
         """x (B, T, d_model): the step's positions. cache: where this layer (number `index`) finds the
-        earlier positions' K/V and leaves the step's (kv_cache.py). cross: the encoder output's K/V."""
+        earlier positions' K/V and leaves the step's (decoder_cache.py). cross: the encoder output's K/V."""
         h = self.branch_input(self.self_attention_norm, x)
         x = self.residual(self.self_attention_norm, x, cache.attend(index, self.self_attention, h))
         h = self.branch_input(self.cross_attention_norm, x)
@@ -158,7 +158,7 @@ class Decoder(nn.Module):
         self.final_norm = _final_norm(config)
 
     def forward(self, input_ids: Tensor, cache, cross: list[tuple[Tensor, Tensor]], cross_mask: Tensor) -> Tensor:
-        """input_ids (B, T): the step's tokens, which follow the positions in `cache` (kv_cache.py).
+        """input_ids (B, T): the step's tokens, which follow the positions in `cache` (decoder_cache.py).
         cross[i]: layer i's K/V of the encoder output (B, H, S, Dh); cross_mask (B, S), 1 at real source tokens.
         Returns hidden states (B, T, d_model); the cache holds the step's K/V afterwards."""
         x = self.embeddings(input_ids, cache.positions(input_ids))

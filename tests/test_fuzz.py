@@ -35,6 +35,12 @@ def served(minilm_dir, numbers_dir):
     server.close()
 
 
+@pytest.fixture(scope="module")
+def stub(served):
+    """One channel for all the examples: a channel per call would make the suite time connections."""
+    return served.stub()
+
+
 def code(call) -> grpc.StatusCode:
     try:
         call()
@@ -67,26 +73,26 @@ generate_requests = st.builds(pb.GenerateRequest, model=models, input=texts, par
 
 @FUZZ
 @given(request=embed_requests)
-def test_embed(served, request):
-    assert code(lambda: served.stub().Embed(request, timeout=30)) in ALLOWED
+def test_embed(stub, request):
+    assert code(lambda: stub.Embed(request, timeout=30)) in ALLOWED
 
 
 @FUZZ
 @given(request=st.builds(pb.TokenizeRequest, model=models, inputs=st.lists(texts, max_size=40)))
-def test_tokenize(served, request):
-    assert code(lambda: served.stub().Tokenize(request, timeout=30)) in ALLOWED
+def test_tokenize(stub, request):
+    assert code(lambda: stub.Tokenize(request, timeout=30)) in ALLOWED
 
 
 @FUZZ
 @given(request=generate_requests)
-def test_generate(served, request):
-    assert code(lambda: served.stub().Generate(request, timeout=30)) in ALLOWED
+def test_generate(stub, request):
+    assert code(lambda: stub.Generate(request, timeout=30)) in ALLOWED
 
 
 @FUZZ
 @given(request=generate_requests)
-def test_generate_stream(served, request):
-    assert code(lambda: list(served.stub().GenerateStream(request, timeout=30))) in ALLOWED
+def test_generate_stream(stub, request):
+    assert code(lambda: list(stub.GenerateStream(request, timeout=30))) in ALLOWED
 
 
 _channels: dict[int, grpc.Channel] = {}

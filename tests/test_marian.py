@@ -34,6 +34,8 @@ from service.engine.sequence import BeamRow
 from service.grpc_api.pb import inference_pb2 as pb
 from service.server_thread import ServerThread
 
+from .waits import wait_until
+
 transformers = pytest.importorskip("transformers")
 
 SHAPES = {
@@ -390,10 +392,8 @@ def test_cancelled_beam_search_frees_all_its_rows(served):
     threading.Timer(0.6, release.set).start()
     with pytest.raises(grpc.FutureCancelledError):
         future.result()
-    for _ in range(100):
-        if served.call_soon(lambda: (scheduler.running, scheduler.cache.used)) == (0, 0):
-            break
-        threading.Event().wait(0.05)
+    wait_until(lambda: served.call_soon(lambda: (scheduler.running, scheduler.cache.used)) == (0, 0),
+               what="all the beams' rows are freed")  # fmt: skip
     assert served.call_soon(lambda: (scheduler.running, scheduler.cache.used, len(scheduler.waiting))) == (0, 0, 0)
 
 

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from benchmarks.server_process import ServerProcess
 from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
 from service.ops.config import ConfigError, ServerConfig, add_arguments, from_sources
 from service.runner.sessions import nvidia_driver_present
+
+from .waits import wait_until
 
 
 def parse(*argv: str, environ: dict | None = None) -> ServerConfig:
@@ -55,42 +56,22 @@ def test_serve_help_documents_every_option_with_its_default():
         assert f"--{name.replace('_', '-')}" in text and f"env ATTNSERVE_{name.upper()}; default:" in text
 
 
-def start(*args: str) -> tuple[subprocess.Popen, int]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0", *args],
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    for line in process.stderr:
-        match = re.search(r"listening on port (\d+)", line)
-        if match:
-            return process, int(match.group(1))
-    raise AssertionError(f"the server did not start: exit {process.wait()}")
-
-
-def wait_for(check, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out")
-
-
 def health_status(channel) -> int:
     return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2).status
 
 
 def test_sigterm_drains_calls_in_flight_and_exits_0(minilm_dir):
-    process, port = start("--models", str(minilm_dir), "--drain-seconds", "20")
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    server = ServerProcess("--drain-seconds", "20", models=(str(minilm_dir),))
+    process = server.process
+    channel = grpc.insecure_channel(server.target)
     try:
-        wait_for(lambda: health_status(channel) == health_pb2.HealthCheckResponse.SERVING)
+        wait_until(lambda: health_status(channel) == health_pb2.HealthCheckResponse.SERVING)
         stub = pb_grpc.InferenceStub(channel)
         long_texts = [f"{i} " + "many words in a long text " * 60 for i in range(32)]
         in_flight = [stub.Embed.future(pb.EmbedRequest(inputs=long_texts)) for _ in range(4)]
-        time.sleep(0.3)
+        wait_until(lambda: server.metric("attnserve_requests_running") == 4, what="the 4 calls arrive")
         process.send_signal(signal.SIGTERM)
-        wait_for(lambda: health_status(channel) == health_pb2.HealthCheckResponse.NOT_SERVING, timeout=5)
+        wait_until(lambda: health_status(channel) == health_pb2.HealthCheckResponse.NOT_SERVING)
         with pytest.raises(grpc.RpcError) as refused:
             stub.Embed(pb.EmbedRequest(inputs=["new call"]), timeout=5)
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in refused.value.details()

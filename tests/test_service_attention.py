@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import grpc
 import numpy as np
@@ -17,6 +16,8 @@ from modeldir.files import ATTENTION_FILE, MANIFEST_FILE, ModelFilesError, open_
 from service.grpc_api.client import AttentionMaps, Client
 from service.grpc_api.pb import inference_pb2 as pb
 from service.server_thread import ServerThread
+
+from .waits import wait_until
 
 TRUCK = "The delivery truck, which was late, blocked the narrow street."
 TRUCK_TOKENS = ["[CLS]", "the", "delivery", "truck", ",", "which", "was", "late", ",", "blocked", "the", "narrow",
@@ -132,7 +133,7 @@ def test_the_model_thread_runs_the_graph_and_metrics_count_it(served):
     release = served.hold_model_thread()
     try:
         future = served.stub().Attention.future(pb.AttentionRequest(model="minilm", input="held"))
-        time.sleep(0.3)
+        wait_until(lambda: served.call_soon(lambda: served.server.core.attention.calls) == 1, what="the call arrives")
         assert not future.done()  # waits for the model thread, like the serving graphs' calls
     finally:
         release.set()
@@ -221,7 +222,7 @@ def test_too_many_at_once_is_resource_exhausted(tight):
     release = tight.hold_model_thread()
     try:
         first = tight.stub().Attention.future(pb.AttentionRequest(input="5", max_new_tokens=4))
-        time.sleep(0.3)
+        wait_until(lambda: tight.call_soon(lambda: tight.server.core.attention.calls) == 1, what="the call arrives")
         request = pb.AttentionRequest(input="6", max_new_tokens=4)
         code, details = status(lambda: tight.stub().Attention(request, timeout=5))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -244,10 +245,7 @@ def test_a_caller_that_leaves_holds_its_slot_until_its_graph_has_run(tight):
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 Attention calls are in progress" in details
     finally:
         release.set()
-    deadline = time.monotonic() + 10
-    while tight.call_soon(lambda: tight.server.core.attention.calls) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert tight.call_soon(lambda: tight.server.core.attention.calls) == 0
+    wait_until(lambda: tight.call_soon(lambda: tight.server.core.attention.calls) == 0, what="the slot is free")
     assert maps.calls == runs + 1  # the abandoned call's graph ran, then let its slot go
     assert tight.stub().Attention(request).predicted_tokens == ["▁five", "</s>"]
 

@@ -7,7 +7,6 @@ import random
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -19,6 +18,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
 from service.server_thread import ServerThread
+
+from .waits import wait_until
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven tired engineers debug the flaky network".split()
 
@@ -160,10 +161,10 @@ def test_work_whose_caller_has_gone_is_dropped_before_it_runs(served):
         code, _ = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["deadline"] * 3), timeout=0.3))
         assert code == grpc.StatusCode.DEADLINE_EXCEEDED
         future = stub.Embed.future(pb.EmbedRequest(inputs=["cancelled"] * 2))
-        time.sleep(0.2)
+        wait_until(lambda: served.call_soon(lambda: batcher(served).queue_depth) == 2, what="the texts are queued")
         future.cancel()
-        time.sleep(0.2)
-        assert served.call_soon(lambda: batcher(served).queue_depth) == 0  # nothing left behind
+        # nothing left behind
+        wait_until(lambda: served.call_soon(lambda: batcher(served).queue_depth) == 0, what="the queue empties")
     finally:
         release.set()
     with Client(served.target) as client:
@@ -178,10 +179,10 @@ def test_a_full_queue_answers_resource_exhausted_at_once(minilm_dir):
         stub = server.stub()
         # Two of these three form a batch, which waits for the held model thread; one stays queued.
         waiting = stub.Embed.future(pb.EmbedRequest(inputs=["a", "b", "c"]))
-        time.sleep(0.2)
-        started = time.perf_counter()
-        code, details = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["d", "e", "f", "g"])))
-        assert time.perf_counter() - started < 0.5
+        queued = server.server.core.registry.models["minilm"].batcher
+        wait_until(lambda: server.call_soon(lambda: queued.queue_depth) == 1, what="one text stays queued")
+        # At once: waiting for room would wait for the held model thread (the timeout).
+        code, details = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["d", "e", "f", "g"]), timeout=30))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 texts are waiting; the queue holds 4" in details
         release.set()
         assert len(waiting.result(timeout=10).embeddings) == 3
@@ -195,7 +196,7 @@ def test_calls_beyond_max_concurrent_requests_are_refused_but_health_answers(min
         release = server.hold_model_thread()
         stub = server.stub()
         held = [stub.Embed.future(pb.EmbedRequest(inputs=[f"held {i}"])) for i in range(2)]
-        time.sleep(0.2)
+        wait_until(lambda: server.call_soon(lambda: server.server.core.admission.in_flight) == 2, what="2 in flight")
         code, details = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["one too many"])))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_concurrent_requests 2" in details
         health = health_pb2_grpc.HealthStub(server.channel())

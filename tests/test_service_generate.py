@@ -6,7 +6,6 @@ import random
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -15,6 +14,8 @@ import pytest
 from model.numbers import pair, sample_number
 from service.grpc_api.pb import inference_pb2 as pb
 from service.server_thread import ServerThread
+
+from .waits import wait_until
 
 NUMBERS_FULL = (
     "nine hundred and ninety-nine million, nine hundred and ninety-nine thousand, nine hundred and ninety-nine"
@@ -121,9 +122,7 @@ def test_cancelling_a_stream_frees_its_cache_row(served):
         assert message.token_ids
     assert served.call_soon(lambda: scheduler(served).cache.used) == 1
     stream.cancel()
-    deadline = time.monotonic() + 5
-    while served.call_soon(lambda: scheduler(served).cache.used) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: served.call_soon(lambda: scheduler(served).cache.used) == 0, what="the row is freed")
     assert served.call_soon(lambda: (scheduler(served).cache.used, scheduler(served).running)) == (0, 0)
 
 
@@ -180,12 +179,11 @@ def test_a_full_waiting_queue_answers_resource_exhausted(numbers_dir):
         release = server.hold_model_thread()
         stub = server.stub()
         running = stub.Generate.future(pb.GenerateRequest(input="5"))  # takes the only row
-        time.sleep(0.1)
+        wait_until(lambda: server.call_soon(lambda: scheduler(server).cache.used) == 1, what="5 takes the row")
         waiting = stub.Generate.future(pb.GenerateRequest(input="6"))  # waits for it
-        time.sleep(0.1)
-        started = time.perf_counter()
-        code, details = code_and_details(lambda: stub.Generate(pb.GenerateRequest(input="7"), timeout=10))
-        assert time.perf_counter() - started < 0.5
+        wait_until(lambda: server.call_soon(lambda: len(scheduler(server).waiting)) == 1, what="6 waits")
+        # At once: waiting for room would wait for the held model thread (the timeout).
+        code, details = code_and_details(lambda: stub.Generate(pb.GenerateRequest(input="7"), timeout=30))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 requests are waiting; the queue holds 1" in details
         release.set()
         assert running.result(timeout=30).text == "five" and waiting.result(timeout=30).text == "six"
@@ -212,8 +210,6 @@ def test_a_deadline_ends_the_call_and_frees_its_row(served):
         assert code == grpc.StatusCode.DEADLINE_EXCEEDED
     finally:
         release.set()
-    deadline = time.monotonic() + 5
-    while served.call_soon(lambda: scheduler(served).cache.used) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: served.call_soon(lambda: scheduler(served).cache.used) == 0, what="the row is freed")
     assert served.call_soon(lambda: (scheduler(served).cache.used, scheduler(served).running)) == (0, 0)
     assert generate(stub, "8").text == "eight"  # and the server goes on

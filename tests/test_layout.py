@@ -1,0 +1,129 @@
+"""The import rules that keep the layout honest (docs/architecture.md), read from the source with ast, so
+that imports inside functions count too."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FRONT_DOOR_LIBRARIES = ("grpc", "grpc_health", "grpc_reflection", "google.protobuf", "service.grpc_api")
+
+# (files, forbidden module prefixes, why)
+RULES = [
+    ("model", ("service", "cli"), "the build side never imports the serving side or the CLI"),
+    ("modeldir", ("model", "service", "cli", "torch"), "the model-directory contract imports neither side"),
+    ("service", ("model", "cli", "torch"), "the serving side never imports the build side, the CLI or torch"),
+    ("service/core", FRONT_DOOR_LIBRARIES, "the core knows no transport"),
+    ("service/engine", (*FRONT_DOOR_LIBRARIES, "service.core"), "the engine knows no transport and no core"),
+    ("service/runner", (*FRONT_DOOR_LIBRARIES, "service.core", "service.engine"), "the runner is the bottom"),
+    ("service/ops", (*FRONT_DOOR_LIBRARIES, "service.core", "service.engine"), "operations know no transport"),
+    ("service/errors.py", FRONT_DOOR_LIBRARIES, "domain errors name no status code"),
+]
+# onnxruntime: the runner is the only serving module that knows the device.
+ONNXRUNTIME_ALLOWED = ("service/runner",)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module the file imports, relative imports made absolute."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def python_files(where: str) -> list[Path]:
+    target = ROOT / where
+    if target.is_file():
+        return [target]
+    return sorted(p for p in target.rglob("*.py") if "pb" not in p.relative_to(ROOT).parts)
+
+
+def violations(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
+    out = []
+    for path in files:
+        for name in sorted(imports_of(path)):
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
+                out.append(f"{path.relative_to(ROOT)} imports {name}")
+    return out
+
+
+@pytest.mark.parametrize("where, forbidden, why", RULES, ids=[r[0] for r in RULES])
+def test_import_rule(where, forbidden, why):
+    files = python_files(where)
+    assert files, where
+    assert violations(files, forbidden) == [], why
+
+
+def test_only_the_runner_imports_onnxruntime():
+    outside = [p for p in python_files("service") if not str(p.relative_to(ROOT)).startswith(ONNXRUNTIME_ALLOWED)]
+    assert violations(outside, ("onnxruntime",)) == []
+    assert violations(python_files("service/runner"), ("onnxruntime",))  # it does import it
+
+
+def test_the_checker_finds_imports_of_every_kind(tmp_path, monkeypatch):
+    """A rule that could never fire would prove nothing: plain, from, relative and function-level imports."""
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    core = tmp_path / "service" / "core"
+    core.mkdir(parents=True)
+    (core / "sneaky.py").write_text(
+        "import grpc.aio\nfrom ..grpc_api import servicer\n\ndef later():\n    from google.protobuf import message\n"
+    )
+    found = violations([core / "sneaky.py"], FRONT_DOOR_LIBRARIES)
+    assert found == [
+        "service/core/sneaky.py imports google.protobuf",
+        "service/core/sneaky.py imports google.protobuf.message",
+        "service/core/sneaky.py imports grpc.aio",
+        "service/core/sneaky.py imports service.grpc_api",
+        "service/core/sneaky.py imports service.grpc_api.servicer",
+    ]
+
+
+def test_serving_loads_neither_torch_nor_the_build_side():
+    """What is imported at run time, not only what the source says: the server and the CLI's serve path."""
+    probe = (
+        "import sys, cli.main, service.server, service.server_thread;"
+        "bad = [m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'model'];"
+        "assert not bad, bad"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def test_no_serving_module_is_longer_than_350_lines():
+    long = {
+        str(p.relative_to(ROOT)): n for p in python_files("service") if (n := len(p.read_text().splitlines())) > 350
+    }
+    assert long == {}
+
+
+def test_architecture_doc_names_only_files_that_exist():
+    """docs/architecture.md must match the code: every file it names is there."""
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"\b((?:service|model|modeldir|cli|tests)/[\w/]+\.py)\b", text))
+    short = set(re.findall(r"`((?:grpc_api|core|engine|runner|ops)/\w+\.py)`", text))
+    assert len(named) > 10 and len(short) > 10
+    missing = sorted(p for p in named if not (ROOT / p).is_file())
+    missing += sorted(p for p in short if not (ROOT / "service" / p).is_file())
+    assert missing == []
