@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 DEFAULT_MODELS_DIR = Path("build/models")
+# The bundled models are served on GPUs too, where --precision auto takes the float16 graphs.
+BUNDLED_HALF = ("fp16",)
 # Checkpoints committed to the repository (safetensors + config + tokenizer), exported at build time.
 CHECKPOINTS_DIR = Path(__file__).resolve().parent.parent / "models"
 
@@ -22,8 +24,11 @@ def cmd_export(args) -> None:
     _needs_torch()
     from model.export import export_model_dir
 
-    manifest = export_model_dir(args.model_dir)
+    half = tuple(p for p in args.precision if p != "fp32")
+    manifest = export_model_dir(args.model_dir, half=half)
     print(f"{args.model_dir}: exported {', '.join(manifest['graphs'])}; parity {manifest['parity']}")
+    for precision in half:
+        print(f"{args.model_dir}: {precision} graphs; parity {manifest[precision]['parity']}")
 
 
 def cmd_import(args) -> None:
@@ -66,7 +71,7 @@ def cmd_build(args) -> None:
             print(f"{target}: up to date")
         except ModelFilesError:
             make(target)
-            export_model_dir(target)
+            export_model_dir(target, half=BUNDLED_HALF)
     print(f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers (seq2seq)")
 
 
@@ -85,7 +90,7 @@ def cmd_eval_numbers(args) -> None:
 
     from model.eval_numbers import evaluate, format_report
 
-    report = evaluate(args.model_dir, count=args.count, seed=args.seed, threads=args.threads)
+    report = evaluate(args.model_dir, count=args.count, seed=args.seed, threads=args.threads, precision=args.precision)
     print(format_report(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -17,9 +17,7 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from modeldir.files import CACHE_IR_VERSION, cache_names
-
-from .export import OPSET
+from modeldir.files import CACHE_IR_VERSION, OPSET, cache_names
 
 DTYPES = {"fp32": TensorProto.FLOAT, "fp16": TensorProto.FLOAT16}
 
@@ -99,4 +97,4 @@ def resize_graph(n_layers: int, precision: str) -> onnx.ModelProto:
     return _model(nodes, "cache_resize", inputs, outputs, [zeros, zero])
 
 
-CACHE_GRAPHS = {"moves": moves_graph, "cross": cross_graph, "resize": resize_graph}
+CACHE_GRAPHS = {"cache_moves": moves_graph, "cache_cross": cross_graph, "cache_resize": resize_graph}

@@ -21,8 +21,8 @@ MAX_NEW_TOKENS = 20  # the longest output is 17 tokens with </s>
 class NumbersModel:
     """An exported numbers model on ONNX Runtime: texts in, greedy texts out."""
 
-    def __init__(self, model_dir: Path, threads: int = 2):
-        files = open_model_dir(model_dir)
+    def __init__(self, model_dir: Path, threads: int = 2, precision: str = "fp32"):
+        files = open_model_dir(model_dir, precision=precision)
         self.config = files.config
         self.tokenizer = TextTokenizer(files.tokenizer, self.config["max_input_tokens"])
         options = ort.SessionOptions()
@@ -50,9 +50,12 @@ def sample_numbers(count: int, seed: int = EVAL_SEED) -> list[int]:
     return [sample_number(rng) for _ in range(count)]
 
 
-def evaluate(model_dir: Path, count: int = 2000, seed: int = EVAL_SEED, threads: int = 2) -> dict:
-    """-> {direction: {"accuracy", "correct", "total", "by_length": {digits: [correct, total]}, "errors": [...]}}"""
-    model = NumbersModel(model_dir, threads)
+def evaluate(
+    model_dir: Path, count: int = 2000, seed: int = EVAL_SEED, threads: int = 2, precision: str = "fp32"
+) -> dict:
+    """-> {direction: {"accuracy", "correct", "total", "by_length": {digits: [correct, total]}, "errors": [...]}},
+    through the graphs of `precision`."""
+    model = NumbersModel(model_dir, threads, precision)
     numbers = sample_numbers(count, seed)
     report = {}
     for direction, to_digits in (("digits->words", False), ("words->digits", True)):

@@ -34,26 +34,26 @@ import torch
 from modeldir.files import (
     ATTENTION_FILE,
     CONFIG_FILE,
-    DECODER_FILE,
-    ENCODER_FILE,
     ENCODER_INPUTS,
     MANIFEST_FILE,
     MANIFEST_FORMAT,
+    OPSET,
     WEIGHTS_FILE,
     decoder_inputs,
     decoder_outputs,
     encoder_outputs,
+    graph_files,
     sha256_file,
     tokenizer_files,
 )
 
 from .attention_graph import export_attention, measure_attention_parity
+from .cache_graphs import CACHE_GRAPHS
 from .config import ModelConfig
 from .decoder_cache import BufferCache
+from .half_precision import HALF_PRECISIONS, half_decoder, half_encoder
 from .transformer import EmbeddingModel, Seq2SeqModel
 from .weights import load_model_dir
-
-OPSET = 18
 
 
 class Progress:
@@ -85,17 +85,29 @@ class EncoderGraph(torch.nn.Module):
 
 
 class DecoderGraph(torch.nn.Module):
+    """One decoder step as the server runs it: each row's argmax (the checkpoint's suppressed tokens left
+    out) for greedy rows, the whole logits only of the rows that ask (logit_rows), so that a greedy step
+    moves O(rows) values off the device, not O(rows x vocabulary)."""
+
     def __init__(self, model: Seq2SeqModel):
         super().__init__()
         self.model = model
         self.n_layers = model.config.n_decoder_layers
+        suppressed = list(model.config.suppressed_ids)
+        self.register_buffer("suppression", torch.zeros(model.config.vocab_size), persistent=False)
+        self.suppression[suppressed] = float("-inf")
+        self.suppresses = bool(suppressed)
 
-    def forward(self, input_ids, past_lengths, encoder_attention_mask, *caches):
+    def forward(self, input_ids, past_lengths, source_lengths, logit_rows, *caches):
         n = self.n_layers
         cache = BufferCache(list(caches[0 : 2 * n : 2]), list(caches[1 : 2 * n : 2]), past_lengths)
         cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
-        logits = self.model.decode(input_ids, cache, cross, encoder_attention_mask)
-        return (logits, *(t for kv in cache.present for t in kv))
+        # The cross buffers are right-padded to their source capacity: each row reads its own length.
+        capacity = torch.arange(cross[0][0].shape[2], device=source_lengths.device)
+        source_mask = capacity[None, :] < source_lengths[:, None]  # (B, S)
+        logits = self.model.decode(input_ids, cache, cross, source_mask)
+        next_token = (logits + self.suppression if self.suppresses else logits).argmax(-1)
+        return (next_token, logits.index_select(0, logit_rows), *(t for kv in cache.present for t in kv))
 
 
 def example_encoder_inputs(config: ModelConfig, batch: int = 2, length: int = 7, seed: int = 0):
@@ -116,7 +128,8 @@ def example_decoder_inputs(config: ModelConfig, batch: int = 2, buffer: int = 9,
     return (
         torch.randint(0, c.vocab_size, (batch, 1), generator=generator),
         torch.tensor([3, 5] + [0] * (batch - 2), dtype=torch.int32)[:batch],
-        torch.ones(batch, source, dtype=torch.long),
+        torch.tensor([source, source - 2] + [source] * (batch - 2), dtype=torch.int32)[:batch],
+        torch.arange(batch - 1, -1, -1),
         *(cache(buffer) for _ in range(2 * c.n_decoder_layers)),
         *(cache(source) for _ in range(2 * c.n_decoder_layers)),
     )
@@ -166,8 +179,10 @@ def export_decoder(model: Seq2SeqModel, name: str) -> onnx.ModelProto:
     axes = {
         "input_ids": {0: "batch", 1: "step"},
         "past_lengths": {0: "batch"},
-        "encoder_attention_mask": {0: "batch", 1: "source"},
-        "logits": {0: "batch"},
+        "source_lengths": {0: "batch"},
+        "logit_rows": {0: "logit_rows"},
+        "next_token": {0: "batch"},
+        "logits": {0: "logit_rows"},
     }
     buffers = [name_ for name_ in inputs + outputs if name_.startswith(("past_key", "past_value", "present_"))]
     axes.update({name_: {0: "batch", 2: "buffer"} for name_ in buffers})
@@ -258,50 +273,104 @@ def library_versions() -> dict:
     return versions
 
 
-def export_model_dir(model_dir: Path, progress_stream=sys.stderr) -> dict:
-    """Export model_dir (config.json, model.safetensors, the tokenizer's files) in place; returns the manifest."""
+def measure_embedding_cosine(model: EmbeddingModel, path: Path) -> float:
+    """The least cosine similarity between ONNX Runtime's pooled embeddings and PyTorch's (float32)."""
+    session = _session(path)
+    worst = 1.0
+    for seed, (batch, length) in enumerate([(3, 17), (4, min(64, model.config.max_positions))]):
+        ids, mask = example_encoder_inputs(model.config, batch, length, seed)
+        with torch.no_grad():
+            expected = model(ids, mask)[1].numpy()
+        (actual,) = session.run(["embedding"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        cosine = (actual * expected).sum(1) / np.linalg.norm(actual, axis=1) / np.linalg.norm(expected, axis=1)
+        worst = min(worst, float(cosine.min()))
+    return worst
+
+
+def export_model_dir(model_dir: Path, progress_stream=sys.stderr, half: tuple[str, ...] = ()) -> dict:
+    """Export model_dir (config.json, model.safetensors, the tokenizer's files) in place: the float32
+    graphs, and half-precision copies of the serving graphs for each precision in `half` (fp16).
+    Returns the manifest."""
     model_dir = Path(model_dir)
     started = time.perf_counter()
+    unknown = sorted(set(half) - set(HALF_PRECISIONS))
+    if unknown:
+        raise ValueError(f"precision {', '.join(unknown)}: one of {', '.join(HALF_PRECISIONS)} (float32 always)")
     with torch.no_grad():
         name, config, model = load_model_dir(model_dir)
         seq2seq = config.task == "seq2seq"
-        progress = Progress(f"export {name}", 6 if seq2seq else 5, progress_stream)
+        files = graph_files(config.task)
+        progress = Progress(f"export {name}", (5 if seq2seq else 4) + 2 * len(half), progress_stream)
         (model_dir / "onnx").mkdir(exist_ok=True)
         graphs = {}
-        with progress.step(f"encoder -> {ENCODER_FILE}"):
-            graphs["encoder"] = (ENCODER_FILE, export_encoder(model, name))
-            onnx.save_model(graphs["encoder"][1], model_dir / ENCODER_FILE)
+        with progress.step(f"encoder -> {files['encoder']}"):
+            graphs["encoder"] = export_encoder(model, name)
         if seq2seq:
-            with progress.step(f"decoder -> {DECODER_FILE}"):
-                graphs["decoder"] = (DECODER_FILE, export_decoder(model, name))
-                onnx.save_model(graphs["decoder"][1], model_dir / DECODER_FILE)
+            with progress.step(f"decoder and cache graphs -> {files['decoder']}, ..."):
+                graphs["decoder"] = export_decoder(model, name)
+                graphs.update({role: make(config.n_decoder_layers, "fp32") for role, make in CACHE_GRAPHS.items()})
+        for role, proto in graphs.items():
+            onnx.save_model(proto, model_dir / files[role])
         with progress.step(f"attention maps -> {ATTENTION_FILE}"):
-            graphs["attention"] = (ATTENTION_FILE, export_attention(model, name, _to_onnx))
-            onnx.save_model(graphs["attention"][1], model_dir / ATTENTION_FILE)
-        parity = {}
+            attention = export_attention(model, name, _to_onnx)
+            onnx.save_model(attention, model_dir / ATTENTION_FILE)
         with progress.step("parity, ONNX Runtime vs PyTorch (float32)"):
-            parity["encoder_max_abs_diff"] = measure_encoder_parity(model, model_dir / ENCODER_FILE)
-            if seq2seq:
-                parity["decoder_logits_max_abs_diff"] = measure_decoder_parity(
-                    model, model_dir / ENCODER_FILE, model_dir / DECODER_FILE
-                )
+            parity = measure_parity(model, model_dir, files)
             parity.update(measure_attention_parity(model, _session(model_dir / ATTENTION_FILE)))
-        with progress.step("checksums"):
+        halves = {}
+        for precision in half:
+            half_files = graph_files(config.task, precision)
+            with progress.step(f"{precision} graphs -> {Path(half_files['encoder']).parent}/"):
+                (model_dir / half_files["encoder"]).parent.mkdir(parents=True, exist_ok=True)
+                half_graphs = {"encoder": half_encoder(model_dir / files["encoder"], config)}
+                if seq2seq:
+                    half_graphs["decoder"] = half_decoder(model_dir / files["decoder"])
+                    half_graphs.update(
+                        {r: make(config.n_decoder_layers, precision) for r, make in CACHE_GRAPHS.items()}
+                    )
+                for role, proto in half_graphs.items():
+                    onnx.save_model(proto, model_dir / half_files[role])
+            with progress.step(f"parity, ONNX Runtime {precision} vs PyTorch (float32)"):
+                halves[precision] = {
+                    "graphs": {
+                        role: {"file": half_files[role], **describe_graph(p)} for role, p in half_graphs.items()
+                    },
+                    "parity": measure_parity(model, model_dir, half_files),
+                }
+        with progress.step("checksums and manifest"):
             tokenizer = tokenizer_files(config.tokenizer)
-            artifacts = [CONFIG_FILE, WEIGHTS_FILE, *tokenizer] + [path for path, _ in graphs.values()]
-            checksums = {a: sha256_file(model_dir / a) for a in artifacts}
-        with progress.step(f"-> {MANIFEST_FILE}"):
+            written = [*files.values(), ATTENTION_FILE] + [f for h in halves.values() for f in _files_of(h)]
+            checksums = {a: sha256_file(model_dir / a) for a in [CONFIG_FILE, WEIGHTS_FILE, *tokenizer, *written]}
+            described = {role: {"file": files[role], **describe_graph(proto)} for role, proto in graphs.items()}
+            described["attention"] = {"file": ATTENTION_FILE, **describe_graph(attention)}
             manifest = {
                 "format": MANIFEST_FORMAT,
                 "name": name,
                 "task": config.task,
                 "config": config.to_dict(),
                 "opset": OPSET,
-                "graphs": {role: {"file": path, **describe_graph(proto)} for role, (path, proto) in graphs.items()},
+                "graphs": described,
                 "sha256": checksums,
                 "parity": parity,
+                **halves,
                 "versions": library_versions(),
                 "export_seconds": round(time.perf_counter() - started, 2),
             }
             (model_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def _files_of(half: dict) -> list[str]:
+    return [graph["file"] for graph in half["graphs"].values()]
+
+
+def measure_parity(model, model_dir: Path, files: dict[str, str]) -> dict:
+    """The serving graphs of one precision against PyTorch in float32."""
+    parity = {"encoder_max_abs_diff": measure_encoder_parity(model, model_dir / files["encoder"])}
+    if model.config.task == "embedding":
+        parity["embedding_min_cosine"] = measure_embedding_cosine(model, model_dir / files["encoder"])
+    else:
+        parity["decoder_logits_max_abs_diff"] = measure_decoder_parity(
+            model, model_dir / files["encoder"], model_dir / files["decoder"]
+        )
+    return parity

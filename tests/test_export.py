@@ -12,7 +12,7 @@ import onnx
 from model.config import ModelConfig
 from model.export import export_model_dir
 from model.random_model import random_model_dir
-from modeldir.files import ATTENTION_FILE, DECODER_FILE, ENCODER_FILE, MANIFEST_FILE, sha256_file
+from modeldir.files import ATTENTION_FILE, DECODER_FILE, ENCODER_FILE, MANIFEST_FILE, graph_files, sha256_file
 
 from .conftest import SEQ2SEQ_CONFIGS
 
@@ -25,7 +25,7 @@ def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
     model_dir = random_model_dir(SEQ2SEQ_CONFIGS["h3-d48-pre"], tmp_path / "m", "m")
     result = run_cli("export", str(model_dir))
     steps = [line for line in result.stderr.splitlines() if line.startswith("[export m ")]
-    assert [s.split("]")[0] for s in steps] == [f"[export m {i}/6" for i in range(1, 7)]
+    assert [s.split("]")[0] for s in steps] == [f"[export m {i}/5" for i in range(1, 6)]
     assert all(s.endswith(" s") for s in steps)
 
     manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
@@ -36,10 +36,13 @@ def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
         "config.json",
         "model.safetensors",
         "tokenizer.json",
-        ENCODER_FILE,
-        DECODER_FILE,
         ATTENTION_FILE,
+        *graph_files("seq2seq").values(),
     }
+    assert set(graph_files("seq2seq").values()) == {
+        ENCODER_FILE, DECODER_FILE, "onnx/cache_moves.onnx", "onnx/cache_cross.onnx", "onnx/cache_resize.onnx"
+    }  # fmt: skip
+    assert "fp16" not in manifest  # only when asked for
     assert 0 < manifest["parity"]["encoder_max_abs_diff"] < 1e-4
     assert 0 < manifest["parity"]["decoder_logits_max_abs_diff"] < 1e-4
     assert 0 < manifest["parity"]["attention_max_abs_diff"] < 1e-5
@@ -48,12 +51,12 @@ def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
 
     decoder = manifest["graphs"]["decoder"]
     names = [i["name"] for i in decoder["inputs"]]
-    assert names[:5] == ["input_ids", "past_lengths", "encoder_attention_mask", "past_key.0", "past_value.0"]
+    assert names[:6] == ["input_ids", "past_lengths", "source_lengths", "logit_rows", "past_key.0", "past_value.0"]
     assert names[-2:] == ["cross_key.2", "cross_value.2"]
     shapes = {i["name"]: i["shape"] for i in decoder["inputs"] + decoder["outputs"]}
     assert shapes["past_key.0"] == shapes["present_value.2"] == ["batch", 3, "buffer", 16]
-    assert shapes["past_lengths"] == ["batch"]
-    assert shapes["logits"] == ["batch", 257]
+    assert shapes["past_lengths"] == shapes["source_lengths"] == shapes["next_token"] == ["batch"]
+    assert shapes["logits"] == ["logit_rows", 257]
 
     attention = manifest["graphs"]["attention"]
     assert [i["name"] for i in attention["inputs"]] == ["input_ids", "attention_mask", "target_ids", "target_mask"]
@@ -82,7 +85,8 @@ def test_config_is_in_the_onnx_metadata(exported):
 def test_graphs_are_single_files(exported):
     for model in exported.values():
         files = sorted(p.name for p in (model.dir / "onnx").iterdir())
-        assert files in (["attention.onnx", "encoder.onnx"], ["attention.onnx", "decoder.onnx", "encoder.onnx"])
+        graphs = sorted(["attention.onnx", *(f.split("/")[-1] for f in graph_files(model.config.task).values())])
+        assert files == graphs
 
 
 def test_export_is_deterministic(tmp_path):
@@ -92,5 +96,5 @@ def test_export_is_deterministic(tmp_path):
     second = random_model_dir(config, tmp_path / "b", "same", seed=7)
     export_model_dir(first, progress_stream=io.StringIO())
     run_cli("export", str(second))
-    for artifact in (ENCODER_FILE, DECODER_FILE, ATTENTION_FILE, "model.safetensors"):
+    for artifact in (*graph_files("seq2seq").values(), ATTENTION_FILE, "model.safetensors"):
         assert (first / artifact).read_bytes() == (second / artifact).read_bytes(), artifact

@@ -1,36 +1,78 @@
-"""The generation cache's books and moves, and the text stream's hold-back, as plain objects."""
+"""The generation cache: its books, and its rows in device memory (CPU OrtValues here, moved by the
+model's cache graphs, as on CUDA); and the text stream's hold-back."""
 
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from model.cache_graphs import CACHE_GRAPHS
 from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheFull, CacheGeometry, GenerationCache
 from service.engine.text_stream import TextStream
+from service.runner.cache_memory import CacheMemory, CacheShape
 
 GEOMETRY = CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=40)
+SESSIONS = {
+    precision: {
+        role: ort.InferenceSession(make(GEOMETRY.n_layers, precision).SerializeToString(), providers=["CPUExecutionProvider"])
+        for role, make in CACHE_GRAPHS.items()
+    }
+    for precision in ("fp32", "fp16")
+}  # fmt: skip
 
 
 class Holder:
     """What holds a row: the cache keeps its `row` up to date."""
 
-    def __init__(self, name: str = ""):
-        self.name, self.row = name, None
+    def __init__(self, marker: float = 0.0):
+        self.marker, self.row = marker, None
 
 
-def fill(cache: GenerationCache, row: int, marker: float, steps: int) -> None:
-    """Write `steps` positions of `marker` into a row, as decode steps would."""
-    for buffer in cache.self_keys + cache.self_values:
-        buffer[row, :, cache.lengths[row] : cache.lengths[row] + steps] = marker
-    cache.lengths[row] += steps
-    keys = [np.full((2, cache.source_lengths[row], 8), marker, np.float32)] * 2
-    cache.write_cross(row, keys, keys)
+def new_cache(rows: int, precision: str = "fp32") -> GenerationCache:
+    g = GEOMETRY
+    shape = CacheShape(g.n_layers, g.n_heads, g.d_head, g.target_tokens, rows, precision)
+    return GenerationCache(g, rows, CacheMemory(shape, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY))
+
+
+def views(cache: GenerationCache) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The buffers as numpy views (CPU OrtValues only): self-attention, cross-attention."""
+    m = cache.memory
+    return [v.numpy() for v in m.self_buffers], [v.numpy() for v in m.cross_buffers]
+
+
+def encoded(markers: list[float], length: int, dtype=np.float32) -> list[ort.OrtValue]:
+    """An encoder output for a batch of sources, each item filled with its marker: (B, H, length, Dh)."""
+    g = GEOMETRY
+    batch = np.stack([np.full((g.n_heads, length, g.d_head), m, dtype) for m in markers])
+    return [ort.OrtValue.ortvalue_from_numpy(batch.copy()) for _ in range(2 * g.n_layers)]
+
+
+def admit(cache: GenerationCache, holder: Holder, source: int, new_tokens: int = 5, steps: int = 0) -> None:
+    """A sequence's row: its cross K/V written (its marker), and `steps` decode steps' K/V (its marker)."""
+    cache.allocate(holder, source, new_tokens)
+    cache.write_cross(encoded([holder.marker], source), [(holder.row, 0)])
+    self_views, _ = views(cache)
+    for buffer in self_views:  # as a decode step writes: at the row's filled length
+        buffer[holder.row, :, cache.lengths[holder.row] : cache.lengths[holder.row] + steps] = holder.marker
+    cache.lengths[holder.row] += steps
+
+
+def assert_holds(cache: GenerationCache, holder: Holder) -> None:
+    """The holder's row has its own K/V: the filled positions and the source (beyond the source's length, the
+    row holds what the encoder gave for padding, which the decoder masks)."""
+    self_views, cross_views = views(cache)
+    row, filled, source = holder.row, cache.lengths[holder.row], cache.source_lengths[holder.row]
+    for buffer in self_views:
+        assert (buffer[row, :, :filled] == holder.marker).all()
+    for buffer in cross_views:
+        assert (buffer[row, :, :source] == holder.marker).all()
 
 
 def test_rows_are_allocated_then_refused_when_full():
-    cache = GenerationCache(GEOMETRY, rows=2)
+    cache = new_cache(rows=2)
     assert cache.capacity_tokens == 2 * 50 and cache.free_rows == 2
     first, second = Holder(), Holder()
     assert cache.allocate(first, 5, 3) == 0 and cache.allocate(second, 7, 9) == 1
@@ -41,37 +83,100 @@ def test_rows_are_allocated_then_refused_when_full():
     assert not cache.fits(41, 1) and not cache.fits(1, 10) and cache.fits(40, 9)
 
 
-def test_releasing_moves_the_last_row_with_its_data_and_its_holder():
-    cache = GenerationCache(GEOMETRY, rows=4)
-    holders = [Holder(str(row)) for row in range(3)]
-    for row, marker in enumerate((1.0, 2.0, 3.0)):
-        cache.allocate(holders[row], 3 + row, 5)
-        fill(cache, row, marker, steps=2 + row)
-    cache.release(holders[0])  # row 2 moves into row 0
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_releasing_moves_the_last_row_with_its_data_and_its_holder(precision):
+    cache = new_cache(rows=4, precision=precision)
+    holders = [Holder(marker) for marker in (1.0, 2.0, 3.0)]
+    for row, holder in enumerate(holders):
+        cache.allocate(holder, 3 + row, 5)
+        cache.write_cross(encoded([holder.marker], 3 + row, np.float16 if precision == "fp16" else np.float32),
+                          [(holder.row, 0)])  # fmt: skip
+        for buffer in views(cache)[0]:
+            buffer[row, :, : 2 + row] = holder.marker
+        cache.lengths[row] = 2 + row
+    cache.release(holders[0])  # row 2 moves into row 0, on the device
     assert holders[0].row is None and holders[2].row == 0 and cache.holders == [holders[2], holders[1]]
     assert cache.used == 2 and cache.lengths[0] == 4 and cache.source_lengths[0] == 5
-    assert (cache.self_keys[1][0, :, :4] == 3.0).all() and (cache.cross_values[0][0, :, :5] == 3.0).all()
-    assert cache.source_mask[0].tolist()[:6] == [1, 1, 1, 1, 1, 0]
+    assert_holds(cache, holders[2])
+    assert_holds(cache, holders[1])
     cache.release(holders[1])  # the last row: nothing moves
     assert cache.used == 1 and holders[2].row == 0 and holders[1].row is None
-    inputs = cache.step_inputs()
-    assert inputs["past_lengths"].tolist() == [4] and inputs["self"][0].shape == (1, 2, 10, 8)
-    assert np.shares_memory(inputs["self"][0], cache.self_keys[0])  # views, not copies
+    assert_holds(cache, holders[2])
 
 
 def test_the_source_capacity_follows_the_longest_running_source():
-    cache = GenerationCache(GEOMETRY, rows=3)
+    cache = new_cache(rows=3)
     assert cache.source_capacity == MIN_SOURCE_CAPACITY
-    short, long = Holder(), Holder()
-    cache.allocate(short, 10, 2)
-    fill(cache, 0, 7.0, steps=1)
-    cache.allocate(long, 33, 2)  # doubles to 32, then 64, capped at the geometry's 40
-    assert cache.source_capacity == 40
-    assert (cache.cross_keys[0][0, :, :10] == 7.0).all()  # kept through the growth
-    assert cache.step_inputs()["encoder_attention_mask"].sum(axis=1).tolist() == [10, 33]
+    short, long = Holder(7.0), Holder(8.0)
+    admit(cache, short, 10, steps=1)
+    admit(cache, long, 33)  # doubles to 32, then 64, capped at the geometry's 40: re-laid on the device
+    assert cache.source_capacity == 40 and views(cache)[1][0].shape == (3, 2, 40, 8)
+    assert_holds(cache, short)  # kept through the growth
+    assert all((buffer[short.row, :, 10:] == 0).all() for buffer in views(cache)[1])  # padded with zeros
+    assert_holds(cache, long)
     cache.release(long)
     cache.release(short)
     assert cache.source_capacity == MIN_SOURCE_CAPACITY  # empty: back to the minimum
+
+
+def test_one_source_written_into_every_beam_row():
+    cache = new_cache(rows=4)
+    beams = [Holder(), Holder(), Holder()]
+    for beam in beams:
+        cache.allocate(beam, 6, 5)
+    other = Holder(4.0)
+    cache.allocate(other, 9, 5)
+    # One encoder call for two sources: the beams take item 1, the other sequence item 0.
+    cache.write_cross(encoded([4.0, 5.0], 9), [(b.row, 1) for b in beams] + [(other.row, 0)])
+    for beam in beams:
+        beam.marker = 5.0
+        assert_holds(cache, beam)
+    assert_holds(cache, other)
+
+
+def test_beam_rows_follow_their_parents_copying_rows_on_the_device():
+    cache = new_cache(rows=3)
+    beams = [Holder(float(i + 1)) for i in range(3)]
+    for beam in beams:
+        admit(cache, beam, 4, steps=3)
+    ordered = cache.follow_parents(beams, [1, 2, 2])  # beam 0 died; beam 2 has two children
+    assert [b.row for b in ordered] == [1, 2, 0]  # the second child of beam 2 takes row 0, with a copy
+    self_views, cross_views = views(cache)
+    for buffer in self_views:
+        assert (buffer[0, :, :3] == 3.0).all() and (buffer[1, :, :3] == 2.0).all() and (buffer[2, :, :3] == 3.0).all()
+    for buffer in cross_views:  # cross rows are the sequence's source: never moved for beams
+        assert (buffer[0, :, :4] == 1.0).all()
+
+
+@given(
+    operations=st.lists(
+        st.tuples(st.sampled_from(["admit", "release", "step"]), st.integers(0, 7), st.integers(1, 40)), max_size=30
+    )
+)
+def test_every_row_keeps_its_own_data_whatever_comes_and_goes(operations):
+    """Random admissions (sources 1-40: the capacity grows and shrinks), releases and steps: every holder's
+    row has its own K/V at every moment, and the books agree with the row table."""
+    cache = new_cache(rows=4)
+    live: list[Holder] = []
+    marker = 0.0
+    for operation, pick, source in operations:
+        if operation == "admit" and cache.free_rows:
+            marker += 1.0
+            live.append(Holder(marker))
+            admit(cache, live[-1], source, steps=pick % 3)
+        elif operation == "release" and live:
+            cache.release(live.pop(pick % len(live)))
+        elif operation == "step" and live and cache.lengths[: cache.used].max() < GEOMETRY.target_tokens:
+            for buffer in views(cache)[0]:  # as a decode step writes
+                for holder in live:
+                    buffer[holder.row, :, cache.lengths[holder.row]] = holder.marker
+            cache.advance(cache.used)
+        assert sorted(h.row for h in live) == list(range(len(live))) and cache.holders == sorted(
+            live, key=lambda h: h.row
+        )
+        for holder in live:
+            assert_holds(cache, holder)
+    assert cache.source_capacity >= max([cache.source_lengths[h.row] for h in live], default=0)
 
 
 WORDS = ["one ", "two ", "three ", "stop", "here ", "sto", "p"]

@@ -29,7 +29,7 @@ from model.random_marian import MarianShape, random_marian_checkpoint, sentences
 from modeldir.files import open_model_dir
 from modeldir.reference_decoder import greedy_decode_onnx
 from modeldir.tokenizer import MarianTokenizer, load_tokenizer, pad_batch
-from service.engine.generation_cache import CacheGeometry, GenerationCache, reorder_beams
+from service.engine.generation_cache import reorder_beams
 from service.engine.sequence import BeamRow
 from service.grpc_api.pb import inference_pb2 as pb
 from service.server_thread import ServerThread
@@ -407,25 +407,6 @@ def test_reorder_beams_copies_only_extra_children():
     assert sorted(copies) == [(2, 5), (2, 7)]  # two copies, from beam 1's row into the dead beams' rows
     assert {ordered[1].row, ordered[3].row} == {5, 7}
     assert reorder_beams(rows, [0, 1, 2, 3])[1] == []  # every beam its own parent: nothing moves
-
-
-def test_beam_rows_follow_their_parents_copying_the_filled_positions_only():
-    cache = GenerationCache(CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=4), rows=3)
-    beams = [BeamRow(None, beam) for beam in range(3)]
-    for beam in beams:
-        cache.allocate(beam, 4, 9)
-    cache.advance(3)
-    cache.lengths[2] = 6  # as if row 2 had run further
-    rng = np.random.default_rng(0)
-    for buffer in cache.self_keys + cache.self_values:
-        buffer[:] = rng.standard_normal(buffer.shape)
-    before = [b.copy() for b in cache.self_keys + cache.self_values]
-    ordered = cache.follow_parents(beams, [1, 2, 2])  # beam 0 died; beam 2 has two children
-    assert [b.row for b in ordered] == [1, 2, 0]  # the second child of beam 2 takes row 0, with a copy
-    for buffer, old in zip(cache.self_keys + cache.self_values, before):
-        np.testing.assert_array_equal(buffer[0, :, :6], old[2, :, :6])
-        np.testing.assert_array_equal(buffer[0, :, 6:], old[0, :, 6:])
-        np.testing.assert_array_equal(buffer[1:], old[1:])
 
 
 def test_pad_batch_uses_marian_pad(checkpoints):

@@ -13,18 +13,19 @@ from pathlib import Path
 
 import numpy as np
 
-from modeldir.files import ModelFiles, open_model_dir
+from modeldir.files import CACHE_GRAPHS, ModelFiles, open_model_dir, read_manifest
 from modeldir.tokenizer import load_tokenizer
 
 from ..engine.batcher import BatchLimits, EmbeddingBatcher
-from ..engine.generation_cache import CacheGeometry, GenerationCache
+from ..engine.generation_cache import MIN_SOURCE_CAPACITY, CacheGeometry, GenerationCache
 from ..engine.scheduler import Scheduler
 from ..engine.token_choice import GenerationRules, TokenChoice
 from ..ops.metrics import Metrics
 from ..runner.attention_maps import AttentionMapsRunner
+from ..runner.device_memory import cuda_memory, cuda_memory_used
 from ..runner.embedding import EmbeddingRunner
 from ..runner.seq2seq import Seq2SeqRunner
-from ..runner.sessions import SessionSettings, create_session, provider_of
+from ..runner.sessions import CUDA, SessionSettings, create_session, provider_of, resolve_device
 from .attention import AttentionGraph, select_layers
 from .health import ModelHealth, probe, run_encoder
 from .models import (
@@ -41,17 +42,22 @@ from .registry import ModelRegistry
 log = logging.getLogger("attnserve.loader")
 
 
+CPU_CACHE_BYTES = 1 << 30  # what kv_cache_bytes 0 (auto) gives a model on the CPU
+DEVICE_SHARE = 0.9  # of the device memory left once every session is loaded, that auto gives the caches
+BYTES_PER_VALUE = {"fp32": 4, "fp16": 2}
+
+
 @dataclass(frozen=True)
 class CacheSettings:
     """How big each seq2seq model's generation cache is, and how many may wait for it."""
 
     max_new_tokens: int
-    cache_bytes: int
+    cache_bytes: int  # 0: auto (on CUDA, what the device has left; on the CPU, CPU_CACHE_BYTES)
     cache_tokens: int  # when > 0, instead of cache_bytes
     max_running: int
     max_waiting: int
 
-    def geometry(self, architecture: Architecture, max_input_tokens: int) -> CacheGeometry:
+    def geometry(self, architecture: Architecture, max_input_tokens: int, precision: str) -> CacheGeometry:
         # The start token takes one of the model's positions.
         new_tokens = min(self.max_new_tokens, architecture.max_positions - 1)
         return CacheGeometry(
@@ -60,23 +66,34 @@ class CacheSettings:
             d_head=architecture.d_model // architecture.n_heads,
             target_tokens=1 + new_tokens,
             source_tokens=max_input_tokens,
+            bytes_per_value=BYTES_PER_VALUE[precision],
         )
 
-    def rows(self, geometry: CacheGeometry) -> int:
+    @property
+    def auto(self) -> bool:
+        return not self.cache_tokens and not self.cache_bytes
+
+    def rows(self, geometry: CacheGeometry, auto_bytes: int = CPU_CACHE_BYTES) -> int:
         if self.cache_tokens:
             rows = self.cache_tokens // geometry.tokens_per_row
         else:
-            rows = self.cache_bytes // geometry.bytes_per_row
+            rows = (self.cache_bytes or auto_bytes) // geometry.bytes_per_row
         return min(rows, self.max_running)
 
 
 @dataclass(frozen=True)
 class LoadSettings:
     sessions: SessionSettings
+    precision: str  # auto | fp32 | fp16: auto is fp16 on CUDA, fp32 on the CPU
     batching: BatchLimits
     cache: CacheSettings
     attention_maps: bool  # load each model's attention-map graph
     fault_threshold: int  # consecutive failed model calls before a model is unhealthy
+
+    def precision_on(self, provider: str) -> str:
+        if self.precision != "auto":
+            return self.precision
+        return "fp16" if provider == CUDA else "fp32"
 
 
 @dataclass
@@ -94,38 +111,55 @@ class _Opened:
     rows: int = 0
 
 
-def _open(model_dir: Path, settings: LoadSettings) -> _Opened:
-    """Open and verify one model directory and create its sessions (blocking: run it in the model thread)."""
-    files = open_model_dir(model_dir, attention=settings.attention_maps)
+def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: int) -> _Opened:
+    """Open and verify one model directory and create its sessions (blocking: run it in the model thread).
+    seq2seq_left: seq2seq models not loaded yet, this one included, among which an automatic cache size
+    shares the device memory that is left."""
+    precision = settings.precision_on(provider)
+    files = open_model_dir(model_dir, attention=settings.attention_maps, precision=precision)
     c = files.config
     architecture = Architecture(
         c["n_encoder_layers"], c["n_decoder_layers"], c["n_heads"], c["d_model"], c["max_positions"]
     )
-    geometry, rows = None, 0
-    if files.task == "seq2seq":  # a cache that holds no row can serve nothing: refuse before any session
-        geometry = settings.cache.geometry(architecture, c["max_input_tokens"])
-        rows = settings.cache.rows(geometry)
-        if rows < 1:
-            raise ValueError(
-                f"model {files.name}: the generation cache holds no row: one takes {geometry.bytes_per_row} bytes "
-                f"({geometry.tokens_per_row} tokens); raise kv_cache_bytes or kv_cache_tokens, or lower max_new_tokens"
-            )
+    geometry = None
+    if files.task == "seq2seq":
+        geometry = settings.cache.geometry(architecture, c["max_input_tokens"], precision)
+        if not (settings.cache.auto and provider == CUDA):  # a cache of no row serves nothing: refuse early
+            _rows(files.name, settings.cache, geometry)
     tokenizer = load_tokenizer(c.get("tokenizer", "tokenizers"), files.tokenizer, c["max_input_tokens"])
     special = SpecialTokens(c["bos_id"], c["eos_id"], c["pad_id"], frozenset(tokenizer.special_ids))
-    encoder = create_session(files.encoder, settings.sessions)
+    encoder = create_session(files.encoder, settings.sessions, provider)
+    rows = 0
     if files.task == "embedding":
         runner = EmbeddingRunner(encoder)
     else:
-        runner = Seq2SeqRunner(encoder, create_session(files.decoder, settings.sessions), c["n_decoder_layers"])
+        # The cache graphs run seldom and copy rows: one thread, asleep between calls.
+        small = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
+        cache_graphs = {role: create_session(files.graphs[role], small, provider) for role in CACHE_GRAPHS}
+        decoder = create_session(files.decoder, settings.sessions, provider)
+        runner = Seq2SeqRunner(encoder, decoder, cache_graphs, c["n_decoder_layers"], precision)
+        left = cuda_memory() if provider == CUDA and settings.cache.auto else None
+        auto_bytes = int(left[0] * DEVICE_SHARE / seq2seq_left) if left else CPU_CACHE_BYTES
+        rows = _rows(files.name, settings.cache, geometry, auto_bytes)
     attention = None
     if settings.attention_maps:
         # Its threads sleep between calls instead of spinning: the graph runs seldom, and spinning threads
         # of an idle session would take cycles from the serving graphs' next calls.
         quiet = dataclasses.replace(settings.sessions, spinning=False)
-        attention = AttentionMapsRunner(create_session(files.attention, quiet), files.task)
+        attention = AttentionMapsRunner(create_session(files.attention, quiet, provider), files.task)
     opened = _Opened(files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, rows)
-    log.info("model %s (%s) loaded from %s on %s", files.name, files.task, model_dir, opened.provider)
+    log.info("model %s (%s, %s) loaded from %s on %s", files.name, files.task, precision, model_dir, opened.provider)
     return opened
+
+
+def _rows(name: str, cache: CacheSettings, geometry: CacheGeometry, auto_bytes: int = CPU_CACHE_BYTES) -> int:
+    rows = cache.rows(geometry, auto_bytes)
+    if rows < 1:
+        raise ValueError(
+            f"model {name}: the generation cache holds no row: one takes {geometry.bytes_per_row} bytes "
+            f"({geometry.tokens_per_row} tokens); raise kv_cache_bytes or kv_cache_tokens, or lower max_new_tokens"
+        )
+    return rows
 
 
 def _warm_up_in_thread(model: ServedModel) -> None:
@@ -160,11 +194,14 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
         batcher = EmbeddingBatcher(
             opened.runner.embed, c["pad_id"], settings.batching, executor, files.name, model_metrics,
             make_run_options=opened.runner.run_options, health=health,
+            release_memory=opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
         )  # fmt: skip
         model_metrics.watch_queue(lambda: batcher.queue_depth)
         return EmbeddingModel(**common, runner=opened.runner, batcher=batcher,
                               normalize_by_default=bool(c.get("normalize", True)))  # fmt: skip
-    cache = GenerationCache(opened.geometry, opened.rows)
+    g = opened.geometry
+    memory = opened.runner.cache_memory(g.n_heads, g.d_head, g.target_tokens, opened.rows, MIN_SOURCE_CAPACITY)
+    cache = GenerationCache(g, opened.rows, memory)
     rules = GenerationRules(
         eos_id=c["eos_id"], suppressed_ids=tuple(c.get("suppressed_ids", ())), forced_eos=c.get("forced_eos", False),
         renormalize_logits=c.get("renormalize_logits", False),
@@ -172,22 +209,26 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
     scheduler = Scheduler(
         opened.runner, cache, opened.tokenizer.decode, TokenChoice(rules), c["bos_id"], c["pad_id"], executor,
         settings.cache.max_waiting, files.name, model_metrics, health, settings.batching.split_cost_tokens,
+        opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
     )  # fmt: skip
     model_metrics.watch_queue(lambda: len(scheduler.waiting))
     model_metrics.watch_cache(lambda: cache.usage_ratio, cache.capacity_tokens)
     defaults = GenerationDefaults(c.get("num_beams", 1), c.get("length_penalty", 1.0), c.get("early_stopping", "false"))
     limits = GenerationLimits(max_new_tokens=opened.geometry.target_tokens - 1, cache_rows=cache.rows)
-    if opened.runner.provider != "CPUExecutionProvider":
-        log.warning(
-            "model %s: the generation cache lives in host memory, so each decode step copies it to "
-            "%s and back (docs/kv_cache.md, 'On the GPU')", files.name, opened.runner.provider,
-        )  # fmt: skip
+    model_metrics.watch_cache_bytes(lambda: memory.nbytes)
     log.info(
-        "model %s: generation cache of %d rows (%d MB), up to %d new tokens and %d source tokens a row",
-        files.name, cache.rows, cache.rows * cache.geometry.bytes_per_row >> 20,
-        cache.geometry.target_tokens - 1, cache.geometry.source_tokens,
+        "model %s: generation cache of %d rows (%d MB at most, on %s), up to %d new tokens and %d source tokens "
+        "a row", files.name, cache.rows, cache.rows * g.bytes_per_row >> 20, memory.device, g.target_tokens - 1,
+        g.source_tokens,
     )  # fmt: skip
     return Seq2SeqModel(**common, runner=opened.runner, scheduler=scheduler, defaults=defaults, limits=limits)
+
+
+def _task(model_dir: Path) -> str | None:
+    try:
+        return read_manifest(model_dir).get("task")
+    except Exception:
+        return None  # open_model_dir will say what is wrong
 
 
 async def load_models(
@@ -196,7 +237,14 @@ async def load_models(
     """Every model loaded, started and warm, or an error (ValueError, ModelFilesError, ProviderError) that
     says which and why. Call on the event loop that will serve them."""
     loop = asyncio.get_running_loop()
-    opened = [await loop.run_in_executor(executor, _open, model_dir, settings) for model_dir in model_dirs]
+    provider = resolve_device(settings.sessions.device)
+    if provider == CUDA:
+        metrics.watch_device_memory("cuda:0", cuda_memory_used)
+    seq2seq = sum(_task(model_dir) == "seq2seq" for model_dir in model_dirs)
+    opened = []
+    for model_dir in model_dirs:
+        opened.append(await loop.run_in_executor(executor, _open, model_dir, settings, provider, seq2seq))
+        seq2seq -= opened[-1].files.task == "seq2seq"
     longest = max(o.files.config["max_input_tokens"] for o in opened)
     if longest > settings.batching.max_batch_tokens:
         raise ValueError(

@@ -29,6 +29,10 @@ from ..ops.metrics import ModelMetrics
 
 log = logging.getLogger("attnserve.batcher")
 
+# A call of this many padded tokens or more grows the runtime's memory arena well past its idle size.
+RELEASE_AFTER_TOKENS = 4096
+RELEASE_IDLE_SECONDS = 1.0  # and the memory goes back once no text has come for this long
+
 
 @dataclass(frozen=True)
 class BatchLimits:
@@ -114,12 +118,17 @@ class EmbeddingBatcher:
         metrics: ModelMetrics | None = None,
         make_run_options: Callable[[], object] | None = None,
         health=None,
+        release_memory: Callable[[], None] | None = None,
     ):
         """embed(input_ids, attention_mask, run_options) -> (B, d), run in `executor`. metrics hears of
         each model call and each text's time in the queue. make_run_options makes the per-call options
-        object whose `terminate` is set when every caller of a running call has gone."""
+        object whose `terminate` is set when every caller of a running call has gone. release_memory,
+        run in `executor` when the queue has been empty for RELEASE_IDLE_SECONDS after a call of
+        RELEASE_AFTER_TOKENS padded tokens or more, gives the runtime's memory back."""
         self.embed, self.pad_id, self.limits, self.executor, self.name = embed, pad_id, limits, executor, name
         self.metrics, self.make_run_options, self.health = metrics, make_run_options, health
+        self.release_memory = release_memory
+        self._largest_call = 0  # padded tokens of the largest call since memory was last released
         self.waiting: list[Item] = []
         self.running: list[Item] = []
         self._running_options = None  # of the model call in flight: stop() terminates it
@@ -181,6 +190,12 @@ class EmbeddingBatcher:
         while True:
             if not self.waiting:
                 self._arrived.clear()
+                if self._holds_memory():
+                    try:  # a pause in a burst keeps the memory; an idle spell gives it back
+                        await asyncio.wait_for(self._arrived.wait(), RELEASE_IDLE_SECONDS)
+                    except asyncio.TimeoutError:
+                        await self._release_memory()
+                    continue
                 await self._arrived.wait()
                 continue
             # Wait for the batch to fill, at most until the oldest text has waited max_delay.
@@ -196,6 +211,18 @@ class EmbeddingBatcher:
             taken = {id(item) for item in batch}
             self.waiting = [item for item in self.waiting if id(item) not in taken]
             await self._run(batch)
+
+    def _holds_memory(self) -> bool:
+        return self.release_memory is not None and self._largest_call >= RELEASE_AFTER_TOKENS
+
+    async def _release_memory(self) -> None:
+        """Idle after large calls: the runtime keeps its peak memory until told (measured in
+        docs/benchmarks.md: 238 MB -> 616 MB after a burst of 32 long texts a call, for good)."""
+        self._largest_call = 0
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.executor, self.release_memory)
+        except Exception:
+            log.exception("model %s: releasing memory failed", self.name)
 
     async def _run(self, batch: list[Item]) -> None:
         batch = [item for item in batch if not item.future.done()]  # callers gone: not run
@@ -237,6 +264,7 @@ class EmbeddingBatcher:
         if self.health:
             self.health.succeeded()
         wanted, vectors, padded_tokens, started, seconds, number = outcome
+        self._largest_call = max(self._largest_call, padded_tokens)
         if self.metrics:
             self.metrics.model_call("embed", len(wanted), padded_tokens, seconds)
             for item in wanted:

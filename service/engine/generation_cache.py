@@ -1,16 +1,17 @@
 """The generation cache of one seq2seq model: preallocated rows, one per running sequence (one per beam of a
 beam search), and all of its books: who holds which row, how much of each row is filled, and the moves.
 
-Layout (docs/kv_cache.md explains the choice): per decoder layer, a self-attention key buffer and a
-value buffer of shape (rows, heads, target_tokens, d_head), allocated once, and cross-attention buffers
-(rows, heads, source capacity, d_head). Holders occupy rows 0..used-1, so a decode step binds the leading
-`used` rows of every buffer, a contiguous view, as its past input and present output: the step writes its
-keys and values in place and reads only each row's filled positions. Nothing is copied per step. When a
-holder leaves, the last row's holder moves into its place (one sequence's cache, once).
+The memory itself is the runner's (runner/cache_memory.py): per decoder layer, a self-attention key and
+value buffer of shape (rows, heads, target_tokens, d_head) and cross-attention buffers (rows, heads,
+source capacity, d_head), on the sessions' device, allocated once (docs/kv_cache.md explains the choice).
+Holders occupy rows 0..used-1, so a decode step binds the leading `used` rows of every buffer, a
+contiguous range, as its past input and present output: the step writes its keys and values in place and
+reads only each row's filled positions. When a holder leaves, the last row's holder moves into its place
+(one row copied on the device, once).
 
 Cross-attention reads its buffer's whole source capacity, so that capacity follows the longest source
 among running sequences: it doubles when a longer one arrives and returns to its minimum when the cache
-empties (copies at admission, never per step).
+empties (a re-layout on the device at admission, never per step).
 
 A holder is any object with a `row` attribute (int or None), which the cache keeps up to date.
 """
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BYTES_PER_VALUE = 4  # float32
 MIN_SOURCE_CAPACITY = 16
 
 
@@ -33,10 +33,11 @@ class CacheGeometry:
     d_head: int
     target_tokens: int  # decoder positions a row holds: the start token + max new tokens
     source_tokens: int  # the longest source a row holds
+    bytes_per_value: int = 4  # float32; 2 for float16 graphs
 
     @property
     def bytes_per_token(self) -> int:
-        return self.n_layers * 2 * self.n_heads * self.d_head * BYTES_PER_VALUE  # keys and values
+        return self.n_layers * 2 * self.n_heads * self.d_head * self.bytes_per_value  # keys and values
 
     @property
     def tokens_per_row(self) -> int:
@@ -71,41 +72,24 @@ def reorder_beams(beam_rows: list, parents: list[int]) -> tuple[list, list[tuple
 
 
 class GenerationCache:
-    def __init__(self, geometry: CacheGeometry, rows: int):
+    def __init__(self, geometry: CacheGeometry, rows: int, memory):
+        """memory: the buffers on the device and their row operations (runner/cache_memory.py CacheMemory),
+        `rows` rows of this geometry, source capacity MIN_SOURCE_CAPACITY."""
         if rows < 1:
             raise ValueError(f"the cache must hold at least one row of {geometry.bytes_per_row} bytes")
-        g = self.geometry = geometry
-        self.rows = rows
-        shape = (rows, g.n_heads, g.target_tokens, g.d_head)
-        self.self_keys = [np.zeros(shape, np.float32) for _ in range(g.n_layers)]
-        self.self_values = [np.zeros(shape, np.float32) for _ in range(g.n_layers)]
+        self.geometry, self.rows, self.memory = geometry, rows, memory
         self.holders: list = []  # the row table: holders[i] holds row i
         self.lengths = np.zeros(rows, np.int32)  # decoder positions filled per row
         self.source_lengths = np.zeros(rows, np.int32)
         self.reserved = np.zeros(rows, np.int64)  # tokens each row's sequence may need
-        self._allocate_cross(MIN_SOURCE_CAPACITY)
 
     @property
     def used(self) -> int:
         return len(self.holders)
 
-    def _allocate_cross(self, capacity: int) -> None:
-        g = self.geometry
-        shape = (self.rows, g.n_heads, capacity, g.d_head)
-        old = (getattr(self, "cross_keys", None), getattr(self, "cross_values", None))
-        self.cross_keys = [np.zeros(shape, np.float32) for _ in range(g.n_layers)]
-        self.cross_values = [np.zeros(shape, np.float32) for _ in range(g.n_layers)]
-        self.source_mask = np.zeros((self.rows, capacity), np.int64)
-        if old[0] is not None and self.used:
-            keep = min(capacity, old[0][0].shape[2])
-            for new, previous in zip(self.cross_keys + self.cross_values, old[0] + old[1]):
-                new[: self.used, :, :keep] = previous[: self.used, :, :keep]
-            for row in range(self.used):
-                self.source_mask[row, : self.source_lengths[row]] = 1
-
     @property
     def source_capacity(self) -> int:
-        return self.cross_keys[0].shape[2]
+        return self.memory.capacity
 
     @property
     def capacity_tokens(self) -> int:
@@ -140,22 +124,20 @@ class GenerationCache:
             capacity = self.source_capacity
             while capacity < source_tokens:
                 capacity *= 2
-            self._allocate_cross(min(capacity, self.geometry.source_tokens))
+            self.memory.resize_cross(min(capacity, self.geometry.source_tokens), self.used)
         row = self.used
         self.holders.append(holder)
         holder.row = row
         self.lengths[row] = 0
         self.source_lengths[row] = source_tokens
         self.reserved[row] = source_tokens + 1 + new_tokens
-        self.source_mask[row] = 0
-        self.source_mask[row, :source_tokens] = 1
         return row
 
-    def write_cross(self, row: int, keys: list[np.ndarray], values: list[np.ndarray]) -> None:
-        """A row's cross-attention K/V, each layer's (heads, source, d_head), computed once per request."""
-        length = self.source_lengths[row]
-        for buffer, data in zip(self.cross_keys + self.cross_values, keys + values):
-            buffer[row, :, :length] = data[:, :length]
+    def write_cross(self, encoded, assignments: list[tuple[int, int]]) -> None:
+        """Rows' cross-attention K/V, computed once per request: encoded is the runner's encoder output
+        for a batch of sources; assignments, (row, index of its source in that batch)."""
+        rows, sources = [a[0] for a in assignments], [a[1] for a in assignments]
+        self.memory.write_cross(self.used, encoded, rows, sources)
 
     def advance(self, rows: int) -> None:
         """A decode step filled one more position of each of the first `rows` rows."""
@@ -165,14 +147,9 @@ class GenerationCache:
         """Free the holder's row; the last row's holder moves into it."""
         row, last = holder.row, self.used - 1
         if row != last:
-            filled, source = self.lengths[last], self.source_lengths[last]
-            for buffer in self.self_keys + self.self_values:
-                buffer[row, :, :filled] = buffer[last, :, :filled]
-            for buffer in self.cross_keys + self.cross_values:
-                buffer[row, :, :source] = buffer[last, :, :source]
+            self.memory.move_rows(self.used, [(last, row)], [(last, row)])
             for books in (self.lengths, self.source_lengths, self.reserved):
                 books[row] = books[last]
-            self.source_mask[row] = self.source_mask[last]
             moved = self.holders[last]
             self.holders[row] = moved
             moved.row = row
@@ -180,25 +157,13 @@ class GenerationCache:
         self.reserved[last] = 0
         holder.row = None
         if self.used == 0 and self.source_capacity > MIN_SOURCE_CAPACITY:
-            self._allocate_cross(MIN_SOURCE_CAPACITY)  # a long source once need not cost every step after
+            self.memory.resize_cross(MIN_SOURCE_CAPACITY, 0)  # a long source once need not cost every step after
 
     def follow_parents(self, beam_rows: list, parents: list[int]) -> list:
         """A beam search's rows after a step whose new beams continue `parents` (old beam indices): each
         new beam's row holds its parent's self-attention K/V. -> the holders in new beam order.
         Cross-attention rows are alike for all beams of a sequence and are left alone."""
         ordered, copies = reorder_beams(beam_rows, parents)
-        for source, target in copies:
-            length = self.lengths[source]
-            for buffer in self.self_keys + self.self_values:
-                buffer[target, :, :length] = buffer[source, :, :length]
+        if copies:
+            self.memory.move_rows(self.used, copies, [])
         return ordered
-
-    def step_inputs(self) -> dict:
-        """The leading `used` rows of every buffer (views, not copies) and the books a step needs."""
-        n = self.used
-        return {
-            "past_lengths": self.lengths[:n],
-            "encoder_attention_mask": self.source_mask[:n],
-            "self": [b[:n] for kv in zip(self.self_keys, self.self_values) for b in kv],
-            "cross": [b[:n] for kv in zip(self.cross_keys, self.cross_values) for b in kv],
-        }

@@ -26,7 +26,7 @@ from modeldir.tokenizer import pad_batch
 
 from ..errors import QueueFull
 from ..ops.metrics import ModelMetrics
-from .batcher import split_by_length
+from .batcher import RELEASE_AFTER_TOKENS, RELEASE_IDLE_SECONDS, split_by_length
 from .beam_search import BeamSearch
 from .generation_cache import GenerationCache
 from .sequence import EOS, LENGTH, STOP, BeamRow, Event, GenerationParams, Hypothesis, Sequence, owner
@@ -51,13 +51,18 @@ class Scheduler:
         metrics: ModelMetrics | None = None,
         health=None,
         encode_split_cost: int = 64,
+        release_memory: Callable[[], None] | None = None,
     ):
         """runner: encode(ids, mask) -> cross K/V, and step(...) -> logits (runner/seq2seq.py); decode: token
-        ids -> text; encode_split_cost: one more encoder call's cost in padded tokens (split_by_length)."""
+        ids -> text; encode_split_cost: one more encoder call's cost in padded tokens (split_by_length);
+        release_memory: gives the runtime's memory back, run when idle after large encoder calls (as the
+        batcher does: engine/batcher.py)."""
         self.runner, self.cache, self.decode, self.choice, self.executor = runner, cache, decode, choice, executor
         self.bos_id, self.pad_id, self.eos_id = bos_id, pad_id, choice.eos_id
         self.encode_split_cost = encode_split_cost
         self.max_waiting, self.name, self.metrics, self.health = max_waiting, name, metrics, health
+        self.release_memory = release_memory
+        self._largest_call = 0  # padded tokens of the largest encoder call since memory was last released
         self.waiting: deque[Sequence] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -122,6 +127,13 @@ class Scheduler:
                 self._leave(sequence)
             if not self.cache.holders and not self.waiting:
                 self._wake.clear()
+                if self.release_memory is not None and self._largest_call >= RELEASE_AFTER_TOKENS:
+                    try:  # a pause keeps the memory; an idle spell gives it back
+                        await asyncio.wait_for(self._wake.wait(), RELEASE_IDLE_SECONDS)
+                    except asyncio.TimeoutError:
+                        self._largest_call = 0
+                        await loop.run_in_executor(self.executor, self.release_memory)
+                    continue
                 await self._wake.wait()
                 continue
             admitted = self._schedule()
@@ -142,9 +154,12 @@ class Scheduler:
                 self.health.succeeded()
             self.steps_run += 1
             self.largest_step = max(self.largest_step, len(holders))
-            if self.metrics:
-                for stage, inputs, positions, seconds in timings:
+            for stage, inputs, positions, seconds, (sent, fetched) in timings:
+                if stage == "encode":
+                    self._largest_call = max(self._largest_call, positions)
+                if self.metrics:
                     self.metrics.model_call(stage, inputs, positions, seconds)
+                    self.metrics.transferred(stage, sent, fetched)
             self._update(holders, tokens)
 
     # schedule
@@ -172,38 +187,34 @@ class Scheduler:
     # execute (in the model thread)
 
     def _execute(self, admitted: list[Sequence], holders: list) -> tuple[list[int | None], list[tuple]]:
-        """Encode the newly admitted sources, run one decoder step for all rows, choose each row's next
-        token (beam searches: their beams', rows reordered). -> the tokens (None for beam rows), and
-        (stage, inputs, positions, seconds) of each model call."""
+        """Encode the newly admitted sources (their cross K/V go into their rows on the device), run one
+        decoder step for all rows, choose each row's next token (beam searches: their beams', rows
+        reordered). -> the tokens (None for beam rows), and (stage, inputs, positions, seconds, (bytes sent
+        to the device, bytes fetched)) of each model call."""
         timings = []
         # Sources of similar length are encoded together: padding costs as much as real tokens.
         for group in split_by_length(admitted, self.encode_split_cost, length=lambda s: len(s.prompt)):
             started = time.perf_counter()
             ids, mask = pad_batch([s.prompt for s in group], self.pad_id)
-            cross = self.runner.encode(ids, mask)
-            for i, sequence in enumerate(group):
-                for holder in sequence.holders:
-                    self.cache.write_cross(holder.row, [c[i] for c in cross[0::2]], [c[i] for c in cross[1::2]])
-            timings.append(("encode", len(group), int(ids.size), time.perf_counter() - started))
+            encoded = self.runner.encode(ids, mask)
+            self.cache.write_cross(encoded, [(h.row, i) for i, s in enumerate(group) for h in s.holders])
+            moved = self.runner.transfers.last["encode"]
+            timings.append(("encode", len(group), int(ids.size), time.perf_counter() - started, moved))
         started = time.perf_counter()
-        last = [self._last_token(holder) for holder in holders]
-        inputs = self.cache.step_inputs()
-        logits = self.runner.step(
-            np.array(last, dtype=np.int64)[:, None],
-            inputs["past_lengths"],
-            inputs["encoder_attention_mask"],
-            inputs["self"],
-            inputs["cross"],
-        )
-        self.cache.advance(len(holders))
-        tokens = self.choice.choose(holders, logits)
+        rows = len(holders)
+        last = np.array([self._last_token(holder) for holder in holders], dtype=np.int64)[:, None]
+        logit_rows = [i for i, holder in enumerate(holders) if self.choice.needs_logits(holder)]
+        cache = self.cache
+        step = self.runner.step(last, cache.lengths[:rows], cache.source_lengths[:rows], logit_rows, cache.memory, rows)
+        cache.advance(rows)
+        tokens = self.choice.choose(holders, step)
         for sequence in {id(h.sequence): h.sequence for h in holders if isinstance(h, BeamRow)}.values():
-            parents = self.choice.beam_step(sequence, logits)
+            parents = self.choice.beam_step(sequence, step)
             if parents is not None:
-                sequence.beam_rows = self.cache.follow_parents(sequence.beam_rows, parents)
+                sequence.beam_rows = cache.follow_parents(sequence.beam_rows, parents)
                 for beam, holder in enumerate(sequence.beam_rows):
                     holder.beam = beam
-        timings.append(("decode", len(holders), len(holders), time.perf_counter() - started))
+        timings.append(("decode", rows, rows, time.perf_counter() - started, self.runner.transfers.last["decode"]))
         return tokens, timings
 
     def _last_token(self, holder: Sequence | BeamRow) -> int:

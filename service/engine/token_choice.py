@@ -25,6 +25,9 @@ class GenerationRules:
 
 
 class TokenChoice:
+    """Over a decode step's output (runner/seq2seq.py StepOutput): next_tokens, every row's argmax with
+    the suppressed tokens left out, computed on the device; and the whole logits of the rows that asked."""
+
     def __init__(self, rules: GenerationRules):
         self.rules = rules
         self.eos_id = rules.eos_id
@@ -35,31 +38,32 @@ class TokenChoice:
         params = sequence.params
         return self.rules.forced_eos and not params.ignore_eos and generated == params.max_new_tokens - 1
 
-    def choose(self, holders: list, logits: np.ndarray) -> list[int | None]:
-        """The next token of each greedy or sampled row (None for beam rows); logits (rows, vocab)."""
+    @staticmethod
+    def needs_logits(holder) -> bool:
+        """Whether a row's token needs its whole logits: beam search and sampling do, greedy rows not."""
+        return isinstance(holder, BeamRow) or not holder.params.greedy
+
+    def choose(self, holders: list, step) -> list[int | None]:
+        """The next token of each greedy or sampled row (None for beam rows), holders in row order."""
         tokens: list[int | None] = [None] * len(holders)
-        greedy = [i for i, s in enumerate(holders) if isinstance(s, Sequence) and s.params.greedy]
-        if greedy:
-            chosen = logits[greedy]  # a copy: beam rows need the logits as they came
-            chosen[:, self.suppressed_ids] = -np.inf
-            for i, token in zip(greedy, chosen.argmax(axis=-1).tolist()):
-                tokens[i] = token
         for i, sequence in enumerate(holders):
             if isinstance(sequence, BeamRow):
                 continue
             if self.forced_eos_at(sequence, len(sequence.generated)):
                 tokens[i] = self.eos_id
-            elif tokens[i] is None:
-                row = logits[i].copy()
+            elif sequence.params.greedy:
+                tokens[i] = int(step.next_tokens[i])
+            else:
+                row = step.row_logits([i])[0].copy()
                 row[self.suppressed_ids] = -np.inf
                 tokens[i] = next_token(row, sequence.generated, sequence.params.sampling, sequence.rng)
         return tokens
 
-    def beam_step(self, sequence: Sequence, logits: np.ndarray) -> list[int] | None:
+    def beam_step(self, sequence: Sequence, step) -> list[int] | None:
         """One step of a beam search over its beams' rows of logits. -> the parent (old beam) of each new
         beam, or None when the search is done."""
         search = sequence.search
-        log_probs = log_softmax(logits[[holder.row for holder in sequence.beam_rows]])
+        log_probs = log_softmax(step.row_logits([holder.row for holder in sequence.beam_rows]))
         log_probs[:, self.suppressed_ids] = -np.inf
         if self.forced_eos_at(sequence, search.length - 1):
             log_probs[:] = -np.inf

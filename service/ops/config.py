@@ -37,6 +37,20 @@ class ServerConfig:
     device: str = _setting(
         "auto", "execution provider: cuda, cpu, or auto (CUDA when its provider really loads)", ("auto", "cuda", "cpu")
     )
+    precision: str = _setting(
+        "auto",
+        "graphs to serve: fp32, fp16 (exported with attnserve export --precision fp16), or auto: fp16 on CUDA, "
+        "fp32 on the CPU",
+        ("auto", "fp32", "fp16"),
+    )
+    gpu_mem_limit: int = _setting(
+        0, "bytes each CUDA session's memory arena may grow to (activations; the KV cache is apart); 0: no limit"
+    )
+    cpu_mem_arena: bool = _setting(
+        True,
+        "ONNX Runtime's CPU memory arena for the serving graphs: faster calls, but the process keeps its peak "
+        "memory (measured: docs/benchmarks.md); off, memory goes back after each call",
+    )
     intra_op_threads: int = _setting(0, "ONNX Runtime threads per model call; 0: one per available core")
     graph_optimization: str = _setting(
         "all", "ONNX Runtime graph optimisation level", ("disable", "basic", "extended", "all")
@@ -61,7 +75,11 @@ class ServerConfig:
         256, "most tokens one Generate call may ask for, and the default (capped by a model's positions)"
     )
     max_beams: int = _setting(8, "most beams one Generate call may ask for (each beam takes a cache row)")
-    kv_cache_bytes: int = _setting(1 << 30, "generation cache per seq2seq model, in bytes")
+    kv_cache_bytes: int = _setting(
+        1 << 30,
+        "generation cache per seq2seq model, in bytes; 0: auto (on CUDA, 90%% of the device memory left once the "
+        "models are loaded, shared by the seq2seq models; on the CPU, 1 GiB)",
+    )
     kv_cache_tokens: int = _setting(0, "generation cache per seq2seq model in tokens; when > 0, instead of bytes")
     max_running_sequences: int = _setting(64, "most sequences in one decode step (cache rows are capped by it)")
     max_waiting_sequences: int = _setting(1024, "Generate calls waiting for cache space; beyond: RESOURCE_EXHAUSTED")
@@ -101,12 +119,13 @@ class ServerConfig:
     def __post_init__(self) -> None:
         positive = [
             "max_batch_tokens", "max_batch_size", "max_queue_inputs", "max_client_batch_size",
-            "max_concurrent_requests", "max_message_bytes", "max_new_tokens", "kv_cache_bytes",
+            "max_concurrent_requests", "max_message_bytes", "max_new_tokens",
             "max_running_sequences", "max_waiting_sequences", "max_beams", "attention_max_input_tokens",
             "attention_max_response_bytes", "attention_max_concurrent",
         ]  # fmt: skip
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
-        for name in ("intra_op_threads", "max_delay_ms", "drain_seconds", "split_cost_tokens", "kv_cache_tokens"):
+        for name in ("intra_op_threads", "max_delay_ms", "drain_seconds", "split_cost_tokens", "kv_cache_tokens",
+                     "kv_cache_bytes", "gpu_mem_limit"):  # fmt: skip
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, not {getattr(self, name)}")
         for name in ("stream_write_timeout", "fault_threshold", "probe_seconds"):

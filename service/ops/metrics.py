@@ -10,7 +10,7 @@ import platform
 from importlib import metadata
 from typing import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 
 # Seconds: sub-millisecond decode steps up to minute-long generations.
 LATENCY_BUCKETS = (
@@ -77,12 +77,30 @@ class Metrics:
             "attnserve_kv_cache_capacity_tokens", "Token positions the generation cache holds.", ["model"],
             registry=registry,
         )  # fmt: skip
+        self.transfer_bytes = Counter(
+            "attnserve_device_transfer_bytes", "Bytes between host and device by the generation runner's calls.",
+            ["model", "stage", "direction"], registry=registry,
+        )  # fmt: skip
+        self.kv_cache_bytes = Gauge(
+            "attnserve_kv_cache_bytes", "Memory of the generation cache's buffers, on the model's device.", ["model"],
+            registry=registry,
+        )  # fmt: skip
+        self.device_memory_used = Gauge(
+            "attnserve_device_memory_used_bytes", "Memory in use on the GPU (the whole device, all processes).",
+            ["device"], registry=registry,
+        )  # fmt: skip
+        # The process's own figures (resident memory, CPU seconds, open files), under the same prefix.
+        ProcessCollector(namespace="attnserve", registry=registry)
         self.model_info = Gauge(
             "attnserve_model_info", "A served model (always 1).", ["model", "task", "provider", "opset"],
             registry=registry,
         )  # fmt: skip
         self.build_info = Info("attnserve_build", "The attnserve build.", registry=registry)
         self.build_info.info(_versions())
+
+    def watch_device_memory(self, device: str, used: Callable[[], float]) -> None:
+        """Device memory in use, read when scraped (only where the models run on a GPU)."""
+        self.device_memory_used.labels(device).set_function(used)
 
     def for_model(self, model: str, task: str, attention: bool = False) -> ModelMetrics:
         return ModelMetrics(self, model, task, attention)
@@ -105,6 +123,10 @@ class ModelMetrics:
             for stage in (("embed",) if task == "embedding" else ("encode", "decode")) + (("attention",) * attention)
         }
         if task == "seq2seq":
+            self._transfers = {
+                (stage, direction): metrics.transfer_bytes.labels(model, stage, direction)
+                for stage in ("encode", "decode") for direction in ("sent", "fetched")
+            }  # fmt: skip
             self._ttft = metrics.time_to_first_token.labels(model)
             self._itl = metrics.inter_token_latency.labels(model)
             self._generated = metrics.generated_tokens.labels(model)
@@ -114,6 +136,11 @@ class ModelMetrics:
         size.observe(inputs)
         token_count.observe(tokens)
         duration.observe(seconds)
+
+    def transferred(self, stage: str, sent: int, fetched: int) -> None:
+        """Bytes a model call sent to the device and fetched from it."""
+        self._transfers[stage, "sent"].inc(sent)
+        self._transfers[stage, "fetched"].inc(fetched)
 
     def queued(self, seconds: float) -> None:
         self._queue.observe(seconds)
@@ -137,6 +164,9 @@ class ModelMetrics:
     def watch_cache(self, usage: Callable[[], float], capacity_tokens: int) -> None:
         self.metrics.kv_cache_usage.labels(self.model).set_function(usage)
         self.metrics.kv_cache_capacity.labels(self.model).set(capacity_tokens)
+
+    def watch_cache_bytes(self, nbytes: Callable[[], float]) -> None:
+        self.metrics.kv_cache_bytes.labels(self.model).set_function(nbytes)
 
 
 def _versions() -> dict:

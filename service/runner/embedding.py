@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from .sessions import provider_of
+from .sessions import provider_of, shrink_options
 
 
 class EmbeddingRunner:
@@ -17,6 +17,12 @@ class EmbeddingRunner:
     def run_options() -> ort.RunOptions:
         """Options for one call, whose `terminate` stops it (within ~20 ms) when its callers have gone."""
         return ort.RunOptions()
+
+    def release_memory(self) -> None:
+        """Give the memory arena's unused regions back (after a burst of large batches): one tiny call
+        whose run ends with the arena shrinking (ONNX Runtime keeps an arena's peak until told)."""
+        one = np.ones((1, 1), np.int64)
+        self.session.run(["embedding"], {"input_ids": one, "attention_mask": one}, shrink_options(self.provider))
 
     def embed(self, input_ids: np.ndarray, attention_mask: np.ndarray, run_options=None) -> np.ndarray:
         """(B, S) int64 twice -> (B, d) float32, pooled, not normalised. Only this output is fetched."""

@@ -1,53 +1,105 @@
-"""The encoder and decoder graphs of a seq2seq model: sources in, cross-attention K/V out; one decoder
-step over the cache's buffers, logits out."""
+"""The encoder and decoder graphs of a seq2seq model on the device: sources in, their cross-attention K/V
+left on the device; one decoder step over the device-resident cache, in which only the step's tokens
+and lengths go in and only what token choice needs comes out (each row's argmax; whole logits only of
+the rows that sample or search beams). Counts the bytes each call moves between host and device."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
 
 from modeldir.files import cache_names
 
-from .sessions import provider_of
+from .cache_memory import CacheMemory, CacheShape
+from .sessions import DEVICE_TYPES, provider_of, shrink_options
+
+
+@dataclass
+class Transfers:
+    """Bytes between host and device: of the last call of each stage, and in all."""
+
+    last: dict[str, tuple[int, int]]  # stage -> (sent, fetched) of its last call
+    sent: int = 0
+    fetched: int = 0
+
+    def count(self, stage: str, sent: int, fetched: int) -> None:
+        self.last[stage] = (sent, fetched)
+        self.sent += sent
+        self.fetched += fetched
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    next_tokens: np.ndarray  # (rows,) int64: each row's argmax, suppressed tokens left out
+    logits: np.ndarray  # (len(logit_rows), vocab) float32
+    logit_rows: list[int]  # the rows `logits` holds, in its order
+
+    def row_logits(self, rows: list[int]) -> np.ndarray:
+        """The logits of some of logit_rows, in the given order."""
+        where = {row: i for i, row in enumerate(self.logit_rows)}
+        return self.logits[[where[row] for row in rows]]
 
 
 class Seq2SeqRunner:
-    """Keeps nothing between calls: the cache's buffers come in as arguments, and a step writes its keys
-    and values into them in place."""
+    """Keeps nothing between calls but its byte counts: the cache's memory comes in as an argument."""
 
-    def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, n_layers: int):
-        self.encoder, self.decoder, self.n_layers = encoder, decoder, n_layers
+    def __init__(
+        self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, cache_graphs: dict, n_layers: int,
+        precision: str,
+    ):  # fmt: skip
+        self.encoder, self.decoder, self.cache_graphs, self.n_layers = encoder, decoder, cache_graphs, n_layers
+        self.precision = precision
         self.provider = provider_of(decoder)
+        self.device = DEVICE_TYPES[self.provider]
         self.past_names = cache_names("past", n_layers)
+        self.present_names = cache_names("present", n_layers)
         self.cross_names = cache_names("cross", n_layers)
+        self.transfers = Transfers({})
 
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
-        """(B, S) twice -> each layer's cross-attention keys and values, (B, H, S, Dh), in layer order."""
-        outputs = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
-        return outputs[1:]
+    def cache_memory(self, n_heads: int, d_head: int, target_tokens: int, rows: int, capacity: int) -> CacheMemory:
+        """The cache's buffers on this runner's device, in this runner's precision."""
+        shape = CacheShape(self.n_layers, n_heads, d_head, target_tokens, rows, self.precision)
+        return CacheMemory(shape, self.device, self.cache_graphs, capacity)
+
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[ort.OrtValue]:
+        """(B, S) twice -> each layer's cross-attention K/V (B, H, S, Dh) in layer order, left on the device
+        for the cache to take (CacheMemory.write_cross)."""
+        binding = self.encoder.io_binding()
+        binding.bind_cpu_input("input_ids", input_ids)
+        binding.bind_cpu_input("attention_mask", attention_mask)
+        binding.bind_output("last_hidden_state", self.device)  # not read, but every output is bound
+        for name in self.cross_names:
+            binding.bind_output(name, self.device)
+        self.encoder.run_with_iobinding(binding)
+        self.transfers.count("encode", input_ids.nbytes + attention_mask.nbytes, 0)
+        return binding.get_outputs()[1:]
+
+    def release_memory(self) -> None:
+        """Give the encoder's memory arena's unused regions back (after long sources): one tiny encoder
+        call whose run ends with the arena shrinking. (The decoder step's activations stay small.)"""
+        one = np.ones((1, 1), np.int64)
+        self.encoder.run(None, {"input_ids": one, "attention_mask": one}, shrink_options(self.provider))
 
     def step(
-        self,
-        input_ids: np.ndarray,
-        past_lengths: np.ndarray,
-        encoder_attention_mask: np.ndarray,
-        self_buffers: list[np.ndarray],
-        cross_buffers: list[np.ndarray],
-        run_options: ort.RunOptions | None = None,
-    ) -> np.ndarray:
-        """One decoder step for every row: -> logits (B, vocab). Each self-attention buffer (B, H, L, Dh),
-        a contiguous array, is bound as both the past input and the present output of its layer, so the
-        step's keys and values land in it and nothing is copied."""
+        self, input_ids: np.ndarray, past_lengths: np.ndarray, source_lengths: np.ndarray, logit_rows: list[int],
+        memory: CacheMemory, rows: int, run_options: ort.RunOptions | None = None,
+    ) -> StepOutput:  # fmt: skip
+        """One decoder step for the first `rows` rows of the cache: input_ids (rows, 1) int64, past_lengths
+        and source_lengths (rows,) int32. The step writes each row's K/V into the cache in place."""
+        wanted = np.asarray(logit_rows, np.int64)
         binding = self.decoder.io_binding()
-        binding.bind_cpu_input("input_ids", input_ids)
-        binding.bind_cpu_input("past_lengths", past_lengths)
-        binding.bind_cpu_input("encoder_attention_mask", encoder_attention_mask)
-        for name, buffer in zip(self.past_names, self_buffers):
-            value = ort.OrtValue.ortvalue_from_numpy(buffer)  # wraps the array's memory
-            binding.bind_ortvalue_input(name, value)
-            binding.bind_ortvalue_output(name.replace("past_", "present_"), value)
-        for name, buffer in zip(self.cross_names, cross_buffers):
-            binding.bind_cpu_input(name, buffer)
-        binding.bind_output("logits")
+        sent = 0
+        for name, array in (("input_ids", input_ids), ("past_lengths", past_lengths),
+                            ("source_lengths", source_lengths), ("logit_rows", wanted)):  # fmt: skip
+            binding.bind_cpu_input(name, array)
+            sent += array.nbytes
+        binding.bind_output("next_token", "cpu")  # bound first: get_outputs() keeps the binding order
+        binding.bind_output("logits", "cpu")
+        memory.bind_step(binding, self.past_names, self.present_names, self.cross_names, rows)
         self.decoder.run_with_iobinding(binding, run_options)
-        return binding.get_outputs()[-1].numpy()  # the logits only (bound last): the buffers stay put
+        outputs = binding.get_outputs()
+        next_tokens, logits = outputs[0].numpy(), outputs[1].numpy()
+        self.transfers.count("decode", sent, next_tokens.nbytes + logits.nbytes)
+        return StepOutput(next_tokens, logits, list(logit_rows))

@@ -1,5 +1,5 @@
-"""ONNX Runtime sessions: created with the server's settings on the execution provider it asks for, and
-checked for what they really got."""
+"""ONNX Runtime sessions: the device resolved once, sessions created on it with the server's settings,
+and checked for what they really got: the provider, and on CUDA where every node was placed."""
 
 from __future__ import annotations
 
@@ -14,16 +14,26 @@ log = logging.getLogger("attnserve.runner")
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
+DEVICE_TYPES = {CUDA: "cuda", CPU: "cpu"}  # OrtValue device names
 OPTIMIZATION_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
+# Nodes the CUDA provider leaves to the CPU on purpose: shape arithmetic on a few integers, whose
+# results the CUDA kernels read on the host anyway (ONNX Runtime's GetCpuPreferredNodes). Any other node
+# on the CPU of a CUDA session has no CUDA kernel for its types: every step would copy its tensors to the
+# host and back. (session.disable_cpu_ep_fallback cannot tell the two apart: it refuses both.)
+SHAPE_OPS = frozenset({
+    "Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Add", "Sub", "Mul", "Div", "Range",
+    "Slice", "ReduceMax", "ReduceMin", "Equal", "Less", "Greater", "Where", "Expand", "ConstantOfShape", "Neg",
+    "Min", "Max", "Reshape",
+})  # fmt: skip
 
 
 class ProviderError(RuntimeError):
-    """The execution provider asked for cannot be had."""
+    """The execution provider asked for cannot be had, or does not run the whole graph."""
 
 
 @dataclass(frozen=True)
@@ -32,22 +42,12 @@ class SessionSettings:
     intra_op_threads: int = 0  # 0: one per available core
     graph_optimization: str = "all"
     spinning: bool = True
+    gpu_mem_limit: int = 0  # bytes of each CUDA session's arena; 0: no limit
+    cpu_arena: bool = True  # ONNX Runtime's CPU memory arena (fast, but it keeps its peak)
 
 
 def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _options(settings: SessionSettings) -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = settings.intra_op_threads or available_cores()
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = OPTIMIZATION_LEVELS[settings.graph_optimization]
-    # Spinning between operators saves a thread wake-up per operator; it also burns the cores that the
-    # event loop and tokenization need, a trade measured in docs/benchmarks.md.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.spinning else "0")
-    options.log_severity_level = 3  # errors only: the CUDA probe on a CPU machine is expected to fail
-    return options
 
 
 def nvidia_driver_present() -> bool:
@@ -60,33 +60,89 @@ def nvidia_driver_present() -> bool:
         return False
 
 
-def create_session(path, settings: SessionSettings) -> ort.InferenceSession:
-    """A session on CUDA when asked and possible, else on the CPU.
-
-    onnxruntime-gpu falls back to the CPU silently when the CUDA provider cannot load (no GPU, no CUDA
-    libraries), so the providers the session really got are checked, not the ones asked for."""
-    options = _options(settings)
+def resolve_device(requested: str) -> str:
+    """The execution provider for `requested` (auto | cuda | cpu): CUDA when asked and possible."""
     has_provider = CUDA in ort.get_available_providers()
-    if settings.device == "cuda" and not has_provider:
+    if requested == "cuda" and not has_provider:
         raise ProviderError(
             f"--device cuda: this onnxruntime ({ort.__version__}) has no CUDA provider "
             f"(available: {', '.join(ort.get_available_providers())}); install onnxruntime-gpu"
         )
-    if settings.device == "cuda" and not nvidia_driver_present():
+    if requested == "cuda" and not nvidia_driver_present():
         raise ProviderError(
             "--device cuda: no NVIDIA driver (libcuda.so.1 does not load), so the CUDA provider cannot run"
         )
-    wants_cuda = has_provider and settings.device in ("auto", "cuda") and nvidia_driver_present()
-    providers = [CUDA, CPU] if wants_cuda else [CPU]
-    session = ort.InferenceSession(str(path), options, providers=providers)
+    return CUDA if has_provider and requested in ("auto", "cuda") and nvidia_driver_present() else CPU
+
+
+def _options(settings: SessionSettings, provider: str) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = settings.intra_op_threads or available_cores()
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = OPTIMIZATION_LEVELS[settings.graph_optimization]
+    # Spinning between operators saves a thread wake-up per operator; it also burns the cores that the
+    # event loop and tokenization need, a trade measured in docs/benchmarks.md.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.spinning else "0")
+    options.enable_cpu_mem_arena = settings.cpu_arena
+    # Warnings shown: ONNX Runtime says so when nodes land on another provider than the one asked for.
+    options.log_severity_level = 2
+    if provider == CUDA:
+        options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    return options
+
+
+def _provider_options(settings: SessionSettings, provider: str) -> list:
+    if provider == CPU:
+        return [CPU]
+    cuda = {"device_id": "0", "arena_extend_strategy": "kSameAsRequested"}  # grow by what is asked, no more
+    if settings.gpu_mem_limit:
+        cuda["gpu_mem_limit"] = str(settings.gpu_mem_limit)
+    return [(CUDA, cuda), CPU]
+
+
+def create_session(path, settings: SessionSettings, provider: str | None = None) -> ort.InferenceSession:
+    """A session on `provider` (default: the settings' device, resolved). onnxruntime-gpu falls back to
+    the CPU silently when the CUDA provider cannot load, so the provider the session really got is
+    checked, and on CUDA that no node but shape arithmetic runs on the CPU."""
+    provider = provider or resolve_device(settings.device)
+    session = ort.InferenceSession(
+        str(path), _options(settings, provider), providers=_provider_options(settings, provider)
+    )
     got = session.get_providers()[0]
-    if settings.device == "cuda" and got != CUDA:
+    if provider == CUDA and got != CUDA:
         raise ProviderError(
             f"--device cuda: the CUDA provider did not load for {path} (session got {got}); "
             "check the GPU, the driver and the CUDA/cuDNN libraries, or use --device auto"
         )
+    if provider == CUDA:
+        fallen = cpu_fallbacks(placements(session))
+        if fallen:
+            listed = ", ".join(f"{name} ({op})" for name, op in fallen[:8])
+            raise ProviderError(
+                f"{path}: {len(fallen)} nodes have no CUDA kernel for their types and would run on the CPU, "
+                f"copying their tensors at every call: {listed}; export the model for this device "
+                "(attnserve export --precision fp16) or serve it with --device cpu"
+            )
     return session
+
+
+def placements(session: ort.InferenceSession) -> list[tuple[str, str, str]]:
+    """(provider, node name, op type) of every node, as the session placed them (needs the session
+    option session.record_ep_graph_assignment_info)."""
+    return [(s.ep_name, n.name, n.op_type) for s in session.get_provider_graph_assignment_info() for n in s.get_nodes()]
+
+
+def cpu_fallbacks(placed: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
+    """(name, op type) of the nodes that a CUDA session runs on the CPU for want of a kernel."""
+    return [(name, op) for provider, name, op in placed if provider == CPU and op not in SHAPE_OPS]
 
 
 def provider_of(session: ort.InferenceSession) -> str:
     return session.get_providers()[0]
+
+
+def shrink_options(provider: str) -> ort.RunOptions:
+    """Run options whose call ends with the provider's memory arena giving its free regions back."""
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "gpu:0" if provider == CUDA else "cpu:0")
+    return options

@@ -1,0 +1,117 @@
+"""The generation cache's memory on the sessions' device: every layer's self-attention and cross-attention
+K/V buffers, allocated once as OrtValues (zeroed: never-written positions must not hold NaN bit patterns,
+which a zero attention weight would still spread), and the device-side operations on their rows, run by
+the model's cache graphs (model/cache_graphs.py) with every buffer bound in place by pointer. The books
+(which row holds what, how much of it is filled) are the engine's (engine/generation_cache.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from modeldir.files import cache_names
+
+ELEMENT_TYPES = {"fp32": np.float32, "fp16": np.float16}
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    n_layers: int
+    n_heads: int
+    d_head: int
+    target_tokens: int  # decoder positions a row holds
+    rows: int
+    precision: str
+
+    @property
+    def dtype(self):
+        return ELEMENT_TYPES[self.precision]
+
+
+class CacheMemory:
+    def __init__(self, shape: CacheShape, device: str, graphs: dict[str, ort.InferenceSession], capacity: int):
+        """device: "cpu" or "cuda"; graphs: the cache_moves, cache_cross and cache_resize sessions on it;
+        capacity: the cross buffers' first source capacity."""
+        self.shape, self.device, self.graphs = shape, device, graphs
+        s = shape
+        self.self_names = cache_names("self", s.n_layers)
+        self.cross_names = cache_names("cross", s.n_layers)
+        self.self_buffers = [self._zeros((s.rows, s.n_heads, s.target_tokens, s.d_head)) for _ in self.self_names]
+        self.capacity = capacity
+        self.cross_buffers = [self._zeros(self._cross_shape(capacity)) for _ in self.cross_names]
+
+    def _cross_shape(self, capacity: int, rows: int | None = None) -> tuple[int, ...]:
+        s = self.shape
+        return (s.rows if rows is None else rows, s.n_heads, capacity, s.d_head)
+
+    def _zeros(self, shape: tuple[int, ...]) -> ort.OrtValue:
+        zeros = np.zeros(shape, self.shape.dtype)  # calloc'ed: its pages take memory only once written
+        if self.device == "cpu":
+            return ort.OrtValue.ortvalue_from_numpy(zeros)  # wraps the array (and keeps it)
+        value = ort.OrtValue.ortvalue_from_shape_and_type(shape, self.shape.dtype, self.device, 0)
+        value.update_inplace(zeros)
+        return value
+
+    @property
+    def nbytes(self) -> int:
+        return sum(v.tensor_size_in_bytes() for v in self.self_buffers + self.cross_buffers)
+
+    def bind(self, binding: ort.IOBinding, name: str, value: ort.OrtValue, rows: int, output: str | None = None):
+        """Bind the leading `rows` rows of a buffer (contiguous) as input `name`, and as `output` too."""
+        shape = [rows, *value.shape()[1:]]
+        binding.bind_input(name, self.device, 0, self.shape.dtype, shape, value.data_ptr())
+        if output is not None:
+            binding.bind_output(output, self.device, 0, self.shape.dtype, shape, value.data_ptr())
+
+    def bind_step(self, binding: ort.IOBinding, past_names, present_names, cross_names, rows: int) -> None:
+        """A decoder step's cache: each self-attention buffer as its layer's past and present at once (the
+        step writes its K/V in place), each cross buffer as its cross input; the leading `rows` rows."""
+        for past, present, value in zip(past_names, present_names, self.self_buffers):
+            self.bind(binding, past, value, rows, output=present)
+        for name, value in zip(cross_names, self.cross_buffers):
+            self.bind(binding, name, value, rows)
+
+    def move_rows(self, used: int, self_moves: list[tuple[int, int]], cross_moves: list[tuple[int, int]]) -> None:
+        """Copy rows (from, to) of the self-attention buffers and of the cross buffers, on the device."""
+        session = self.graphs["cache_moves"]
+        binding = session.io_binding()
+        for kind, moves in (("self", self_moves), ("cross", cross_moves)):
+            sources = np.array([m[0] for m in moves], np.int64)
+            binding.bind_cpu_input(f"{kind}_from", sources)
+            binding.bind_cpu_input(f"{kind}_to", np.array([m[1] for m in moves], np.int64).reshape(-1, 1))
+        for name, value in zip(self.self_names + self.cross_names, self.self_buffers + self.cross_buffers):
+            self.bind(binding, name, value, used, output=f"moved_{name}")
+        session.run_with_iobinding(binding)
+
+    def write_cross(self, used: int, encoded: list[ort.OrtValue], rows: list[int], sources: list[int]) -> None:
+        """Each of `rows` takes the encoder output of batch item sources[i] (the encoder's cross K/V of a
+        batch of sources, device OrtValues), padded to the buffers' capacity."""
+        session = self.graphs["cache_cross"]
+        binding = session.io_binding()
+        binding.bind_cpu_input("rows", np.array(rows, np.int64).reshape(-1, 1))
+        binding.bind_cpu_input("sources", np.array(sources, np.int64))
+        for name, encoded_name, value, source in zip(
+            self.cross_names, cache_names("encoded", self.shape.n_layers), self.cross_buffers, encoded
+        ):
+            self.bind(binding, name, value, used, output=f"written_{name}")
+            binding.bind_ortvalue_input(encoded_name, source)
+        session.run_with_iobinding(binding)
+
+    def resize_cross(self, capacity: int, used: int) -> None:
+        """New cross buffers of `capacity` source positions; the first `used` rows keep their K/V (laid out
+        anew on the device when rows are in use; the cache only grows while they are)."""
+        old, self.capacity = self.cross_buffers, capacity
+        self.cross_buffers = [self._zeros(self._cross_shape(capacity)) for _ in self.cross_names]
+        if not used:
+            return
+        session = self.graphs["cache_resize"]
+        binding = session.io_binding()
+        binding.bind_cpu_input("capacity", np.array([capacity], np.int64))
+        for name, before, after in zip(self.cross_names, old, self.cross_buffers):
+            self.bind(binding, name, before, used)
+            binding.bind_output(
+                f"resized_{name}", self.device, 0, self.shape.dtype, self._cross_shape(capacity, used), after.data_ptr()
+            )
+        session.run_with_iobinding(binding)

@@ -1,0 +1,108 @@
+"""The runner: what crosses between host and device per decode step (counted by the runner itself), and
+where each node of a session was placed."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from modeldir.files import CACHE_GRAPHS, open_model_dir
+from modeldir.tokenizer import TextTokenizer, pad_batch
+from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheGeometry, GenerationCache
+from service.runner.seq2seq import Seq2SeqRunner
+from service.runner.sessions import CPU, CUDA, SessionSettings, cpu_fallbacks, create_session, placements
+
+SETTINGS = SessionSettings(device="cpu", intra_op_threads=2)
+
+
+class Holder:
+    row = None
+
+
+def generation(model_dir, rows: int, target_tokens: int) -> tuple[Seq2SeqRunner, GenerationCache, TextTokenizer]:
+    """The numbers model's runner and a cache of `rows` rows of `target_tokens` positions, as the loader
+    makes them."""
+    files = open_model_dir(model_dir)
+    c = files.config
+    graphs = {role: create_session(files.graphs[role], SETTINGS) for role in CACHE_GRAPHS}
+    runner = Seq2SeqRunner(create_session(files.encoder, SETTINGS), create_session(files.decoder, SETTINGS), graphs,
+                           c["n_decoder_layers"], "fp32")  # fmt: skip
+    d_head = c["d_model"] // c["n_heads"]
+    geometry = CacheGeometry(c["n_decoder_layers"], c["n_heads"], d_head, target_tokens, c["max_input_tokens"])
+    memory = runner.cache_memory(c["n_heads"], d_head, target_tokens, rows, MIN_SOURCE_CAPACITY)
+    return runner, GenerationCache(geometry, rows, memory), TextTokenizer(files.tokenizer, c["max_input_tokens"])
+
+
+def admit_and_step(runner, cache, tokenizer, texts: list[str], steps: int, logit_rows=()) -> list:
+    """Admit one sequence per text, encode them together, run `steps` greedy steps: -> the runner's
+    (sent, fetched) bytes of each step."""
+    for text in texts:
+        cache.allocate(Holder(), len(tokenizer.encode([text])[0].ids), steps)
+    ids, mask = pad_batch([e.ids for e in tokenizer.encode(texts)], 0)
+    cache.write_cross(runner.encode(ids, mask), [(row, row) for row in range(len(texts))])
+    tokens = np.ones((len(texts), 1), np.int64)  # the start token
+    counts = []
+    for _ in range(steps):
+        n = cache.used
+        out = runner.step(tokens, cache.lengths[:n], cache.source_lengths[:n], list(logit_rows), cache.memory, n)
+        cache.advance(n)
+        tokens = out.next_tokens[:, None]
+        counts.append(runner.transfers.last["decode"])
+    return counts
+
+
+@pytest.mark.parametrize("rows", [1, 7])
+def test_a_greedy_step_moves_o_rows_bytes_whatever_the_cache_holds(numbers_dir, rows):
+    """In: the step's token ids (int64), past and source lengths (int32 each); out: each row's argmax
+    (int64). 24 bytes a row, at every step, for a cache of 8 rows of 16 positions or 64 rows of 64: the
+    cache never crosses."""
+    texts = [str(7**i) for i in range(1, rows + 1)]
+    for cache_rows, target in ((8, 16), (64, 64)):
+        runner, cache, tokenizer = generation(numbers_dir, cache_rows, target)
+        counts = admit_and_step(runner, cache, tokenizer, texts, steps=12)
+        assert counts == [(rows * (8 + 4 + 4), rows * 8)] * 12, (cache_rows, target)
+        assert cache.memory.nbytes >= cache_rows * target * 2 * 3 * 64 * 4  # the self K/V alone: 3 layers, d 64
+
+
+def test_rows_that_sample_or_search_fetch_their_logits_and_no_others(numbers_dir):
+    runner, cache, tokenizer = generation(numbers_dir, 8, 16)
+    counts = admit_and_step(runner, cache, tokenizer, ["12", "345", "6789"], steps=3, logit_rows=[2, 0])
+    vocab = open_model_dir(numbers_dir).config["vocab_size"]
+    assert counts == [(3 * 16 + 2 * 8, 3 * 8 + 2 * vocab * 4)] * 3
+
+
+def test_greedy_tokens_of_the_device_argmax_are_the_model_s_translation(numbers_dir):
+    runner, cache, tokenizer = generation(numbers_dir, 4, 20)
+    texts = ["312405", "12"]
+    for text in texts:
+        cache.allocate(Holder(), len(tokenizer.encode([text])[0].ids), 19)
+    ids, mask = pad_batch([e.ids for e in tokenizer.encode(texts)], 0)
+    cache.write_cross(runner.encode(ids, mask), [(0, 0), (1, 1)])
+    tokens, out = np.ones((2, 1), np.int64), []
+    for _ in range(12):
+        step = runner.step(tokens, cache.lengths[:2], cache.source_lengths[:2], [], cache.memory, 2)
+        cache.advance(2)
+        tokens = step.next_tokens[:, None]
+        out.append(step.next_tokens.tolist())
+    decoded = [tokenizer.decode([row[i] for row in out]).split("</s>")[0] for i in range(2)]
+    assert decoded[0].startswith("three hundred and twelve thousand, four hundred and five")
+    assert decoded[1].startswith("twelve")
+
+
+def test_placements_are_read_and_compute_on_the_cpu_is_found(numbers_dir):
+    """On CUDA a session is refused when compute nodes land on the CPU. The check reads ONNX Runtime's
+    own record of the placement: here a CPU session, where every node is on the CPU, so that the rule sees
+    real placements: shape arithmetic allowed, compute (MatMul, GroupQueryAttention, ...) found."""
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    decoder = ort.InferenceSession(str(open_model_dir(numbers_dir).decoder), options, providers=[CPU])
+    placed = placements(decoder)
+    assert len(placed) > 50 and {provider for provider, _, _ in placed} == {CPU}
+    found = {op for _, op in cpu_fallbacks(placed)}
+    assert {"MatMul", "GroupQueryAttention", "LayerNormalization", "Softmax", "ArgMax"} <= found
+    assert not {"Shape", "Gather", "Unsqueeze", "Concat"} & found
+    assert cpu_fallbacks([(CUDA, "/l0/MatMul", "MatMul"), (CPU, "/Shape", "Shape")]) == []
+    assert cpu_fallbacks([(CPU, "/l0/GroupQueryAttention", "GroupQueryAttention")]) == [
+        ("/l0/GroupQueryAttention", "GroupQueryAttention")
+    ]
