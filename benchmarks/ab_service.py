@@ -56,9 +56,11 @@ def clients(checkout: Path, module: str, *args: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def one_round(checkout: Path, args) -> dict[str, float]:
+def one_round(checkout: Path, args, side: str) -> dict[str, float]:
     figures = {}
-    process, port = serve(checkout, [str(Path(args.seq2seq).resolve())], args.threads)
+    seq2seq = getattr(args, f"{side}_seq2seq") or args.seq2seq
+    embedding = getattr(args, f"{side}_embedding") or args.embedding
+    process, port = serve(checkout, [str(Path(seq2seq).resolve())], args.threads)
     try:
         for streams in (32, 1):
             r = clients(checkout, "benchmarks.stream_clients", "--target", f"127.0.0.1:{port}",
@@ -67,7 +69,7 @@ def one_round(checkout: Path, args) -> dict[str, float]:
     finally:
         process.terminate()
         process.wait()
-    process, port = serve(checkout, [str(Path(args.embedding).resolve())], args.threads)
+    process, port = serve(checkout, [str(Path(embedding).resolve())], args.threads)
     try:
         for per_call in (1, 16):
             r = clients(checkout, "benchmarks.load_clients", "--target", f"127.0.0.1:{port}",
@@ -85,6 +87,11 @@ def main() -> None:
     parser.add_argument("--after", type=Path, default=Path("."))
     parser.add_argument("--seq2seq", required=True, help="a model directory both checkouts can serve")
     parser.add_argument("--embedding", required=True, help="a model directory both checkouts can serve")
+    for side in ("before", "after"):  # where the two checkouts read different model directory formats
+        parser.add_argument(f"--{side}-seq2seq", help=f"the seq2seq model directory for {side}; default: --seq2seq")
+        parser.add_argument(
+            f"--{side}-embedding", help=f"the embedding model directory for {side}; default: --embedding"
+        )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=128)
@@ -92,7 +99,7 @@ def main() -> None:
     runs: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
     for round_ in range(args.rounds):
         for side in ("before", "after"):
-            for name, value in one_round(getattr(args, side).resolve(), args).items():
+            for name, value in one_round(getattr(args, side).resolve(), args, side).items():
                 runs[side].setdefault(name, []).append(value)
             print(f"round {round_ + 1} {side}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in runs[side].items()),
                   flush=True)  # fmt: skip

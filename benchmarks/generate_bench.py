@@ -32,11 +32,10 @@ from model.random_model import BASE_SEQ2SEQ, random_model_dir
 from model.weights import load_model_dir
 from modeldir.files import open_model_dir
 from modeldir.tokenizer import TextTokenizer, pad_batch
-from service.runner.seq2seq import Seq2SeqRunner
-from service.runner.sessions import SessionSettings, create_session
 from service.server_thread import ServerThread
 
 from .common import median_seconds, print_table, write_results
+from .runner_harness import RunnerHarness
 from .stream_clients import source
 
 SOURCE_WORDS = 32
@@ -44,44 +43,24 @@ SOURCE_WORDS = 32
 
 class Harness:
     def __init__(self, model_dir: Path, threads: int, spinning: bool):
-        files = open_model_dir(model_dir)
-        self.config = c = files.config
-        self.n_layers, self.heads, self.d_head = c["n_decoder_layers"], c["n_heads"], c["d_model"] // c["n_heads"]
-        settings = SessionSettings(device="cpu", intra_op_threads=threads, spinning=spinning)
-        self.runner = Seq2SeqRunner(
-            create_session(files.encoder, settings), create_session(files.decoder, settings), self.n_layers
-        )
-        self.tokenizer = TextTokenizer(files.tokenizer, c["max_input_tokens"])
+        self.onnx = RunnerHarness(model_dir, threads, spinning)
+        self.config = c = self.onnx.config
+        self.tokenizer = TextTokenizer(open_model_dir(model_dir).tokenizer, c["max_input_tokens"])
         _, _, self.torch_model = load_model_dir(model_dir)
 
     def sources(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
         return pad_batch([e.ids for e in self.tokenizer.encode([source(i) for i in range(batch)])], 0)
 
-    def buffers(self, batch: int, length: int) -> list[np.ndarray]:
-        return [np.zeros((batch, self.heads, length, self.d_head), np.float32) for _ in range(2 * self.n_layers)]
-
     def greedy_with_cache(self, batch: int, steps: int) -> list[list[int]]:
-        ids, mask = self.sources(batch)
-        cross = self.runner.encode(ids, mask)
-        buffers = self.buffers(batch, steps + 1)
-        tokens = np.full((batch, 1), self.config["bos_id"], np.int64)
-        out = []
-        for step in range(steps):
-            lengths = np.full(batch, step, np.int32)
-            logits = self.runner.step(tokens[:, -1:], lengths, mask, buffers, cross)
-            tokens = np.concatenate([tokens, logits.argmax(-1)[:, None]], axis=1)
-        out = tokens[:, 1:].tolist()
-        return out
+        return self.onnx.greedy(*self.sources(batch), steps)
 
     def greedy_recomputing(self, steps: int) -> list[int]:
-        ids, mask = self.sources(1)
-        cross = self.runner.encode(ids, mask)
+        """Every step runs the decoder over the whole prefix again (nothing filled before it)."""
+        cache = self.onnx.cache(*self.sources(1), steps + 1)
         tokens = [self.config["bos_id"]]
         for _ in range(steps):
-            logits = self.runner.step(
-                np.array([tokens], np.int64), np.zeros(1, np.int32), mask, self.buffers(1, len(tokens)), cross
-            )
-            tokens.append(int(logits.argmax()))
+            cache.lengths[0] = 0  # forget what the last step filled
+            tokens.append(int(self.onnx.step(cache, np.array([tokens], np.int64)).next_tokens[0]))
         return tokens[1:]
 
     @torch.inference_mode()
@@ -101,14 +80,16 @@ class Harness:
 
 
 def per_token_decode(h: Harness, repeats: int) -> dict:
-    ids, mask = h.sources(1)
-    cross = h.runner.encode(ids, mask)
-    buffers = h.buffers(1, h.config["max_positions"])
+    cache = h.onnx.cache(*h.sources(1), h.config["max_positions"])
     step = np.array([[7]], np.int64)
     out = {}
     for prefix in (16, 512):
-        lengths = np.array([prefix], np.int32)
-        out[prefix] = median_seconds(lambda: h.runner.step(step, lengths, mask, buffers, cross), repeats) * 1e3
+
+        def decode():
+            cache.lengths[0] = prefix  # a step at this prefix, again and again
+            h.onnx.step(cache, step)
+
+        out[prefix] = median_seconds(decode, repeats) * 1e3
     return out
 
 

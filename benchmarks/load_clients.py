@@ -29,9 +29,9 @@ def split(texts: list[str], clients: int, per_call: int) -> list[list[list[str]]
     return [[share[j : j + per_call] for j in range(0, len(share), per_call)] for share in shares]
 
 
-async def run(target: str, clients: int, per_call: int) -> tuple[float, list[float], np.ndarray]:
-    """-> wall seconds, latencies, vectors in the order of SENTENCES."""
-    plan = split(SENTENCES, clients, per_call)
+async def run(target: str, clients: int, per_call: int, texts: list[str] = SENTENCES):
+    """-> wall seconds, latencies, vectors (in the order of texts)."""
+    plan = split(texts, clients, per_call)
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.InferenceStub(channel)
         await stub.Embed(pb.EmbedRequest(inputs=["warm up"]))
@@ -49,7 +49,7 @@ async def run(target: str, clients: int, per_call: int) -> tuple[float, list[flo
         started = time.perf_counter()
         results = await asyncio.gather(*(client(calls) for calls in plan))
         wall = time.perf_counter() - started
-    vectors = np.empty((len(SENTENCES), len(results[0][0])), np.float32)
+    vectors = np.empty((len(texts), len(results[0][0])), np.float32)
     for c, result in enumerate(results):
         vectors[c::clients] = result
     return wall, latencies, vectors
@@ -61,8 +61,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--per-call", type=int, default=1)
     parser.add_argument("--vectors", help="write the vectors here (.npy)")
+    parser.add_argument("--count", type=int, default=len(SENTENCES), help="sentences in all (the same 10-60 words)")
     args = parser.parse_args()
-    wall, latencies, vectors = asyncio.run(run(args.target, args.clients, args.per_call))
+    texts = SENTENCES if args.count == len(SENTENCES) else sentences(args.count, 10, 60, seed=11)
+    wall, latencies, vectors = asyncio.run(run(args.target, args.clients, args.per_call, texts))
     if args.vectors:
         np.save(args.vectors, vectors)
     print(json.dumps({"wall": wall, "latencies": latencies}))

@@ -126,12 +126,15 @@ def run_ctranslate2(
     return summary(tokens, time.perf_counter() - started, latencies)
 
 
-async def clients(target: str, sources: list[str], concurrency: int, new_tokens: int, beams: int = 1) -> dict:
-    """`concurrency` callers, each sending its next sentence when the last one is answered."""
+async def clients(
+    target: str, sources: list[str], concurrency: int, new_tokens: int, beams: int = 1, model: str = ""
+) -> dict:
+    """`concurrency` callers, each sending its next sentence when the last one is answered (to `model`:
+    empty, the server's default seq2seq model)."""
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.InferenceStub(channel)
         params = pb.GenerationParams(max_new_tokens=new_tokens, ignore_eos=beams == 1, num_beams=beams)
-        await stub.Generate(pb.GenerateRequest(input=sources[0], params=params))  # warm-up
+        await stub.Generate(pb.GenerateRequest(model=model, input=sources[0], params=params))  # warm-up
         queue = list(reversed(sources))
         latencies, tokens = [], 0
 
@@ -140,7 +143,7 @@ async def clients(target: str, sources: list[str], concurrency: int, new_tokens:
             while queue:
                 text = queue.pop()
                 begun = time.perf_counter()
-                response = await stub.Generate(pb.GenerateRequest(input=text, params=params))
+                response = await stub.Generate(pb.GenerateRequest(model=model, input=text, params=params))
                 latencies.append(time.perf_counter() - begun)
                 tokens += len(response.token_ids)
 

@@ -29,9 +29,9 @@ from model.random_model import BASE_SEQ2SEQ, random_model_dir
 from model.weights import load_model_dir
 from modeldir.files import open_model_dir
 from modeldir.tokenizer import TextTokenizer, pad_batch
-from service.runner.seq2seq import Seq2SeqRunner
 
 from .common import median_seconds, print_table, sentences, write_results
+from .runner_harness import RunnerHarness
 
 PREFIXES = (16, 256, 512)
 SOURCE_LENGTH = 32  # encoder positions the decoder's cross-attention reads
@@ -120,21 +120,26 @@ def bench_minilm(minilm_dir: Path, threads: int, repeats: int) -> dict:
 
 
 def bench_decode_step(base_dir: Path, threads: int, repeats: int) -> dict:
-    """ONNX Runtime through the serving path (Seq2SeqRunner, buffers bound in place) and PyTorch eager."""
+    """ONNX Runtime through the serving path (the runner, its cache bound in place) and PyTorch eager."""
     files = open_model_dir(base_dir)
     c = files.config
     n_layers, heads, d_head = c["n_decoder_layers"], c["n_heads"], c["d_model"] // c["n_heads"]
-    runner = Seq2SeqRunner(session(files.encoder, threads), session(files.decoder, threads), n_layers)
+    harness = RunnerHarness(base_dir, threads)
     _, _, torch_model = load_model_dir(base_dir)
     rng = np.random.default_rng(0)
     cross = [rng.standard_normal((1, heads, SOURCE_LENGTH, d_head)).astype(np.float32) for _ in range(2 * n_layers)]
     source_mask = np.ones((1, SOURCE_LENGTH), np.int64)
+    source_ids = rng.integers(4, c["vocab_size"], size=(1, SOURCE_LENGTH), dtype=np.int64)
 
     def onnx_step(tokens: int, past: int, buffer: int):
-        buffers = [rng.standard_normal((1, heads, buffer, d_head)).astype(np.float32) for _ in range(2 * n_layers)]
+        cache = harness.cache(source_ids, source_mask, buffer)
         ids = rng.integers(4, c["vocab_size"], size=(1, tokens), dtype=np.int64)
-        lengths = np.array([past], np.int32)
-        return lambda: runner.step(ids, lengths, source_mask, buffers, cross)
+
+        def run():
+            cache.lengths[0] = past  # a step at this prefix, again and again
+            harness.step(cache, ids)
+
+        return run
 
     def torch_step(tokens: int, past: int):
         kv = [torch.randn(1, heads, past, d_head) for _ in range(2 * n_layers)]

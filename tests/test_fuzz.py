@@ -4,6 +4,8 @@ UNKNOWN or INTERNAL, and the server answers and is back to its baseline afterwar
 
 from __future__ import annotations
 
+import os
+
 import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +16,8 @@ from service.server_thread import ServerThread
 
 from .test_reliability import assert_back_to, baseline
 
-EXAMPLES = 10_000
+# 10,000 per RPC, in CI and by default; ATTNSERVE_FUZZ_EXAMPLES=500 for a quicker local run.
+EXAMPLES = int(os.environ.get("ATTNSERVE_FUZZ_EXAMPLES", "10000"))
 ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
            grpc.StatusCode.RESOURCE_EXHAUSTED}  # fmt: skip
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

@@ -72,7 +72,13 @@ def resolve_device(requested: str) -> str:
         raise ProviderError(
             "--device cuda: no NVIDIA driver (libcuda.so.1 does not load), so the CUDA provider cannot run"
         )
-    return CUDA if has_provider and requested in ("auto", "cuda") and nvidia_driver_present() else CPU
+    if not (has_provider and requested in ("auto", "cuda") and nvidia_driver_present()):
+        return CPU
+    try:  # CUDA and cuDNN from the nvidia-* Python packages where installed, else the system's
+        ort.preload_dlls()
+    except Exception as error:  # the provider may still find the libraries by itself
+        log.warning("onnxruntime.preload_dlls: %s", error)
+    return CUDA
 
 
 def _options(settings: SessionSettings, provider: str) -> ort.SessionOptions:
