@@ -106,3 +106,31 @@ def test_placements_are_read_and_compute_on_the_cpu_is_found(numbers_dir):
     assert cpu_fallbacks([(CPU, "/l0/GroupQueryAttention", "GroupQueryAttention")]) == [
         ("/l0/GroupQueryAttention", "GroupQueryAttention")
     ]
+
+
+def test_cuda_sessions_get_the_memory_settings_and_the_cpu_gets_none():
+    from service.runner.sessions import _provider_options
+
+    settings = SessionSettings(device="cuda", gpu_mem_limit=8 << 30)
+    cuda, cpu = _provider_options(settings, CUDA)
+    assert cuda == (
+        CUDA,
+        {"device_id": "0", "arena_extend_strategy": "kSameAsRequested", "gpu_mem_limit": str(8 << 30)},
+    )
+    assert cpu == CPU and _provider_options(SessionSettings(), CPU) == [CPU]
+    assert "gpu_mem_limit" not in _provider_options(SessionSettings(device="cuda"), CUDA)[0][1]
+
+
+def test_an_automatic_cache_takes_1_gib_on_the_cpu_and_counts_2_bytes_a_value_in_fp16():
+    from service.core.loader import CPU_CACHE_BYTES, CacheSettings
+    from service.core.models import Architecture
+
+    architecture = Architecture(6, 6, 8, 512, 512)
+    auto = CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=0, max_running=1000, max_waiting=10)
+    fp32, fp16 = (auto.geometry(architecture, 512, p) for p in ("fp32", "fp16"))
+    assert fp32.bytes_per_row == 2 * fp16.bytes_per_row == (257 + 512) * 6 * 2 * 512 * 4
+    assert auto.rows(fp32) == CPU_CACHE_BYTES // fp32.bytes_per_row == 56
+    assert auto.rows(fp16) == CPU_CACHE_BYTES // fp16.bytes_per_row == 113
+    assert auto.rows(fp16, auto_bytes=10 * fp16.bytes_per_row) == 10  # what the device has left, on CUDA
+    capped = CacheSettings(256, 0, 0, max_running=4, max_waiting=10)
+    assert capped.rows(fp16) == 4

@@ -236,3 +236,18 @@ def test_cli_client_commands(served):
     embedded = cli("embed", "The delivery truck, which was late, blocked the narrow street.", "--json")
     vector = json.loads(embedded.stdout)["embedding"]
     assert len(vector) == 384 and abs(vector[0] - 0.00677752) < 1e-6
+
+
+def test_the_arena_gives_its_memory_back_once_idle_after_large_calls_only(served):
+    """A call of 32 x 256 tokens grows ONNX Runtime's arena; a second of idleness after it, the batcher
+    has it shrink (a tiny call): counted once per idle spell, never for small calls."""
+    queue = batcher(served)
+    with Client(served.target) as client:
+        client.embed(["short"] * 4)
+        wait_until(lambda: not served.call_soon(queue.holds_memory), what="an earlier release")
+        before = served.call_soon(lambda: queue.memory_releases)
+        client.embed(["small call"] * 4)  # 16 padded tokens: nothing to give back
+        client.embed([f"{i} " + "many words in a long text " * 50 for i in range(32)])  # 8,192 padded tokens
+        wait_until(lambda: served.call_soon(lambda: queue.memory_releases) == before + 1, what="one release")
+        assert client.embed(["after"]).vectors.shape == (1, 384)  # and the model serves on
+    assert served.call_soon(lambda: queue.memory_releases) == before + 1

@@ -129,6 +129,7 @@ class EmbeddingBatcher:
         self.metrics, self.make_run_options, self.health = metrics, make_run_options, health
         self.release_memory = release_memory
         self._largest_call = 0  # padded tokens of the largest call since memory was last released
+        self.memory_releases = 0
         self.waiting: list[Item] = []
         self.running: list[Item] = []
         self._running_options = None  # of the model call in flight: stop() terminates it
@@ -190,7 +191,7 @@ class EmbeddingBatcher:
         while True:
             if not self.waiting:
                 self._arrived.clear()
-                if self._holds_memory():
+                if self.holds_memory():
                     try:  # a pause in a burst keeps the memory; an idle spell gives it back
                         await asyncio.wait_for(self._arrived.wait(), RELEASE_IDLE_SECONDS)
                     except asyncio.TimeoutError:
@@ -212,13 +213,15 @@ class EmbeddingBatcher:
             self.waiting = [item for item in self.waiting if id(item) not in taken]
             await self._run(batch)
 
-    def _holds_memory(self) -> bool:
+    def holds_memory(self) -> bool:
+        """Whether a large call since the last release left the runtime's arena grown."""
         return self.release_memory is not None and self._largest_call >= RELEASE_AFTER_TOKENS
 
     async def _release_memory(self) -> None:
         """Idle after large calls: the runtime keeps its peak memory until told (measured in
         docs/benchmarks.md: 238 MB -> 616 MB after a burst of 32 long texts a call, for good)."""
         self._largest_call = 0
+        self.memory_releases += 1
         try:
             await asyncio.get_running_loop().run_in_executor(self.executor, self.release_memory)
         except Exception:

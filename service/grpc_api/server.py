@@ -13,7 +13,7 @@ from grpc_reflection.v1alpha import reflection
 from ..core.serving import ServingCore
 from ..ops.config import ServerConfig
 from ..ops.metrics import Metrics
-from .calls import register
+from .call_handling import register
 from .pb import inference_pb2
 from .security import BearerTokenInterceptor, read_tokens, server_credentials
 from .servicer import InferenceServicer

@@ -1,5 +1,5 @@
 """The attnserve.v1.Inference servicer: protobuf in, core types; core results out, protobuf. Nothing else:
-validation, limits and policy are the core's, and status codes are calls.py's."""
+validation, limits and policy are the core's, and status codes are call_handling.py's."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..engine.sequence import CANCELLED, EOS, LENGTH, STOP, Usage
 from ..errors import DeadlineExceeded
 from ..ops.metrics import Metrics
 from ..runner.attention_maps import CROSS, DECODER_SELF, ENCODER_SELF
-from .calls import CallContext, handler
+from .call_handling import CallContext, handler
 from .pb import inference_pb2 as pb
 from .pb import inference_pb2_grpc as pb_grpc
 

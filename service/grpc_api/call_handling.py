@@ -1,4 +1,4 @@
-"""How every attnserve.v1 call runs: a record opened, admission asked, the handler awaited, and domain
+"""How every attnserve.v1 call is handled: a record opened, admission asked, the handler awaited, and domain
 errors mapped to gRPC status codes, here and nowhere else. Requests that do not parse get
 INVALID_ARGUMENT, not grpcio's INTERNAL."""
 
