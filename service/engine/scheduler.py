@@ -131,8 +131,7 @@ class Scheduler:
                     try:  # a pause keeps the memory; an idle spell gives it back
                         await asyncio.wait_for(self._wake.wait(), RELEASE_IDLE_SECONDS)
                     except asyncio.TimeoutError:
-                        self._largest_call = 0
-                        await loop.run_in_executor(self.executor, self.release_memory)
+                        await self._release_memory()
                     continue
                 await self._wake.wait()
                 continue
@@ -161,6 +160,13 @@ class Scheduler:
                     self.metrics.model_call(stage, inputs, positions, seconds)
                     self.metrics.transferred(stage, sent, fetched)
             self._update(holders, tokens)
+
+    async def _release_memory(self) -> None:
+        self._largest_call = 0
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.executor, self.release_memory)
+        except Exception:
+            log.exception("model %s: releasing memory failed", self.name)
 
     # schedule
 
