@@ -118,7 +118,7 @@ def build(work: Path, minilm_source: Path, sizes: Sizes) -> dict[str, Path]:
     random_marian_checkpoint(dirs["marian_hf"], sizes.marian, seed=0)
     import_marian(dirs["marian_hf"], dirs["marian"], "marian")
     for name in ("minilm", "numbers", "marian"):
-        export_model_dir(dirs[name], progress_stream=quiet, half=("fp16",))
+        export_model_dir(dirs[name], progress_stream=quiet, reduced=("fp16",))
     return dirs
 
 

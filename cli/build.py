@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 DEFAULT_MODELS_DIR = Path("build/models")
-# The bundled models are served on GPUs too, where --precision auto takes the float16 graphs.
-BUNDLED_HALF = ("fp16",)
+# The bundled models come with float16 graphs (GPUs: --precision auto takes them) and int8 ones (CPUs).
+BUNDLED_REDUCED = ("fp16", "int8")
 # Checkpoints committed to the repository (safetensors + config + tokenizer), exported at build time.
 CHECKPOINTS_DIR = Path(__file__).resolve().parent.parent / "models"
 
@@ -24,10 +24,10 @@ def cmd_export(args) -> None:
     _needs_torch()
     from model.export import export_model_dir
 
-    half = tuple(p for p in args.precision if p != "fp32")
-    manifest = export_model_dir(args.model_dir, half=half)
+    reduced = tuple(p for p in args.precision if p != "fp32")
+    manifest = export_model_dir(args.model_dir, reduced=reduced)
     print(f"{args.model_dir}: exported {', '.join(manifest['graphs'])}; parity {manifest['parity']}")
-    for precision in half:
+    for precision in reduced:
         print(f"{args.model_dir}: {precision} graphs; parity {manifest[precision]['parity']}")
 
 
@@ -71,7 +71,7 @@ def cmd_build(args) -> None:
             print(f"{target}: up to date")
         except ModelFilesError:
             make(target)
-            export_model_dir(target, half=BUNDLED_HALF)
+            export_model_dir(target, reduced=BUNDLED_REDUCED)
     print(f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers (seq2seq)")
 
 

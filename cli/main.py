@@ -108,8 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="export a model directory to ONNX and write its manifest")
     export.add_argument("model_dir", type=Path, help="holds config.json, model.safetensors, tokenizer.json")
     export.add_argument(
-        "--precision", nargs="+", choices=["fp32", "fp16"], default=["fp32"],
-        help="graphs to write besides the float32 ones (always written): fp16 for GPUs; default: fp32 only",
+        "--precision", nargs="+", choices=["fp32", "fp16", "int8"], default=["fp32"],
+        help="graphs to write besides the float32 ones (always written): fp16 for GPUs, int8 for CPUs; "
+        "default: fp32 only",
     )  # fmt: skip
     export.set_defaults(run=cmd_export)
 
@@ -147,7 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--count", type=int, default=2000, help="numbers per direction; default: %(default)s")
     evaluate.add_argument("--seed", type=int, default=EVAL_SEED, help="default: %(default)s (not a training seed)")
     evaluate.add_argument("--threads", type=int, default=2)
-    evaluate.add_argument("--precision", choices=["fp32", "fp16"], default="fp32", help="the graphs to decode with")
+    evaluate.add_argument(
+        "--precision", choices=["fp32", "fp16", "int8"], default="fp32", help="the graphs to decode with"
+    )
     evaluate.add_argument("--json", type=Path, help="also write the full report here")
     evaluate.set_defaults(run=cmd_eval_numbers)
     return parser

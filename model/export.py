@@ -51,7 +51,10 @@ from .attention_graph import export_attention, measure_attention_parity
 from .cache_graphs import CACHE_GRAPHS
 from .config import ModelConfig
 from .decoder_cache import BufferCache
-from .half_precision import HALF_PRECISIONS, half_decoder, half_encoder
+from .eight_bit import eight_bit
+from .half_precision import half_decoder, half_encoder
+
+REDUCED_PRECISIONS = ("fp16", "int8")  # written beside the float32 graphs when asked for
 from .transformer import EmbeddingModel, Seq2SeqModel
 from .weights import load_model_dir
 
@@ -287,20 +290,20 @@ def measure_embedding_cosine(model: EmbeddingModel, path: Path) -> float:
     return worst
 
 
-def export_model_dir(model_dir: Path, progress_stream=sys.stderr, half: tuple[str, ...] = ()) -> dict:
+def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple[str, ...] = ()) -> dict:
     """Export model_dir (config.json, model.safetensors, the tokenizer's files) in place: the float32
-    graphs, and half-precision copies of the serving graphs for each precision in `half` (fp16).
-    Returns the manifest."""
+    graphs, and copies of the serving graphs in each precision of `reduced` (fp16: for GPUs; int8: for
+    CPUs). Returns the manifest."""
     model_dir = Path(model_dir)
     started = time.perf_counter()
-    unknown = sorted(set(half) - set(HALF_PRECISIONS))
+    unknown = sorted(set(reduced) - set(REDUCED_PRECISIONS))
     if unknown:
-        raise ValueError(f"precision {', '.join(unknown)}: one of {', '.join(HALF_PRECISIONS)} (float32 always)")
+        raise ValueError(f"precision {', '.join(unknown)}: one of {', '.join(REDUCED_PRECISIONS)} (float32 always)")
     with torch.no_grad():
         name, config, model = load_model_dir(model_dir)
         seq2seq = config.task == "seq2seq"
         files = graph_files(config.task)
-        progress = Progress(f"export {name}", (5 if seq2seq else 4) + 2 * len(half), progress_stream)
+        progress = Progress(f"export {name}", (5 if seq2seq else 4) + 2 * len(reduced), progress_stream)
         (model_dir / "onnx").mkdir(exist_ok=True)
         graphs = {}
         with progress.step(f"encoder -> {files['encoder']}"):
@@ -317,29 +320,19 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, half: tuple[st
         with progress.step("parity, ONNX Runtime vs PyTorch (float32)"):
             parity = measure_parity(model, model_dir, files)
             parity.update(measure_attention_parity(model, _session(model_dir / ATTENTION_FILE)))
-        halves = {}
-        for precision in half:
-            half_files = graph_files(config.task, precision)
-            with progress.step(f"{precision} graphs -> {Path(half_files['encoder']).parent}/"):
-                (model_dir / half_files["encoder"]).parent.mkdir(parents=True, exist_ok=True)
-                half_graphs = {"encoder": half_encoder(model_dir / files["encoder"], config)}
-                if seq2seq:
-                    half_graphs["decoder"] = half_decoder(model_dir / files["decoder"])
-                    half_graphs.update(
-                        {r: make(config.n_decoder_layers, precision) for r, make in CACHE_GRAPHS.items()}
-                    )
-                for role, proto in half_graphs.items():
-                    onnx.save_model(proto, model_dir / half_files[role])
+        copies = {}
+        for precision in reduced:
+            copy_files = graph_files(config.task, precision)
+            with progress.step(f"{precision} graphs -> {Path(copy_files['encoder']).parent}/"):
+                copy_graphs = reduced_graphs(model_dir, files, copy_files, config, precision)
             with progress.step(f"parity, ONNX Runtime {precision} vs PyTorch (float32)"):
-                halves[precision] = {
-                    "graphs": {
-                        role: {"file": half_files[role], **describe_graph(p)} for role, p in half_graphs.items()
-                    },
-                    "parity": measure_parity(model, model_dir, half_files),
+                described_copy = {
+                    role: {"file": copy_files[role], **describe_graph(g)} for role, g in copy_graphs.items()
                 }
+                copies[precision] = {"graphs": described_copy, "parity": measure_parity(model, model_dir, copy_files)}
         with progress.step("checksums and manifest"):
             tokenizer = tokenizer_files(config.tokenizer)
-            written = [*files.values(), ATTENTION_FILE] + [f for h in halves.values() for f in _files_of(h)]
+            written = [*files.values(), ATTENTION_FILE] + [f for c in copies.values() for f in _files_of(c)]
             checksums = {a: sha256_file(model_dir / a) for a in [CONFIG_FILE, WEIGHTS_FILE, *tokenizer, *written]}
             described = {role: {"file": files[role], **describe_graph(proto)} for role, proto in graphs.items()}
             described["attention"] = {"file": ATTENTION_FILE, **describe_graph(attention)}
@@ -352,7 +345,7 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, half: tuple[st
                 "graphs": described,
                 "sha256": checksums,
                 "parity": parity,
-                **halves,
+                **copies,
                 "versions": library_versions(),
                 "export_seconds": round(time.perf_counter() - started, 2),
             }
@@ -360,8 +353,27 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, half: tuple[st
     return manifest
 
 
-def _files_of(half: dict) -> list[str]:
-    return [graph["file"] for graph in half["graphs"].values()]
+def _files_of(copy: dict) -> list[str]:
+    return [graph["file"] for graph in copy["graphs"].values()]
+
+
+def reduced_graphs(model_dir: Path, files: dict, copy_files: dict, config: ModelConfig, precision: str) -> dict:
+    """The serving graphs in `precision`, made from the float32 ones and written: role -> graph. The
+    cache graphs move the cache's values, float16 with float16 graphs, float32 with int8 ones."""
+    (model_dir / copy_files["encoder"]).parent.mkdir(parents=True, exist_ok=True)
+    graphs = {}
+    for role in ("encoder", "decoder") if config.task == "seq2seq" else ("encoder",):
+        source, target = model_dir / files[role], model_dir / copy_files[role]
+        if precision == "int8":
+            graphs[role] = eight_bit(source, target, config)
+        else:
+            graphs[role] = half_encoder(source, config) if role == "encoder" else half_decoder(source)
+    if config.task == "seq2seq":
+        cache = "fp16" if precision == "fp16" else "fp32"
+        graphs.update({role: make(config.n_decoder_layers, cache) for role, make in CACHE_GRAPHS.items()})
+    for role, proto in graphs.items():
+        onnx.save_model(proto, model_dir / copy_files[role])
+    return graphs
 
 
 def measure_parity(model, model_dir: Path, files: dict[str, str]) -> dict:

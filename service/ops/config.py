@@ -39,9 +39,9 @@ class ServerConfig:
     )
     precision: str = _setting(
         "auto",
-        "graphs to serve: fp32, fp16 (exported with attnserve export --precision fp16), or auto: fp16 on CUDA, "
-        "fp32 on the CPU",
-        ("auto", "fp32", "fp16"),
+        "graphs to serve: fp32, fp16 or int8 (exported with attnserve export --precision fp16 int8), or auto: "
+        "fp16 on CUDA, fp32 on the CPU (int8: the CPU's fast choice, within the quality bars in the README)",
+        ("auto", "fp32", "fp16", "int8"),
     )
     gpu_mem_limit: int = _setting(
         0, "bytes each CUDA session's memory arena may grow to (activations; the KV cache is apart); 0: no limit"

@@ -13,7 +13,7 @@ import onnxruntime as ort
 
 from modeldir.files import cache_names
 
-ELEMENT_TYPES = {"fp32": np.float32, "fp16": np.float16}
+ELEMENT_TYPES = {"fp32": np.float32, "fp16": np.float16, "int8": np.float32}  # int8 graphs keep a float32 cache
 
 
 @dataclass(frozen=True)
