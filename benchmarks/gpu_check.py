@@ -21,7 +21,7 @@ measured against PyTorch on the same GPU. Writes results.json and results.md to 
    the time of a decode step at 64 rows and the bytes it moves, from the server's metrics.
 6. Memory: nvidia-smi's figure and the server's own.
 
-Every engine runs in a process of its own: the server, its clients, each baseline (gpu_engines.py).
+Every engine runs in a process of its own: the server, its clients, each baseline (engines.py).
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ from modeldir.reference_decoder import greedy_decode_onnx
 from modeldir.tokenizer import load_tokenizer, pad_batch
 from service.grpc_api.client import Client
 
-from .marian_bench import MARIAN_BASE, texts
+from .marian_bench import MARIAN_BASE
 from .server_process import ServerProcess
+from .translation_load import texts
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "models"
 ORACLE_TEXTS = [  # tests/test_minilm.py's: accents, scripts, emoji, code, one token, past 256 tokens
@@ -191,10 +192,10 @@ def embeddings(server: ServerProcess, dirs: dict, minilm_source: Path, device: s
     service = run_json("-m", "benchmarks.load_clients", "--target", server.target, "--clients",
                        str(sizes.embed_clients), "--per-call", str(sizes.per_call), "--count", count)  # fmt: skip
     out = {"attnserve": sizes.embed_count / service["wall"]}
-    out["sentence-transformers"] = run_json("-m", "benchmarks.gpu_engines", "st-embed", "--model", str(minilm_source),
+    out["sentence-transformers"] = run_json("-m", "benchmarks.engines", "st-embed", "--model", str(minilm_source),
                                             "--device", device, "--count", count, "--batch", batch)["sentences_per_second"]  # fmt: skip
-    out["onnxruntime"] = run_json("-m", "benchmarks.gpu_engines", "ort-embed", "--model", str(dirs["minilm"]),
-                                  "--device", device, "--count", count, "--batch", batch)["sentences_per_second"]  # fmt: skip
+    out["onnxruntime"] = run_json("-m", "benchmarks.engines", "ort-embed", "--model", str(dirs["minilm"]), "--device",
+                                  device, "--precision", "fp16", "--count", count, "--batch", batch)["sentences_per_second"]  # fmt: skip
     out["vs_st"] = out["attnserve"] / out["sentence-transformers"]
     out["vs_ort"] = out["attnserve"] / out["onnxruntime"]
     return out
@@ -204,10 +205,10 @@ def generation(server: ServerProcess, dirs: dict, device: str, sizes: Sizes) -> 
     out, new = {}, str(sizes.new_tokens)
     for concurrency, count in ((1, max(4, sizes.generate_count // 8)), (sizes.concurrency, sizes.generate_count)):
         before = decode_figures(server)
-        ours = run_json("-m", "benchmarks.gpu_engines", "attnserve-generate", "--target", server.target, "--served",
+        ours = run_json("-m", "benchmarks.engines", "attnserve-generate", "--target", server.target, "--served",
                         "marian", "--count", str(count), "--concurrency", str(concurrency), "--new-tokens", new)  # fmt: skip
         after = decode_figures(server)
-        theirs = run_json("-m", "benchmarks.gpu_engines", "hf-generate", "--model", str(dirs["marian_hf"]),
+        theirs = run_json("-m", "benchmarks.engines", "hf-generate", "--model", str(dirs["marian_hf"]),
                           "--device", device, "--count", str(count), "--batch", str(concurrency), "--new-tokens", new)  # fmt: skip
         steps = after["steps"] - before["steps"]
         out[concurrency] = {

@@ -67,7 +67,8 @@ def cmd_build(args) -> None:
     for name, make in bundled.items():
         target = Path(args.out) / name
         try:
-            open_model_dir(target)
+            for precision in ("fp32", *BUNDLED_REDUCED):  # every precision there, every checksum right
+                open_model_dir(target, precision=precision)
             print(f"{target}: up to date")
         except ModelFilesError:
             make(target)

@@ -9,28 +9,13 @@ from __future__ import annotations
 
 import io
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece
 import torch
-from num2words import num2words
 
-LANGUAGES = ("en", "fr", "de", "es")
-PUNCTUATION = (".", "!", "?", ",", "", " ...")
-
-
-def sentences(count: int, seed: int) -> list[str]:
-    """Numbers written out in four languages, capitalised and punctuated: text with accents to tokenize."""
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(count):
-        words = [num2words(rng.randrange(10 ** rng.randint(1, 7)), lang=rng.choice(LANGUAGES))]
-        if rng.random() < 0.3:
-            words.append(num2words(rng.randrange(1000), lang=rng.choice(LANGUAGES)))
-        lines.append(" ".join(words).capitalize() + rng.choice(PUNCTUATION))
-    return lines
+from .number_sentences import sentences
 
 
 def train_sentencepiece(vocab_size: int, seed: int = 0) -> bytes:

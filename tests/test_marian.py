@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from model.export import export_model_dir
 from model.import_marian import MarianImportError, import_marian
-from model.random_marian import MarianShape, random_marian_checkpoint, sentences
+from model.number_sentences import sentences
+from model.random_marian import MarianShape, random_marian_checkpoint
 from modeldir.files import open_model_dir
 from modeldir.reference_decoder import greedy_decode_onnx
 from modeldir.tokenizer import MarianTokenizer, load_tokenizer, pad_batch

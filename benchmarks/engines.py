@@ -1,0 +1,167 @@
+"""The engines the benchmarks measure, each run in a process of its own: a runtime in a process where
+another has run is not what it is alone (CTranslate2 ran 1.7x slower after a few PyTorch matrix
+products in its process). One engine a call, one JSON line out.
+
+    python -m benchmarks.engines st-embed --model DIR [--device cuda] --count 512 --batch 32 --threads 2
+    python -m benchmarks.engines ort-embed --model DIR --precision int8 --count 512 --batch 32 --threads 2
+    python -m benchmarks.engines hf-generate --model HF_DIR --count 64 --batch 32 --new-tokens 64 --threads 2
+    python -m benchmarks.engines ct2-generate --model CT2_DIR --tokenizer DIR --compute-type int8 ...
+    python -m benchmarks.engines attnserve-generate --target HOST:PORT --served NAME --count 64 --concurrency 32
+
+Embeddings: the benchmark sentences (benchmarks/common.py, 10-60 words). Generation: written-out numbers
+(benchmarks/translation_load.py `texts`), greedy, exactly --new-tokens tokens (eos held off) in every engine.
+On --device cuda the PyTorch baselines run in float16; on the CPU in float32 with --threads threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+from .common import sentences
+from .translation_load import clients, summary, texts
+
+
+def chunks(items: list, size: int) -> list[list]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def embed_texts(count: int) -> list[str]:
+    return sentences(count, 10, 60, seed=11)
+
+
+def st_embed(args) -> dict:
+    """sentence-transformers encode (float16 on CUDA)."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(args.threads)
+    model = SentenceTransformer(args.model, device=args.device)
+    if args.device == "cuda":
+        model = model.half()
+    texts = embed_texts(args.count)
+    model.encode(texts[: args.batch], batch_size=args.batch)  # warm-up
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    model.encode(texts, batch_size=args.batch)
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    return {"engine": "sentence-transformers", "sentences": len(texts), "seconds": seconds,
+            "sentences_per_second": len(texts) / seconds}  # fmt: skip
+
+
+def ort_embed(args) -> dict:
+    """ONNX Runtime in-process on a model directory's serving graph of --precision: batches of --batch, sorted
+    by length (as sentence-transformers sorts, and as the server's batcher tends to form them)."""
+    from modeldir.files import open_model_dir
+    from modeldir.tokenizer import TextTokenizer, pad_batch
+    from service.runner.sessions import CPU, CUDA, SessionSettings, create_session
+
+    files = open_model_dir(args.model, precision=args.precision)
+    settings = SessionSettings(device=args.device, intra_op_threads=args.threads)
+    session = create_session(files.encoder, settings, CUDA if args.device == "cuda" else CPU)
+    tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
+    encoded = sorted((e.ids for e in tokenizer.encode(embed_texts(args.count))), key=len)
+    batches = [pad_batch(group, files.config["pad_id"]) for group in chunks(encoded, args.batch)]
+    session.run(["embedding"], {"input_ids": batches[-1][0], "attention_mask": batches[-1][1]})  # warm-up
+    started = time.perf_counter()
+    for ids, mask in batches:
+        session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
+    seconds = time.perf_counter() - started
+    return {"engine": f"onnxruntime ({args.precision})", "sentences": len(encoded), "seconds": seconds,
+            "sentences_per_second": len(encoded) / seconds}  # fmt: skip
+
+
+def hf_generate(args) -> dict:
+    """transformers' MarianMTModel.generate, greedy, exactly --new-tokens tokens (float16 on CUDA)."""
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    torch.set_num_threads(args.threads)
+    model = MarianMTModel.from_pretrained(args.model).eval().to(args.device)
+    if args.device == "cuda":
+        model = model.half()
+    tokenizer = MarianTokenizer.from_pretrained(args.model)
+    settings = {"num_beams": 1, "do_sample": False, "max_new_tokens": args.new_tokens,
+                "min_new_tokens": args.new_tokens}  # fmt: skip
+    sources = texts(args.count)
+
+    def run(group):
+        batch = tokenizer(group, return_tensors="pt", padding=True).to(args.device)
+        out = model.generate(**batch, **settings)
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        return out
+
+    with torch.no_grad():
+        run(sources[: args.batch])  # warm-up
+        tokens, latencies = 0, []
+        started = time.perf_counter()
+        for group in chunks(sources, args.batch):
+            begun = time.perf_counter()
+            out = run(group)
+            latencies += [time.perf_counter() - begun] * len(group)
+            tokens += (out.shape[1] - 1) * len(group)
+        wall = time.perf_counter() - started
+    return {"engine": "transformers", "batch": args.batch, **summary(tokens, wall, latencies, args.new_tokens)}
+
+
+def ct2_generate(args) -> dict:
+    """CTranslate2 translate_batch of a converted checkpoint, greedy, exactly --new-tokens tokens, in
+    --compute-type, tokenized by our Marian tokenizer (the same pieces)."""
+    import ctranslate2
+
+    from modeldir.tokenizer import MarianTokenizer
+
+    translator = ctranslate2.Translator(args.model, device=args.device, compute_type=args.compute_type,
+                                        intra_threads=args.threads, inter_threads=1)  # fmt: skip
+    pieces = [e.tokens for e in MarianTokenizer(args.tokenizer, 512).encode(texts(args.count))]
+    settings = {"beam_size": 1, "max_decoding_length": args.new_tokens, "min_decoding_length": args.new_tokens}
+    translator.translate_batch(pieces[: args.batch], max_batch_size=args.batch, **settings)  # warm-up
+    tokens, latencies = 0, []
+    started = time.perf_counter()
+    for group in chunks(pieces, args.batch):
+        begun = time.perf_counter()
+        results = translator.translate_batch(group, max_batch_size=args.batch, **settings)
+        latencies += [time.perf_counter() - begun] * len(group)
+        tokens += sum(len(r.hypotheses[0]) for r in results)
+    wall = time.perf_counter() - started
+    return {"engine": f"ctranslate2 ({args.compute_type})", "batch": args.batch,
+            **summary(tokens, wall, latencies, args.new_tokens)}  # fmt: skip
+
+
+def attnserve_generate(args) -> dict:
+    """Callers of a running server: --concurrency at once, each sending its next sentence when answered."""
+    result = asyncio.run(clients(args.target, texts(args.count), args.concurrency, args.new_tokens, args.served))
+    return {"engine": "attnserve", "concurrency": args.concurrency, **result}
+
+
+ENGINES = {"st-embed": st_embed, "ort-embed": ort_embed, "hf-generate": hf_generate, "ct2-generate": ct2_generate,
+           "attnserve-generate": attnserve_generate}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("engine", choices=list(ENGINES))
+    parser.add_argument("--model", help="a model directory (ours, Hugging Face's or CTranslate2's)")
+    parser.add_argument("--tokenizer", help="ct2-generate: our Marian model directory (its tokenizer)")
+    parser.add_argument("--target", help="attnserve-generate: the server")
+    parser.add_argument("--served", default="", help="attnserve-generate: the model's name on the server")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cpu")
+    parser.add_argument("--precision", default="fp32", help="ort-embed: the graphs (fp32, fp16, int8)")
+    parser.add_argument("--compute-type", default="float32", help="ct2-generate: float32, int8, int8_float32")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--count", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    args = parser.parse_args()
+    print(json.dumps(ENGINES[args.engine](args)))
+
+
+if __name__ == "__main__":
+    main()

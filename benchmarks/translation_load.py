@@ -1,0 +1,54 @@
+"""The translation benchmarks' sources and their gRPC callers (no torch: it runs in client processes)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import grpc
+
+from model.number_sentences import sentences
+from service.grpc_api.pb import inference_pb2 as pb
+from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
+
+
+def texts(count: int) -> list[str]:
+    """Three written-out numbers a sentence: sources of 20-40 tokens."""
+    parts = sentences(3 * count, seed=7)
+    return [" ".join(parts[i : i + 3]) for i in range(0, 3 * count, 3)]
+
+
+def summary(tokens: int, wall: float, latencies: list[float], new_tokens: int) -> dict:
+    latencies = sorted(latencies)
+    return {
+        "tokens": tokens, "seconds": wall, "tokens_per_second": tokens / wall,
+        "latency_p50": statistics.median(latencies), "latency_p90": latencies[int(0.9 * (len(latencies) - 1))],
+        "seconds_per_token": statistics.median(latencies) / new_tokens,
+    }  # fmt: skip
+
+
+async def clients(target: str, sources: list[str], concurrency: int, new_tokens: int, model: str = "",
+                  beams: int = 1) -> dict:  # fmt: skip
+    """`concurrency` callers, each sending its next sentence when the last one is answered, to `model` (empty:
+    the server's default seq2seq model): greedy with exactly new_tokens tokens, or beam search."""
+    import asyncio
+
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.InferenceStub(channel)
+        params = pb.GenerationParams(max_new_tokens=new_tokens, ignore_eos=beams == 1, num_beams=beams)
+        await stub.Generate(pb.GenerateRequest(model=model, input=sources[0], params=params))  # warm-up
+        queue = list(reversed(sources))
+        latencies, tokens = [], 0
+
+        async def caller():
+            nonlocal tokens
+            while queue:
+                text = queue.pop()
+                begun = time.perf_counter()
+                response = await stub.Generate(pb.GenerateRequest(model=model, input=text, params=params))
+                latencies.append(time.perf_counter() - begun)
+                tokens += len(response.token_ids)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        return summary(tokens, time.perf_counter() - started, latencies, new_tokens)
