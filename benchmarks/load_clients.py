@@ -1,6 +1,10 @@
 """Concurrent Embed clients, in a process of their own so that they do not share the server's GIL.
 
     python -m benchmarks.load_clients --target HOST:PORT --clients 32 --per-call 1 [--vectors out.npy]
+    python -m benchmarks.load_clients --http http://HOST:PORT --clients 32 --per-call 1
+
+--http calls an OpenAI-style `POST /embeddings` (a peer server such as infinity-emb) instead of our gRPC Embed,
+with the first model that its `GET /models` lists.
 
 Splits the benchmark sentences round-robin over the clients; each client sends its share in calls of
 --per-call sentences, one call after another. Prints one JSON line: wall seconds and per-call latencies.
@@ -29,6 +33,14 @@ def split(texts: list[str], clients: int, per_call: int) -> list[list[list[str]]
     return [[share[j : j + per_call] for j in range(0, len(share), per_call)] for share in shares]
 
 
+def in_order(results: list[list], count: int) -> np.ndarray:
+    """Each client's vectors back into the order of the texts (split dealt them round-robin)."""
+    vectors = np.empty((count, len(results[0][0])), np.float32)
+    for c, result in enumerate(results):
+        vectors[c :: len(results)] = result
+    return vectors
+
+
 async def run(target: str, clients: int, per_call: int, texts: list[str] = SENTENCES):
     """-> wall seconds, latencies, vectors (in the order of texts)."""
     plan = split(texts, clients, per_call)
@@ -49,22 +61,50 @@ async def run(target: str, clients: int, per_call: int, texts: list[str] = SENTE
         started = time.perf_counter()
         results = await asyncio.gather(*(client(calls) for calls in plan))
         wall = time.perf_counter() - started
-    vectors = np.empty((len(texts), len(results[0][0])), np.float32)
-    for c, result in enumerate(results):
-        vectors[c::clients] = result
-    return wall, latencies, vectors
+    return wall, latencies, in_order(results, len(texts))
+
+
+async def run_http(base_url: str, clients: int, per_call: int, texts: list[str] = SENTENCES):
+    """The same as run, over HTTP/1.1 with keep-alive connections (one per client)."""
+    import httpx
+
+    plan = split(texts, clients, per_call)
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=600) as http:
+        model = (await http.get("/models")).raise_for_status().json()["data"][0]["id"]
+        (await http.post("/embeddings", json={"model": model, "input": ["warm up"]})).raise_for_status()
+        latencies: list[float] = []
+
+        async def client(calls):
+            vectors = []
+            for texts in calls:
+                started = time.perf_counter()
+                response = await http.post("/embeddings", json={"model": model, "input": texts})
+                latencies.append(time.perf_counter() - started)
+                vectors.extend(e["embedding"] for e in response.raise_for_status().json()["data"])
+            return vectors
+
+        started = time.perf_counter()
+        results = await asyncio.gather(*(client(calls) for calls in plan))
+        wall = time.perf_counter() - started
+    return wall, latencies, in_order(results, len(texts))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--target", required=True)
+    parser.add_argument("--target", help="our gRPC server")
+    parser.add_argument("--http", help="an OpenAI-style HTTP embeddings server's base URL")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--per-call", type=int, default=1)
     parser.add_argument("--vectors", help="write the vectors here (.npy)")
     parser.add_argument("--count", type=int, default=len(SENTENCES), help="sentences in all (the same 10-60 words)")
     args = parser.parse_args()
     texts = SENTENCES if args.count == len(SENTENCES) else sentences(args.count, 10, 60, seed=11)
-    wall, latencies, vectors = asyncio.run(run(args.target, args.clients, args.per_call, texts))
+    if bool(args.target) == bool(args.http):
+        parser.error("give one of --target and --http")
+    calls = run(args.target, args.clients, args.per_call, texts) if args.target else run_http(
+        args.http, args.clients, args.per_call, texts)  # fmt: skip
+    wall, latencies, vectors = asyncio.run(calls)
     if args.vectors:
         np.save(args.vectors, vectors)
     print(json.dumps({"wall": wall, "latencies": latencies}))

@@ -1,8 +1,9 @@
 """A server's resident memory through bursts of large embedding calls, and what its memory settings cost in
 speed: MiniLM, 8 calls of 32 long texts (256 tokens each), an idle pause, 20 calls of 32 short texts;
-twice. One server process per setting (`attnserve serve`), the calls from this one.
+twice. A fresh server process per setting and round (`attnserve serve`), the calls from this one; --rounds
+rounds in turned order, medians.
 
-    .venv/bin/python -m benchmarks.memory_bench [--model-dir build/models/minilm] [--idle 1.5]
+    .venv/bin/python -m benchmarks.memory_bench [--model-dir build/models/minilm] [--idle 1.5] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from service.grpc_api.client import Client
 
 from .common import print_table, write_results
+from .machine import describe, print_machine
 from .server_process import ServerProcess
 
 SETTINGS = {"arena, released when idle (default)": (), "no arena": ("--no-cpu-mem-arena",)}
@@ -44,16 +46,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-dir", default="build/models/minilm")
     parser.add_argument("--idle", type=float, default=1.5, help="seconds idle after each long burst")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    figures, rows = {}, []
-    for name, flags in SETTINGS.items():
-        figures[name] = r = burst(args.model_dir, flags, args.idle)
-        rows.append([name, " / ".join(f"{m:.0f}" for m in r["rss_mb"]), r["long_call_ms"], r["short_call_ms"]])
+    machine = describe(2)
+    print_machine(machine)
+    runs: dict[str, list[dict]] = {name: [] for name in SETTINGS}
+    for round_ in range(args.rounds):
+        for name in list(SETTINGS) if round_ % 2 == 0 else list(SETTINGS)[::-1]:
+            runs[name].append(burst(args.model_dir, SETTINGS[name], args.idle))
+    rows = []
+    for name, results in runs.items():
+        rss = [statistics.median(r["rss_mb"][i] for r in results) for i in range(len(results[0]["rss_mb"]))]
+        rows.append([name, " / ".join(f"{m:.0f}" for m in rss),
+                     *(statistics.median(r[k] for r in results) for k in ("long_call_ms", "short_call_ms"))])  # fmt: skip
     print_table(
-        "Resident memory (MB) at start, after long burst + idle, after short calls, twice; median call times",
+        f"Resident memory (MB) at start, after long burst + idle, after short calls, twice; call times; medians of"
+        f" {args.rounds} rounds",
         ["setting", "RSS MB", "long call ms", "short call ms"], rows,
     )  # fmt: skip
-    write_results("memory_bench", figures)
+    write_results("memory_bench", {"machine": machine, "rounds": args.rounds, "runs": runs})
 
 
 if __name__ == "__main__":
