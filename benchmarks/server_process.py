@@ -3,6 +3,7 @@ memory, its metrics."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -39,6 +40,12 @@ class ServerProcess:
     def rss_mb(self) -> float:
         status = Path(f"/proc/{self.pid}/status").read_text()
         return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
+
+    def main_thread_cpu_seconds(self) -> float:
+        """CPU time of the server's main thread: its event loop (gRPC, validation, tokenizing short texts,
+        batching, logging), not the model threads."""
+        fields = Path(f"/proc/{self.pid}/task/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def open_fds(self) -> int:
         return len(list(Path(f"/proc/{self.pid}/fd").iterdir()))
