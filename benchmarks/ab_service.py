@@ -47,7 +47,8 @@ def serve(checkout: Path, models: list[str], threads: int) -> tuple[subprocess.P
 
 
 def _env(checkout: Path) -> dict:
-    return {**os.environ, "PYTHONPATH": str(checkout)}
+    # ATTNSERVE_HTTP_PORT: a free port for a checkout with the HTTP API (one without it ignores it)
+    return {**os.environ, "PYTHONPATH": str(checkout), "ATTNSERVE_HTTP_PORT": "0"}
 
 
 def clients(checkout: Path, module: str, *args: str) -> dict:

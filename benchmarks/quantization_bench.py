@@ -13,8 +13,8 @@
 Figures: MiniLM, a batch of 32 real sentences (standard-library docstrings, sorted by length as the batcher
 groups them) and its embeddings' cosine to float32 on 1,000 such sentences; a Marian-base-sized decoder
 (the checkpoint benchmarks/marian_bench.py builds), one decode step at 1 and at 32 rows through the serving
-runner. Each variant runs in a fresh process of its own, --rounds times, the order turned round each round;
-medians. The embedding model keeps its feed-forward output projections float32 in every 8-bit variant (as
+runner, and its greedy output (32 tokens) on 100 real sentences, equal to float32's or not. Each variant
+runs in a fresh process of its own, --rounds times, the order turned round each round; medians. The embedding model keeps its feed-forward output projections float32 in every 8-bit variant (as
 model/eight_bit.py does; its docstring says why).
 
     .venv/bin/python -m benchmarks.marian_bench --rounds 1   # once, for the checkpoint
@@ -41,6 +41,7 @@ MARIAN = Path("build/bench/marian-base/attnserve")
 WORK = Path("build/bench/quantization")
 VARIANTS = ("fp32", "dynamic", "dynamic, reduce_range", "weight-only", "weight-only, int8 compute")
 SENTENCES = 1000
+PROMPTS, GREEDY_TOKENS = 100, 32  # the Marian checkpoint's greedy agreement with float32
 
 
 def quantize(source: Path, target: Path, variant: str, embedding: bool) -> None:
@@ -127,6 +128,9 @@ def measure(variant: str, threads: int) -> dict:
             harness.step(cache, step)
 
         out[f"marian_step_{rows}_ms"] = median_seconds(decode, 30, warmup=5) * 1e3
+    prompts = [e.ids for e in marian_tokens.encode(stdlib_sentences(PROMPTS, 6, 30))]
+    greedy = harness.greedy(*pad_batch(prompts, marian.config["pad_id"]), GREEDY_TOKENS)
+    (folder(variant) / "marian-greedy.json").write_text(json.dumps(greedy))
     return out
 
 
@@ -156,17 +160,21 @@ def main() -> None:
             print(f"round {round_ + 1}: {variant} done", file=sys.stderr, flush=True)
 
     reference = np.load(folder("fp32") / "minilm-vectors.npy")
+    reference_greedy = json.loads((folder("fp32") / "marian-greedy.json").read_text())
     rows = []
     for variant, results in runs.items():
         median = {key: statistics.median(r[key] for r in results) for key in results[0]}
         vectors = np.load(folder(variant) / "minilm-vectors.npy")
         cosine = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
+        greedy = json.loads((folder(variant) / "marian-greedy.json").read_text())
+        same = sum(a == b for a, b in zip(greedy, reference_greedy))
         rows.append([variant, round(median["minilm_batch_32_ms"], 1), f"{cosine.mean():.5f}", f"{cosine.min():.5f}",
-                     round(median["marian_step_1_ms"], 2), round(median["marian_step_32_ms"], 2)])  # fmt: skip
+                     round(median["marian_step_1_ms"], 2), round(median["marian_step_32_ms"], 2),
+                     f"{same}/{len(greedy)}"])  # fmt: skip
     print_table(
         f"8-bit options, {args.threads} threads, medians of {args.rounds} rounds, each variant in a fresh process",
         ["variant", "MiniLM batch 32 ms", "cosine to fp32, mean", "min", "Marian step 1 row ms",
-         "Marian step 32 rows ms"], rows,
+         "Marian step 32 rows ms", "Marian greedy = fp32"], rows,
     )  # fmt: skip
     write_results("quantization_bench", {"machine": machine, "rounds": args.rounds, "runs": runs, "rows": rows})
 

@@ -17,7 +17,7 @@ from pathlib import Path
 class ServerProcess:
     def __init__(self, *args: str, models=("build/models/minilm", "build/models/numbers")):
         command = [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0",
-                   "--metrics-port", "0", "--log-format", "text", "--models", *models, *args]  # fmt: skip
+                   "--metrics-port", "0", "--http-port", "0", "--log-format", "text", "--models", *models, *args]  # fmt: skip
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
         for line in self.process.stderr:
             match = re.search(r"listening on port (\d+), metrics on (\d+)", line)

@@ -1,5 +1,5 @@
-"""The server process: the serving core, its front doors (gRPC) and the operators' HTTP port, built from
-one ServerConfig; their lifecycle: start, load, drain on SIGTERM, stop.
+"""The server process: the serving core, its front doors (gRPC, the OpenAI-compatible HTTP API) and the
+operators' metrics port, built from one ServerConfig; their lifecycle: start, load, drain on SIGTERM, stop.
 
 start() binds the ports with health NOT_SERVING (calls get UNAVAILABLE); load_models() loads and warms
 the models and turns health SERVING; drain() turns health NOT_SERVING, turns new calls away with
@@ -17,6 +17,7 @@ from .core.loader import CacheSettings, LoadSettings
 from .core.serving import CoreSettings, ServingCore
 from .engine.batcher import BatchLimits
 from .grpc_api.server import GrpcServer
+from .http_api.server import HttpServer
 from .ops.config import ServerConfig
 from .ops.metrics import Metrics
 from .ops.metrics_http import MetricsServer
@@ -64,16 +65,18 @@ class Server:
         self.metrics = Metrics()
         self.core = ServingCore(core_settings(config), self.metrics)
         self.grpc = GrpcServer(config, self.core, self.metrics)
+        self.http = HttpServer(config, self.core, self.metrics) if config.http_port >= 0 else None
         self.metrics_server: MetricsServer | None = None
         self.port = 0
 
     async def start(self) -> int:
-        """Listen on the gRPC and metrics ports. -> the gRPC port."""
+        """Listen on the gRPC, HTTP and metrics ports. -> the gRPC port."""
         self.port = await self.grpc.start()
         self.metrics_server = MetricsServer(self.metrics, self.config.host, self.config.metrics_port, self.core.ready)
+        http = f", HTTP API on {await self.http.start()}" if self.http else ""
         log.info(
-            "listening on port %d, metrics on %d (health NOT_SERVING until the models are warm)",
-            self.port, self.metrics_server.port,
+            "listening on port %d, metrics on %d%s (health NOT_SERVING until the models are warm)",
+            self.port, self.metrics_server.port, http,
         )  # fmt: skip
         return self.port
 
@@ -94,6 +97,8 @@ class Server:
         then close the ports."""
         await self.core.stop()
         await self.grpc.stop()
+        if self.http is not None:
+            await self.http.stop()
         if self.metrics_server is not None:
             self.metrics_server.close()
         self.core.close()

@@ -17,7 +17,7 @@ from .server import Server, create_server
 
 class ServerThread:
     def __init__(self, models: list[Path], load: bool = True, **settings):
-        settings = {"host": "127.0.0.1", "port": 0, "metrics_port": 0, **settings}
+        settings = {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "http_port": 0, **settings}
         self.config = ServerConfig(models=tuple(models), **settings)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="test-server", daemon=True)

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FRONT_DOOR_LIBRARIES = ("grpc", "grpc_health", "grpc_reflection", "google.protobuf", "service.grpc_api")
+FRONT_DOOR_LIBRARIES = (
+    "grpc", "grpc_health", "grpc_reflection", "google.protobuf", "service.grpc_api",
+    "fastapi", "starlette", "uvicorn", "pydantic", "service.http_api",
+)  # fmt: skip
 
 # (files, forbidden module prefixes, why)
 RULES = [
@@ -23,6 +26,8 @@ RULES = [
     ("service/runner", (*FRONT_DOOR_LIBRARIES, "service.core", "service.engine"), "the runner is the bottom"),
     ("service/ops", (*FRONT_DOOR_LIBRARIES, "service.core", "service.engine"), "operations know no transport"),
     ("service/errors.py", FRONT_DOOR_LIBRARIES, "domain errors name no status code"),
+    ("service/grpc_api", ("service.http_api", "fastapi", "starlette", "uvicorn"), "one front door, not the other"),
+    ("service/http_api", ("service.grpc_api", "grpc", "google.protobuf"), "one front door, not the other"),
 ]
 # onnxruntime: the runner is the only serving module that knows the device.
 ONNXRUNTIME_ALLOWED = ("service/runner",)
@@ -122,7 +127,7 @@ def test_architecture_doc_names_only_files_that_exist():
 
     text = (ROOT / "docs" / "architecture.md").read_text()
     named = set(re.findall(r"\b((?:service|model|modeldir|cli|tests)/[\w/]+\.py)\b", text))
-    short = set(re.findall(r"`((?:grpc_api|core|engine|runner|ops)/\w+\.py)`", text))
+    short = set(re.findall(r"`((?:grpc_api|http_api|core|engine|runner|ops)/\w+\.py)`", text))
     assert len(named) > 10 and len(short) > 10
     missing = sorted(p for p in named if not (ROOT / p).is_file())
     missing += sorted(p for p in short if not (ROOT / "service" / p).is_file())

@@ -322,7 +322,7 @@ def test_clients_killed_mid_call_leave_nothing_behind(served):
 
 def run_serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0",
-                           "--metrics-port", "0", *args], capture_output=True, text=True, timeout=timeout)  # fmt: skip
+                           "--metrics-port", "0", "--http-port", "0", *args], capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
 def test_a_tampered_model_refuses_to_start(minilm_dir, copy_of):

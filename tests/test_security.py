@@ -153,7 +153,7 @@ def test_onnx_external_data_outside_the_model_directory_is_refused(minilm_dir, c
     (model_dir / MANIFEST_FILE).write_text(json.dumps(manifest))
     result = subprocess.run(
         [sys.executable, "-m", "cli", "serve", "--models", str(model_dir), "--port", "0", "--metrics-port", "0",
-         "--host", "127.0.0.1"], capture_output=True, text=True, timeout=120,
+         "--http-port", "0", "--host", "127.0.0.1"], capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 1
     assert "External data path escapes model directory" in result.stderr

@@ -98,7 +98,7 @@ def test_startup_failures_exit_non_zero_with_a_clear_message(minilm_dir, args, m
         pytest.skip("a GPU driver is present: --device cuda may well start")
     argv = ["--models", str(minilm_dir), *args] if args[0] != "--models" else args
     result = subprocess.run(
-        [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0", *argv],
+        [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0", "--http-port", "0", *argv],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 1

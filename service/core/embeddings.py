@@ -11,7 +11,7 @@ from ..errors import QueueFull, invalid
 from ..ops.call_record import CallRecord
 from .registry import ModelRegistry
 from .tokenization import Tokenization
-from .validation import check_texts
+from .validation import check_dimensions, check_texts
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class EmbedRequest:
     inputs: list[str]
     normalize: bool | None = None  # None: the model's default (L2-normalised unless it says otherwise)
     truncate: bool = True  # cut texts longer than the model takes; False: refuse them
+    dimensions: int = 0  # keep the first n values of each vector (Matryoshka), normalised after; 0: all
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Embeddings:
         model = self.registry.get(request.model, "embedding", call.rpc)
         call.use_model(model.name)
         texts = check_texts(request.inputs, self.max_client_batch_size)
+        dimensions = check_dimensions(request.dimensions, model.dimensions, model.name)
         normalize = model.normalize_by_default if request.normalize is None else request.normalize
 
         started = time.perf_counter()
@@ -64,7 +66,7 @@ class Embeddings:
         except QueueFull as error:
             raise QueueFull(f"model {model.name!r}: {error}; retry later") from None
 
-        vectors = np.stack([r.vector for r in results])
+        vectors = np.stack([r.vector for r in results])[:, :dimensions]
         if normalize:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors = vectors / np.maximum(norms, 1e-12)

@@ -36,6 +36,13 @@ def check_texts(texts: list[str], limit: int) -> list[str]:
     return texts
 
 
+def check_dimensions(dimensions: int, model_dimensions: int, model_name: str) -> int:
+    """How many leading values of each vector to keep: 0 (unset) is all of them."""
+    if not 0 <= dimensions <= model_dimensions:
+        raise invalid("dimensions", f"{dimensions}; 1 to {model_dimensions} for model {model_name!r}")
+    return dimensions or model_dimensions
+
+
 @dataclass(frozen=True)
 class GenerationOptions:
     """A request's generation options as the caller set them: 0, None and empty mean unset."""

@@ -1,13 +1,13 @@
-"""Transport security and caller authentication: TLS or mutual TLS from PEM files, and bearer tokens
-checked in constant time. Health checks stay open, so that probes and load balancers need no secret."""
+"""Transport security and caller authentication on the gRPC port: TLS or mutual TLS from PEM files, and
+bearer tokens (service/ops/auth.py). Health checks stay open, so that probes and load balancers need no secret."""
 
 from __future__ import annotations
 
-import hmac
 from pathlib import Path
 
 import grpc
 
+from ..ops.auth import REQUIRED, bearer_allowed
 from ..ops.config import ServerConfig
 from ..ops.metrics import Metrics
 
@@ -23,13 +23,6 @@ def server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
     return grpc.ssl_server_credentials([(key, chain)], root_certificates=client_ca, require_client_auth=bool(client_ca))
 
 
-def read_tokens(path: str) -> list[bytes]:
-    tokens = [line.strip().encode() for line in Path(path).read_text().splitlines() if line.strip()]
-    if not tokens:
-        raise ValueError(f"auth_token_file {path} holds no token")
-    return tokens
-
-
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
     """Calls must carry 'authorization: Bearer <token>' with one of the configured tokens."""
 
@@ -37,13 +30,8 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         self.tokens, self.metrics = tokens, metrics
 
     def _allowed(self, metadata) -> bool:
-        presented = b""
-        for key, value in metadata or ():
-            if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-                presented = value[len("Bearer ") :].encode()
-        # Compare against every token whatever the outcome: the time taken says nothing about which matched.
-        matches = [hmac.compare_digest(presented, token) for token in self.tokens]
-        return bool(presented) and any(matches)
+        authorization = next((value for key, value in metadata or () if key == "authorization"), None)
+        return bearer_allowed(authorization, self.tokens)
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         handler = await continuation(details)
@@ -51,7 +39,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
             return handler
         rpc = details.method.rsplit("/", 1)[-1]
         self.metrics.requests.labels(rpc, "", "UNAUTHENTICATED").inc()
-        message = "authorization: a valid 'Bearer <token>' is required"
+        message = REQUIRED
 
         async def refuse(request, context):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)

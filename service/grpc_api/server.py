@@ -11,11 +11,12 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
 from ..core.serving import ServingCore
+from ..ops.auth import read_tokens
 from ..ops.config import ServerConfig
 from ..ops.metrics import Metrics
 from .call_handling import register
 from .pb import inference_pb2
-from .security import BearerTokenInterceptor, read_tokens, server_credentials
+from .security import BearerTokenInterceptor, server_credentials
 from .servicer import InferenceServicer
 
 INFERENCE_SERVICE = inference_pb2.DESCRIPTOR.services_by_name["Inference"].full_name

@@ -34,6 +34,9 @@ class ServerConfig:
     host: str = _setting("[::]", "address to listen on")
     port: int = _setting(50051, "gRPC port; 0 picks a free one")
     metrics_port: int = _setting(9464, "HTTP port of /metrics, /healthz and /readyz; 0 picks a free one")
+    http_port: int = _setting(
+        8080, "HTTP port of the OpenAI-compatible API (/v1/embeddings, /v1/completions); 0 picks a free one; -1: off"
+    )
     device: str = _setting(
         "auto", "execution provider: cuda, cpu, or auto (CUDA when its provider really loads)", ("auto", "cuda", "cpu")
     )
@@ -109,7 +112,9 @@ class ServerConfig:
     tls_key: str = _setting("", "PEM private key of tls_cert")
     tls_client_ca: str = _setting("", "PEM CA bundle: require client certificates signed by it (mutual TLS)")
     auth_token_file: str = _setting(
-        "", "file of bearer tokens, one a line: calls must send 'authorization: Bearer <token>' (health exempt)"
+        "",
+        "file of bearer tokens, one a line: calls must send 'authorization: Bearer <token>' on the gRPC and HTTP "
+        "ports (health exempt)",
     )
     log_level: str = _setting("info", "logging level", ("debug", "info", "warning", "error"))
     log_format: str = _setting(
@@ -149,8 +154,15 @@ class ServerConfig:
         for name in ("port", "metrics_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 problems.append(f"{name} must be 0..65535, not {getattr(self, name)}")
-        if self.port and self.port == self.metrics_port:
-            problems.append(f"port and metrics_port are both {self.port}")
+        if not -1 <= self.http_port <= 65535:
+            problems.append(f"http_port must be 0..65535, or -1 (off), not {self.http_port}")
+        fixed = [
+            (name, getattr(self, name)) for name in ("port", "metrics_port", "http_port") if getattr(self, name) > 0
+        ]
+        for i, (name, port) in enumerate(fixed):
+            for other, other_port in fixed[i + 1 :]:
+                if port == other_port:
+                    problems.append(f"{name} and {other} are both {port}")
         if not self.models:
             problems.append("models: at least one model directory is needed")
         for f in dataclasses.fields(self):

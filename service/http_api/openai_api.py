@@ -1,0 +1,255 @@
+"""The OpenAI-compatible HTTP API: /v1/embeddings, /v1/completions (seq2seq models), /v1/models and /health.
+JSON in, core types; core results out, OpenAI's shapes. Validation, limits and policy are the core's;
+statuses and error shapes are call_handling.py's."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..core.embeddings import EmbedRequest
+from ..core.generation import GenerateRequest
+from ..core.serving import ServingCore
+from ..core.validation import GenerationOptions
+from ..engine.sequence import LENGTH
+from ..errors import ServiceError, invalid
+from ..ops.metrics import Metrics
+from .call_handling import BodyTooLarge, HttpCall, error_body, error_response, http_call, too_large_response
+from .openai_types import CompletionsRequest, EmbeddingsRequest
+
+log = logging.getLogger("attnserve.http")
+
+EMBEDDING_NAMES = {"inputs": "input"}
+COMPLETION_NAMES = {
+    "input": "prompt", "params.max_new_tokens": "max_tokens", "params.temperature": "temperature",
+    "params.top_p": "top_p", "params.top_k": "top_k", "params.seed": "seed", "params.stop": "stop",
+    "params.repetition_penalty": "repetition_penalty", "params.ignore_eos": "ignore_eos", "params.num_beams": "n",
+    "params.num_return_sequences": "n",
+}  # fmt: skip
+
+
+def finish_reason(reason: str) -> str:
+    return "length" if reason == LENGTH else "stop"  # eos and stop sequences alike
+
+
+def embedding_values(vector: np.ndarray, encoding: str):
+    if encoding == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode()
+    return vector.tolist()
+
+
+def generation_options(body: CompletionsRequest, index: str = "") -> GenerationOptions:
+    if body.n > 1 and body.temperature:
+        raise invalid("n", "more than 1 returns the n best beams, which does not sample: set temperature to 0")
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    return GenerationOptions(
+        max_new_tokens=body.max_tokens or 0, temperature=body.temperature or 0.0, top_k=body.top_k or 0,
+        top_p=body.top_p or 0.0, repetition_penalty=body.repetition_penalty or 0.0, seed=body.seed, stop=stop,
+        ignore_eos=body.ignore_eos, num_beams=body.n if body.n > 1 else 1, num_return_sequences=body.n,
+    )  # fmt: skip
+
+
+def prompts_of(body: CompletionsRequest, limit: int) -> list[str]:
+    prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+    if not prompts:
+        raise invalid("prompt", f"empty; send 1 to {limit} texts")
+    if len(prompts) > limit:
+        raise invalid("prompt", f"{len(prompts)} texts; at most {limit} per call (max_client_batch_size)")
+    if body.n < 1:
+        raise invalid("n", f"{body.n}; at least 1")
+    return prompts
+
+
+def indexed(error: ServiceError, index: int, count: int) -> ServiceError:
+    """A prompt's error names which prompt, where the call sent several."""
+    if count > 1 and error.field == "input":
+        error.field, error.message = f"input[{index}]", f"input[{index}]" + error.message[len("input") :]
+    return error
+
+
+def field_of(loc) -> str:
+    """A validation error's place as the caller wrote it: ("body", "input", "list[str]", 3) -> input[3]
+    (the type names pydantic puts in for a union's members are dropped)."""
+    parts = [p for p in loc if p != "body"]
+    if not parts:
+        return "body"
+    return str(parts[0]) + "".join(f"[{p}]" for p in parts[1:] if isinstance(p, int))
+
+
+def sse(payload: dict | str) -> bytes:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode()
+
+
+def create_app(core: ServingCore, metrics: Metrics, max_client_batch_size: int) -> FastAPI:
+    app = FastAPI(title="attnserve", summary="OpenAI-compatible embeddings and completions", docs_url="/docs")
+
+    @app.exception_handler(RequestValidationError)
+    async def refuse_invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
+        first = (error.errors() or [{"loc": (), "msg": "not a valid request"}])[0]
+        field = field_of(first.get("loc", ()))
+        return error_response(400, f"{field}: {first.get('msg')}", "invalid_request_error", field, "InvalidArgument")
+
+    @app.exception_handler(BodyTooLarge)
+    async def refuse_large_body(request: Request, error: BodyTooLarge) -> JSONResponse:
+        return too_large_response(error)
+
+    @app.get("/health")
+    async def health() -> Response:
+        ready = core.ready()
+        return JSONResponse({"status": "ok" if ready else "unavailable"}, status_code=200 if ready else 503)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        async with http_call(core, metrics, request, "http.models", {}) as call:
+            data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "task": m.task}
+                    for m in core.models()]  # fmt: skip
+            return JSONResponse({"object": "list", "data": data})
+        return call.response
+
+    @app.post("/v1/embeddings")
+    async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
+        async with http_call(core, metrics, request, "http.embeddings", EMBEDDING_NAMES) as call:
+            texts = [body.input] if isinstance(body.input, str) else body.input
+            if any(not isinstance(t, str) for t in texts):
+                raise invalid("input", "token-id arrays are not served here; send text")
+            if body.dimensions is not None and body.dimensions < 1:
+                raise invalid("dimensions", f"{body.dimensions}; at least 1")
+            embed = EmbedRequest(body.model, texts, dimensions=body.dimensions or 0)
+            result = await core.embeddings.embed(embed, call.record)
+            data = [{"object": "embedding", "index": i, "embedding": embedding_values(v, body.encoding_format)}
+                    for i, v in enumerate(result.vectors)]  # fmt: skip
+            tokens = result.usage.prompt_tokens
+            return JSONResponse({"object": "list", "data": data, "model": result.model,
+                                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
+        return call.response
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionsRequest, request: Request) -> Response:
+        async with http_call(core, metrics, request, "http.completions", COMPLETION_NAMES) as call:
+            unsupported = body.unsupported()
+            if unsupported:
+                raise invalid(unsupported, "not served by attnserve")
+            prompts = prompts_of(body, max_client_batch_size)
+            options = generation_options(body)
+            if body.stream:
+                return await stream_completions(core, call, body, prompts, options)
+            return await whole_completions(core, call, body, prompts, options)
+        return call.response
+
+    return app
+
+
+async def whole_completions(core, call: HttpCall, body, prompts: list[str], options) -> JSONResponse:
+    """Every prompt generated at once (the scheduler batches them), answered in order."""
+
+    async def one(i: int, prompt: str):
+        try:
+            return await core.generation.generate(GenerateRequest(body.model, prompt, options), call.record)
+        except ServiceError as error:
+            raise indexed(error, i, len(prompts)) from None
+
+    tasks = [asyncio.ensure_future(one(i, p)) for i, p in enumerate(prompts)]
+    try:
+        results = await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:  # one prompt failed: the others stop too, and free their cache rows
+            task.cancel()
+    choices = []
+    for r in results:
+        answers = r.hypotheses if body.n > 1 else [r]
+        for answer in answers:
+            choices.append({"index": len(choices), "text": answer.text, "logprobs": None,
+                            "finish_reason": finish_reason(answer.finish_reason)})  # fmt: skip
+    prompt_tokens = sum(r.usage.prompt_tokens for r in results)
+    completion_tokens = sum(r.usage.generated_tokens for r in results)
+    call.record.figures.update(prompts=len(prompts), prompt_tokens=prompt_tokens, generated_tokens=completion_tokens)
+    return JSONResponse(completion(results[0].model, choices, prompt_tokens, completion_tokens))
+
+
+def completion(model: str, choices: list[dict], prompt_tokens: int, completion_tokens: int) -> dict:
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": model,
+        "choices": choices,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }  # fmt: skip
+
+
+async def stream_completions(core, call: HttpCall, body, prompts: list[str], options) -> StreamingResponse:
+    """Server-sent events: each prompt's text as it comes (its choice index says which), then [DONE]. The
+    requests are checked and queued before the answer starts, so a refusal is a plain error status."""
+    streams = []
+    try:
+        for i, prompt in enumerate(prompts):
+            try:
+                streams.append(await core.generation.stream(GenerateRequest(body.model, prompt, options), call.record))
+            except ServiceError as error:
+                raise indexed(error, i, len(prompts)) from None
+    except BaseException:
+        for stream in streams:
+            await stream.events.aclose()
+        raise
+    call.streaming = True
+    include_usage = bool((body.stream_options or {}).get("include_usage"))
+    return StreamingResponse(events(call, streams, include_usage), media_type="text/event-stream")
+
+
+async def events(call: HttpCall, streams: list, include_usage: bool) -> AsyncIterator[bytes]:
+    """The prompts' events merged as they come; the call closes when the last ends, fails or the client goes."""
+    queue: asyncio.Queue = asyncio.Queue()
+    model = streams[0].model
+    usage = {"prompt_tokens": 0, "completion_tokens": 0}
+
+    async def pump(index: int, stream) -> None:
+        try:
+            async for event in stream.events:
+                await queue.put((index, event, None))
+        except Exception as error:
+            await queue.put((index, None, error))
+        else:
+            await queue.put((index, None, None))  # this prompt is done
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        running = len(streams)
+        while running:
+            index, event, error = await queue.get()
+            if error is not None:
+                raise error
+            if event is None:
+                running -= 1
+                continue
+            reason = finish_reason(event.finish_reason) if event.finish_reason else None
+            if reason is not None:
+                usage["prompt_tokens"] += event.usage.prompt_tokens
+                usage["completion_tokens"] += event.usage.generated_tokens
+            choice = {"index": index, "text": event.text, "logprobs": None, "finish_reason": reason}
+            yield sse(chunk(model, [choice]))
+        if include_usage:
+            yield sse({**chunk(model, []), "usage": {**usage, "total_tokens": sum(usage.values())}})
+        yield sse("[DONE]")
+    except ServiceError as error:  # after the answer started: the error goes as the last event
+        yield sse(json.loads(call.error(error).body))
+    except Exception:
+        log.exception("completions stream failed")
+        call.record.code = "500"
+        yield sse(error_body("completions: internal error (see the server log)", "server_error"))
+    finally:
+        for task in tasks:
+            task.cancel()
+        call.close()
+
+
+def chunk(model: str, choices: list[dict]) -> dict:
+    return {"id": "cmpl-stream", "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": choices}  # fmt: skip

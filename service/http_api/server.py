@@ -1,0 +1,99 @@
+"""The HTTP port: the OpenAI-compatible API (openai_api.py) served by uvicorn on the same event loop as the
+gRPC port, with TLS, bearer tokens and a request size limit as configured."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+
+import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..core.serving import ServingCore
+from ..ops.auth import REQUIRED, bearer_allowed, read_tokens
+from ..ops.config import ServerConfig
+from ..ops.metrics import Metrics
+from .call_handling import BodyTooLarge, error_response, too_large_response
+from .openai_api import create_app
+
+OPEN_PATHS = ("/health",)  # probes and load balancers need no secret
+
+
+class Guard:
+    """Bearer tokens (when configured) and the size of request bodies, before a request reaches the API."""
+
+    def __init__(self, app: ASGIApp, tokens: list[bytes] | None, max_body_bytes: int, metrics: Metrics):
+        self.app, self.tokens, self.max_body_bytes, self.metrics = app, tokens, max_body_bytes, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        path = scope["path"]
+        if self.tokens and path not in OPEN_PATHS and not bearer_allowed(headers.get("authorization"), self.tokens):
+            self.metrics.requests.labels(f"http{path}", "", "401").inc()
+            return await error_response(401, REQUIRED, "authentication_error", None, "Unauthenticated")(
+                scope, receive, send
+            )
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body_bytes:
+            return await self.too_large(int(length))(scope, receive, send)
+        received = 0
+
+        async def counted() -> dict:  # a body sent without a length (chunked) is counted as it comes
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_body_bytes:
+                raise BodyTooLarge(received, self.max_body_bytes)
+            return message
+
+        await self.app(scope, counted, send)  # the API answers BodyTooLarge with 413
+
+    def too_large(self, size: int):
+        return too_large_response(BodyTooLarge(size, self.max_body_bytes))
+
+
+def ssl_settings(config: ServerConfig) -> dict:
+    if not config.tls_cert:
+        return {}
+    settings = {"ssl_certfile": config.tls_cert, "ssl_keyfile": config.tls_key}
+    if config.tls_client_ca:
+        settings.update(ssl_ca_certs=config.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return settings
+
+
+class HttpServer:
+    def __init__(self, config: ServerConfig, core: ServingCore, metrics: Metrics):
+        self.config, self.core, self.metrics = config, core, metrics
+        self.server: uvicorn.Server | None = None
+        self._ticks: asyncio.Task | None = None
+        self.port = 0
+
+    async def start(self) -> int:
+        """Listen (the API answers 503 until the core is ready). -> the port."""
+        c = self.config
+        tokens = read_tokens(c.auth_token_file) if c.auth_token_file else None
+        app = Guard(create_app(self.core, self.metrics, c.max_client_batch_size), tokens, c.max_message_bytes,
+                    self.metrics)  # fmt: skip
+        host = c.host.strip("[]")  # "[::]" on the gRPC port is "::" here
+        settings = uvicorn.Config(app, host=host, port=c.http_port, lifespan="off", log_config=None,
+                                  access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c))  # fmt: skip
+        settings.load()
+        server = uvicorn.Server(settings)
+        server.lifespan = settings.lifespan_class(settings)
+        # Server.serve() would take over SIGTERM and SIGINT: the process' own drain handles them, so start and
+        # stop are called directly; main_loop keeps the Date header fresh and watches should_exit.
+        await server.startup()
+        self.server = server
+        self._ticks = asyncio.get_running_loop().create_task(server.main_loop(), name="http")
+        self.port = server.servers[0].sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        """Close the port; answers in flight get a second to leave."""
+        if self.server is None:
+            return
+        self.server.should_exit = True
+        await self._ticks
+        await self.server.shutdown()
