@@ -47,9 +47,10 @@ WORKDIR /home/attnserve
 ENV ATTNSERVE_MODELS=/models/minilm,/models/numbers \
     ATTNSERVE_DEVICE=auto \
     ATTNSERVE_PORT=50051 \
-    ATTNSERVE_METRICS_PORT=9464
-# gRPC, and HTTP for /metrics, /healthz, /readyz.
-EXPOSE 50051 9464
+    ATTNSERVE_METRICS_PORT=9464 \
+    ATTNSERVE_HTTP_PORT=8080
+# gRPC; the OpenAI-compatible HTTP API; HTTP for /metrics, /healthz, /readyz.
+EXPOSE 50051 8080 9464
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
   CMD ["attnserve", "health", "--target", "localhost:50051"]
 # SIGTERM drains (ATTNSERVE_DRAIN_SECONDS, default 30 s): give `docker stop` a longer timeout.

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .common import print_table, write_results
 from .load_clients import SENTENCES
+from .machine import describe, print_machine
 
 
 def serve(checkout: Path, models: list[str], threads: int) -> tuple[subprocess.Popen, int]:
@@ -97,9 +98,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=128)
     args = parser.parse_args()
+    machine = describe(args.threads)
+    print_machine(machine)
     runs: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
     for round_ in range(args.rounds):
-        for side in ("before", "after"):
+        for side in ("before", "after") if round_ % 2 == 0 else ("after", "before"):  # turned round each round
             for name, value in one_round(getattr(args, side).resolve(), args, side).items():
                 runs[side].setdefault(name, []).append(value)
             print(f"round {round_ + 1} {side}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in runs[side].items()),
@@ -110,7 +113,7 @@ def main() -> None:
         rows.append([name, f"{before:.1f}", f"{after:.1f}", f"{after / before:.3f}"])
     title = f"medians of {args.rounds} rounds, each server in a fresh process"
     print_table(title, ["figure", "before", "after", "after / before"], rows)
-    write_results("ab_service", {"runs": runs, "rows": rows})
+    write_results("ab_service", {"machine": machine, "runs": runs, "rows": rows})
 
 
 if __name__ == "__main__":

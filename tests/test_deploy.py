@@ -40,7 +40,7 @@ def test_dockerfile_builds_models_with_torch_and_serves_without():
     assert "'.[export]'" in build and "attnserve build" in build
     assert runtime.startswith("nvidia/cuda:13") and "cudnn-runtime" in runtime.split()[0]
     assert "pip install ." in runtime and "[export]" not in runtime and "torch" not in runtime.replace("no torch", "")
-    assert re.search(r"^USER 10001$", runtime, flags=re.M) and "EXPOSE 50051 9464" in runtime
+    assert re.search(r"^USER 10001$", runtime, flags=re.M) and "EXPOSE 50051 8080 9464" in runtime
     assert "HEALTHCHECK" in runtime and '"attnserve", "health"' in runtime
 
 
@@ -73,7 +73,7 @@ def test_kubernetes_pieces_fit_together():
     pod = deployment["spec"]["template"]
     container = pod["spec"]["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"grpc": 50051, "metrics": 9464}
+    assert ports == {"grpc": 50051, "http": 8080, "metrics": 9464}
     assert container["resources"]["requests"]["nvidia.com/gpu"] == 1
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"]["port"] == ports["grpc"]

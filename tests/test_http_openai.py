@@ -122,6 +122,10 @@ def test_completions_are_the_grpc_answers(served, sdk):
     assert [c.text for c in batch.choices] == expected
     short = sdk.completions.create(model="numbers", prompt=prompts[0], max_tokens=2)
     assert short.choices[0].finish_reason == "length" and short.usage.completion_tokens == 2
+    # one call of five prompts was one running request, and is none now
+    metrics = httpx.get(f"http://127.0.0.1:{served.server.metrics_server.port}/metrics").text
+    assert 'attnserve_requests_running{model="numbers"} 0.0' in metrics
+    assert 'attnserve_requests_total{code="200",model="numbers",rpc="http.completions"} 3.0' in metrics
 
 
 def test_n_returns_the_n_best_beams(served, sdk):

@@ -48,14 +48,16 @@ def embedding_values(vector: np.ndarray, encoding: str):
     return vector.tolist()
 
 
-def generation_options(body: CompletionsRequest, index: str = "") -> GenerationOptions:
+def generation_options(body: CompletionsRequest) -> GenerationOptions:
+    """n = 1 leaves the number of beams to the checkpoint's default, as an unset num_beams does on gRPC."""
     if body.n > 1 and body.temperature:
         raise invalid("n", "more than 1 returns the n best beams, which does not sample: set temperature to 0")
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     return GenerationOptions(
         max_new_tokens=body.max_tokens or 0, temperature=body.temperature or 0.0, top_k=body.top_k or 0,
         top_p=body.top_p or 0.0, repetition_penalty=body.repetition_penalty or 0.0, seed=body.seed, stop=stop,
-        ignore_eos=body.ignore_eos, num_beams=body.n if body.n > 1 else 1, num_return_sequences=body.n,
+        ignore_eos=body.ignore_eos, num_beams=body.n if body.n > 1 else 0,
+        num_return_sequences=body.n if body.n > 1 else 0,
     )  # fmt: skip
 
 
@@ -207,7 +209,7 @@ async def stream_completions(core, call: HttpCall, body, prompts: list[str], opt
 async def events(call: HttpCall, streams: list, include_usage: bool) -> AsyncIterator[bytes]:
     """The prompts' events merged as they come; the call closes when the last ends, fails or the client goes."""
     queue: asyncio.Queue = asyncio.Queue()
-    model = streams[0].model
+    model, completion_id = streams[0].model, f"cmpl-{uuid.uuid4().hex}"
     usage = {"prompt_tokens": 0, "completion_tokens": 0}
 
     async def pump(index: int, stream) -> None:
@@ -234,10 +236,13 @@ async def events(call: HttpCall, streams: list, include_usage: bool) -> AsyncIte
                 usage["prompt_tokens"] += event.usage.prompt_tokens
                 usage["completion_tokens"] += event.usage.generated_tokens
             choice = {"index": index, "text": event.text, "logprobs": None, "finish_reason": reason}
-            yield sse(chunk(model, [choice]))
+            yield sse(chunk(completion_id, model, [choice]))
         if include_usage:
-            yield sse({**chunk(model, []), "usage": {**usage, "total_tokens": sum(usage.values())}})
+            yield sse({**chunk(completion_id, model, []), "usage": {**usage, "total_tokens": sum(usage.values())}})
         yield sse("[DONE]")
+    except asyncio.CancelledError:  # the client went away: its sequences stop with the pumps
+        call.record.code = "499"
+        raise
     except ServiceError as error:  # after the answer started: the error goes as the last event
         yield sse(json.loads(call.error(error).body))
     except Exception:
@@ -250,6 +255,6 @@ async def events(call: HttpCall, streams: list, include_usage: bool) -> AsyncIte
         call.close()
 
 
-def chunk(model: str, choices: list[dict]) -> dict:
-    return {"id": "cmpl-stream", "object": "text_completion", "created": int(time.time()), "model": model,
+def chunk(completion_id: str, model: str, choices: list[dict]) -> dict:
+    return {"id": completion_id, "object": "text_completion", "created": int(time.time()), "model": model,
             "choices": choices}  # fmt: skip

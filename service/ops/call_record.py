@@ -38,6 +38,12 @@ class CallRecord:
     closed: bool = False
 
     def use_model(self, name: str) -> None:
+        """The call's model; counted running once, however many of the call's parts use it (an HTTP
+        completion with several prompts)."""
+        if self.model == name:
+            return
+        if self.model:
+            self.metrics.requests_running.labels(self.model).dec()
         self.model = name
         self.metrics.requests_running.labels(name).inc()
 
