@@ -2,9 +2,11 @@
 
     python -m benchmarks.load_clients --target HOST:PORT --clients 32 --per-call 1 [--vectors out.npy]
     python -m benchmarks.load_clients --http http://HOST:PORT --clients 32 --per-call 1
+    python -m benchmarks.load_clients --openai http://HOST:PORT --clients 32 --per-call 1
 
 --http calls an OpenAI-style `POST /embeddings` (a peer server such as infinity-emb) instead of our gRPC Embed,
-with the first model that its `GET /models` lists.
+with the first model that its `GET /models` lists. --openai calls our own HTTP API through the `openai` SDK
+(base64 vectors, as the SDK asks by default).
 
 Splits the benchmark sentences round-robin over the clients; each client sends its share in calls of
 --per-call sentences, one call after another. Prints one JSON line: wall seconds and per-call latencies.
@@ -90,20 +92,49 @@ async def run_http(base_url: str, clients: int, per_call: int, texts: list[str] 
     return wall, latencies, in_order(results, len(texts))
 
 
+async def run_openai(base_url: str, clients: int, per_call: int, texts: list[str] = SENTENCES):
+    """The same as run, through the openai SDK against our /v1/embeddings (the default embedding model)."""
+    import openai
+
+    plan = split(texts, clients, per_call)
+    async with openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0) as sdk:
+        await sdk.embeddings.create(model="", input=["warm up"])
+        latencies: list[float] = []
+
+        async def client(calls):
+            vectors = []
+            for texts in calls:
+                started = time.perf_counter()
+                response = await sdk.embeddings.create(model="", input=texts)
+                latencies.append(time.perf_counter() - started)
+                vectors.extend(e.embedding for e in response.data)
+            return vectors
+
+        started = time.perf_counter()
+        results = await asyncio.gather(*(client(calls) for calls in plan))
+        wall = time.perf_counter() - started
+    return wall, latencies, in_order(results, len(texts))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--target", help="our gRPC server")
     parser.add_argument("--http", help="an OpenAI-style HTTP embeddings server's base URL")
+    parser.add_argument("--openai", help="our HTTP API's base URL, called through the openai SDK")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--per-call", type=int, default=1)
     parser.add_argument("--vectors", help="write the vectors here (.npy)")
     parser.add_argument("--count", type=int, default=len(SENTENCES), help="sentences in all (the same 10-60 words)")
     args = parser.parse_args()
     texts = SENTENCES if args.count == len(SENTENCES) else sentences(args.count, 10, 60, seed=11)
-    if bool(args.target) == bool(args.http):
-        parser.error("give one of --target and --http")
-    calls = run(args.target, args.clients, args.per_call, texts) if args.target else run_http(
-        args.http, args.clients, args.per_call, texts)  # fmt: skip
+    if sum(map(bool, (args.target, args.http, args.openai))) != 1:
+        parser.error("give one of --target, --http and --openai")
+    if args.target:
+        calls = run(args.target, args.clients, args.per_call, texts)
+    elif args.http:
+        calls = run_http(args.http, args.clients, args.per_call, texts)
+    else:
+        calls = run_openai(args.openai, args.clients, args.per_call, texts)
     wall, latencies, vectors = asyncio.run(calls)
     if args.vectors:
         np.save(args.vectors, vectors)

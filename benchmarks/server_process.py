@@ -20,9 +20,10 @@ class ServerProcess:
                    "--metrics-port", "0", "--http-port", "0", "--log-format", "text", "--models", *models, *args]  # fmt: skip
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
         for line in self.process.stderr:
-            match = re.search(r"listening on port (\d+), metrics on (\d+)", line)
+            match = re.search(r"listening on port (\d+), metrics on (\d+)(?:, HTTP API on (\d+))?", line)
             if match:
                 self.port, self.metrics_port = int(match.group(1)), int(match.group(2))
+                self.http_port = int(match.group(3)) if match.group(3) else None
                 break
         else:
             raise RuntimeError(f"the server did not start (exit {self.process.wait()})")
