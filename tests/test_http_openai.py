@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from service.grpc_api.client import Client
 from service.server_thread import ServerThread
 
+from .waits import wait_until
+
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill."]
 
 
@@ -64,8 +66,11 @@ def test_embeddings_float_and_base64_are_the_grpc_vectors(served, sdk):
 
 
 def test_raw_base64_is_little_endian_float32(served, base_url):
-    # no model: the default embedding model
-    body = httpx.post(f"{base_url}/v1/embeddings", json={"input": TEXTS[0], "encoding_format": "base64"}).json()
+    # no model: the default embedding model; the caller's request id comes back
+    response = httpx.post(f"{base_url}/v1/embeddings", json={"input": TEXTS[0], "encoding_format": "base64"},
+                          headers={"x-request-id": "abc-123"})  # fmt: skip
+    assert response.headers["x-request-id"] == "abc-123"
+    body = response.json()
     values = np.frombuffer(base64.b64decode(body["data"][0]["embedding"]), "<f4")
     np.testing.assert_allclose(values, grpc_vectors(served, TEXTS[:1])[0], atol=1e-6)
     assert body["object"] == "list" and body["data"][0]["object"] == "embedding"
@@ -238,5 +243,19 @@ def test_bearer_tokens_guard_the_api_but_not_health(minilm_dir, tmp_path):
         with openai.OpenAI(base_url=f"{url}/v1", api_key="s3cret", max_retries=0) as right:
             assert len(right.embeddings.create(model="minilm", input="x").data[0].embedding) > 0
         assert httpx.get(f"{url}/health").status_code == 200
+    finally:
+        server.close()
+
+
+def test_draining_turns_calls_away_with_503(minilm_dir):
+    server = ServerThread([minilm_dir])
+    try:
+        url = f"http://127.0.0.1:{server.server.http.port}"
+        assert httpx.post(f"{url}/v1/embeddings", json={"input": "before"}).status_code == 200
+        server.loop.call_soon_threadsafe(server.server.core.start_draining)
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 503, what="health to turn 503")
+        response = httpx.post(f"{url}/v1/embeddings", json={"input": "after"})
+        assert response.status_code == 503 and "shutting down" in response.json()["error"]["message"]
+        assert response.json()["error"]["type"] == "server_error"
     finally:
         server.close()

@@ -6,11 +6,13 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import ssl
 import subprocess
 import sys
 from pathlib import Path
 
 import grpc
+import httpx
 import numpy as np
 import pytest
 import yaml
@@ -90,6 +92,40 @@ def test_tls(minilm_dir, pki):
             assert embed_status(plaintext) == grpc.StatusCode.UNAVAILABLE
         with Client(localhost(server), tls_ca=pki["stranger"][0], timeout=5) as wrong_trust:
             assert embed_status(wrong_trust) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        server.close()
+
+
+def https_embed(server: ServerThread, ca: str, client: tuple[str, str] | None = None) -> int:
+    """The HTTP API's status for one embedding over TLS, trusting `ca` (and showing `client`'s certificate)."""
+    context = ssl.create_default_context(cafile=ca)
+    if client:
+        context.load_cert_chain(*client)
+    url = f"https://localhost:{server.server.http.port}/v1/embeddings"
+    return httpx.post(url, json={"input": "over TLS"}, verify=context, timeout=10).status_code
+
+
+def test_tls_on_the_http_port(minilm_dir, pki):
+    cert, key = pki["server"]
+    server = ServerThread([minilm_dir], tls_cert=cert, tls_key=key)
+    try:
+        assert https_embed(server, pki["ca"]) == 200
+        with pytest.raises(httpx.TransportError):  # plaintext to a TLS port
+            httpx.post(f"http://localhost:{server.server.http.port}/v1/embeddings", json={"input": "x"}, timeout=10)
+        with pytest.raises(httpx.TransportError):  # a certificate this client does not trust
+            https_embed(server, pki["stranger"][0])
+    finally:
+        server.close()
+
+
+def test_mutual_tls_on_the_http_port(minilm_dir, pki):
+    cert, key = pki["server"]
+    server = ServerThread([minilm_dir], tls_cert=cert, tls_key=key, tls_client_ca=pki["ca"])
+    try:
+        assert https_embed(server, pki["ca"], pki["client"]) == 200
+        for client in (None, pki["stranger"]):  # no certificate, or one from another CA
+            with pytest.raises(httpx.TransportError):
+                https_embed(server, pki["ca"], client)
     finally:
         server.close()
 

@@ -4,12 +4,12 @@ statuses and OpenAI's error shape, here and nowhere else. The core names fields 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from ..core.serving import ServingCore
 from ..errors import (
@@ -86,7 +86,6 @@ class HttpCall:
         self.core, self.record, self.names = core, record, names
         self.admitted = False
         self.streaming = False  # a streamed answer closes the call when the stream ends (close())
-        self.response: JSONResponse | None = None  # set when the call was refused or failed
 
     def error(self, error: ServiceError) -> JSONResponse:
         status, kind = status_of(error)
@@ -103,26 +102,26 @@ class HttpCall:
         self.record.close()
 
 
-@contextlib.asynccontextmanager
-async def http_call(core: ServingCore, metrics: Metrics, request: Request, name: str, names: dict[str, str]):
-    """Admission first; a domain error becomes its status (in call.response), anything else 500. Every
-    call, admitted or not, ends with one record (its code: the HTTP status), as on the gRPC port; a call
-    whose answer streams is closed by its stream."""
+async def handle(core: ServingCore, metrics: Metrics, request: Request, name: str, names: dict[str, str],
+                 work: Callable[[HttpCall], Awaitable[Response]]) -> Response:  # fmt: skip
+    """Admission first, then work(call); a domain error becomes its status, anything else 500. Every call,
+    admitted or not, ends with one record (its code: the HTTP status), as on the gRPC port; a call whose
+    answer streams is closed by its stream."""
     call = HttpCall(core, CallRecord(name, request_id(request.headers.items()), metrics, code="200"), names)
     try:
         core.admission.admit()
         call.admitted = True
-        yield call
+        response = await work(call)
     except ServiceError as error:
         call.streaming = False
-        call.response = call.error(error)
+        response = call.error(error)
     except Exception:
         log.exception("%s failed", name)
         call.streaming = False
         call.record.code = "500"
-        call.response = error_response(500, f"{name}: internal error (see the server log)", "server_error")
+        response = error_response(500, f"{name}: internal error (see the server log)", "server_error")
     finally:
-        if call.response is not None:
-            call.response.headers[REQUEST_ID_HEADER] = call.record.id
         if not call.streaming:
             call.close()
+    response.headers[REQUEST_ID_HEADER] = call.record.id
+    return response

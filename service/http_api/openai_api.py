@@ -24,7 +24,7 @@ from ..core.validation import GenerationOptions
 from ..engine.sequence import LENGTH
 from ..errors import ServiceError, invalid
 from ..ops.metrics import Metrics
-from .call_handling import BodyTooLarge, HttpCall, error_body, error_response, http_call, too_large_response
+from .call_handling import BodyTooLarge, HttpCall, error_body, error_response, handle, too_large_response
 from .openai_types import CompletionsRequest, EmbeddingsRequest
 
 log = logging.getLogger("attnserve.http")
@@ -112,15 +112,16 @@ def create_app(core: ServingCore, metrics: Metrics, max_client_batch_size: int) 
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        async with http_call(core, metrics, request, "http.models", {}) as call:
+        async def listing(call: HttpCall) -> Response:
             data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "task": m.task}
                     for m in core.models()]  # fmt: skip
             return JSONResponse({"object": "list", "data": data})
-        return call.response
+
+        return await handle(core, metrics, request, "http.models", {}, listing)
 
     @app.post("/v1/embeddings")
     async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
-        async with http_call(core, metrics, request, "http.embeddings", EMBEDDING_NAMES) as call:
+        async def embed(call: HttpCall) -> Response:
             texts = [body.input] if isinstance(body.input, str) else body.input
             if any(not isinstance(t, str) for t in texts):
                 raise invalid("input", "token-id arrays are not served here; send text")
@@ -133,11 +134,12 @@ def create_app(core: ServingCore, metrics: Metrics, max_client_batch_size: int) 
             tokens = result.usage.prompt_tokens
             return JSONResponse({"object": "list", "data": data, "model": result.model,
                                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
-        return call.response
+
+        return await handle(core, metrics, request, "http.embeddings", EMBEDDING_NAMES, embed)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionsRequest, request: Request) -> Response:
-        async with http_call(core, metrics, request, "http.completions", COMPLETION_NAMES) as call:
+        async def complete(call: HttpCall) -> Response:
             unsupported = body.unsupported()
             if unsupported:
                 raise invalid(unsupported, "not served by attnserve")
@@ -146,7 +148,8 @@ def create_app(core: ServingCore, metrics: Metrics, max_client_batch_size: int) 
             if body.stream:
                 return await stream_completions(core, call, body, prompts, options)
             return await whole_completions(core, call, body, prompts, options)
-        return call.response
+
+        return await handle(core, metrics, request, "http.completions", COMPLETION_NAMES, complete)
 
     return app
 
