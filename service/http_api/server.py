@@ -31,7 +31,7 @@ class Guard:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         path = scope["path"]
         if self.tokens and path not in OPEN_PATHS and not bearer_allowed(headers.get("authorization"), self.tokens):
-            self.metrics.requests.labels(f"http.{path.rsplit('/', 1)[-1]}", "", "401").inc()  # as http_call names it
+            self.metrics.requests.labels(f"http.{path.rsplit('/', 1)[-1]}", "", "401").inc()  # as handle() names it
             return await error_response(401, REQUIRED, "authentication_error", None, "Unauthenticated")(
                 scope, receive, send
             )
