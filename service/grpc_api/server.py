@@ -69,6 +69,9 @@ class GrpcServer:
             await self.health.set(service, status)
 
     async def stop(self) -> None:
-        """Close the port, giving answers in flight a moment to leave."""
+        """Close the port, giving answers in flight a moment to leave: not only admitted calls', but the
+        refusals (UNAVAILABLE while draining) still on their way out, which a client retries on another
+        replica; cut off with no grace, they would reach it as CANCELLED, which it does not retry. (The stop
+        returns as soon as nothing is open.)"""
         if self.server is not None:
-            await self.server.stop(grace=1.0 if self.core.admission.in_flight else 0)
+            await self.server.stop(grace=1.0)
