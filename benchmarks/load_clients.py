@@ -43,77 +43,61 @@ def in_order(results: list[list], count: int) -> np.ndarray:
     return vectors
 
 
+async def drive(embed, clients: int, per_call: int, texts: list[str]):
+    """Each client sends its share through embed(texts) -> vectors, one call after another, after one warm-up
+    call. -> wall seconds, latencies, vectors (in the order of texts)."""
+    await embed(["warm up"])
+    latencies: list[float] = []
+
+    async def client(calls):
+        vectors = []
+        for batch in calls:
+            started = time.perf_counter()
+            vectors.extend(await embed(batch))
+            latencies.append(time.perf_counter() - started)
+        return vectors
+
+    started = time.perf_counter()
+    results = await asyncio.gather(*(client(calls) for calls in split(texts, clients, per_call)))
+    return time.perf_counter() - started, latencies, in_order(results, len(texts))
+
+
 async def run(target: str, clients: int, per_call: int, texts: list[str] = SENTENCES):
-    """-> wall seconds, latencies, vectors (in the order of texts)."""
-    plan = split(texts, clients, per_call)
+    """Our gRPC Embed."""
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.InferenceStub(channel)
-        await stub.Embed(pb.EmbedRequest(inputs=["warm up"]))
-        latencies: list[float] = []
 
-        async def client(calls):
-            vectors = []
-            for texts in calls:
-                started = time.perf_counter()
-                response = await stub.Embed(pb.EmbedRequest(inputs=texts))
-                latencies.append(time.perf_counter() - started)
-                vectors.extend(e.values for e in response.embeddings)
-            return vectors
+        async def embed(batch: list[str]) -> list:
+            return [e.values for e in (await stub.Embed(pb.EmbedRequest(inputs=batch))).embeddings]
 
-        started = time.perf_counter()
-        results = await asyncio.gather(*(client(calls) for calls in plan))
-        wall = time.perf_counter() - started
-    return wall, latencies, in_order(results, len(texts))
+        return await drive(embed, clients, per_call, texts)
 
 
 async def run_http(base_url: str, clients: int, per_call: int, texts: list[str] = SENTENCES):
-    """The same as run, over HTTP/1.1 with keep-alive connections (one per client)."""
+    """A peer's OpenAI-style POST /embeddings, over HTTP/1.1 with keep-alive connections (one per client)."""
     import httpx
 
-    plan = split(texts, clients, per_call)
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=600) as http:
         model = (await http.get("/models")).raise_for_status().json()["data"][0]["id"]
-        (await http.post("/embeddings", json={"model": model, "input": ["warm up"]})).raise_for_status()
-        latencies: list[float] = []
 
-        async def client(calls):
-            vectors = []
-            for texts in calls:
-                started = time.perf_counter()
-                response = await http.post("/embeddings", json={"model": model, "input": texts})
-                latencies.append(time.perf_counter() - started)
-                vectors.extend(e["embedding"] for e in response.raise_for_status().json()["data"])
-            return vectors
+        async def embed(batch: list[str]) -> list:
+            response = await http.post("/embeddings", json={"model": model, "input": batch})
+            return [e["embedding"] for e in response.raise_for_status().json()["data"]]
 
-        started = time.perf_counter()
-        results = await asyncio.gather(*(client(calls) for calls in plan))
-        wall = time.perf_counter() - started
-    return wall, latencies, in_order(results, len(texts))
+        return await drive(embed, clients, per_call, texts)
 
 
 async def run_openai(base_url: str, clients: int, per_call: int, texts: list[str] = SENTENCES):
-    """The same as run, through the openai SDK against our /v1/embeddings (the default embedding model)."""
+    """Our /v1/embeddings through the openai SDK (the default embedding model)."""
     import openai
 
-    plan = split(texts, clients, per_call)
     async with openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0) as sdk:
-        await sdk.embeddings.create(model="", input=["warm up"])
-        latencies: list[float] = []
 
-        async def client(calls):
-            vectors = []
-            for texts in calls:
-                started = time.perf_counter()
-                response = await sdk.embeddings.create(model="", input=texts)
-                latencies.append(time.perf_counter() - started)
-                vectors.extend(e.embedding for e in response.data)
-            return vectors
+        async def embed(batch: list[str]) -> list:
+            return [e.embedding for e in (await sdk.embeddings.create(model="", input=batch)).data]
 
-        started = time.perf_counter()
-        results = await asyncio.gather(*(client(calls) for calls in plan))
-        wall = time.perf_counter() - started
-    return wall, latencies, in_order(results, len(texts))
+        return await drive(embed, clients, per_call, texts)
 
 
 def main() -> None:
