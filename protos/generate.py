@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 
 PROTOS = Path(__file__).resolve().parent
-PACKAGE_DIR = "attnserve/v1"
-SOURCES = ["inference.proto"]
+# attnserve's own API, and the KServe v2 / Open Inference Protocol service (package `inference`).
+SOURCES = ["attnserve/v1/inference.proto", "inference/open_inference.proto"]
 
 
 def generate(out_dir: Path) -> list[Path]:
@@ -20,10 +20,12 @@ def generate(out_dir: Path) -> list[Path]:
     with tempfile.TemporaryDirectory() as tmp:
         for source in SOURCES:
             args = ["protoc", f"-I{PROTOS}", f"--python_out={tmp}", f"--pyi_out={tmp}", f"--grpc_python_out={tmp}"]
-            if protoc.main([*args, str(PROTOS / PACKAGE_DIR / source)]) != 0:
+            if protoc.main([*args, str(PROTOS / source)]) != 0:
                 raise RuntimeError(f"protoc failed on {source}")
-        for generated in sorted((Path(tmp) / PACKAGE_DIR).glob("*.py*")):
-            text = re.sub(r"^from attnserve\.v1 import ", "from . import ", generated.read_text(), flags=re.M)
+        for generated in sorted(Path(tmp).rglob("*.py*")):
+            text = re.sub(
+                r"^from (attnserve\.v1|inference) import ", "from . import ", generated.read_text(), flags=re.M
+            )
             target = Path(out_dir) / generated.name
             target.write_text(text)
             written.append(target)

@@ -3,6 +3,8 @@ the core and the engine; each front door maps each kind to its own status in one
 
 from __future__ import annotations
 
+import re
+
 
 class ServiceError(Exception):
     """A request refused or not finished. `field` names the request field at fault, where one is."""
@@ -43,3 +45,19 @@ class DeadlineExceeded(ServiceError):
 def invalid(field: str, problem: str) -> InvalidArgument:
     """An InvalidArgument whose message starts with the field: 'inputs[3]: empty text'."""
     return InvalidArgument(f"{field}: {problem}", field)
+
+
+_FIELD = re.compile(r"^(?P<name>[a-z_.]+)(?P<index>\[\d+\])?$")
+
+
+def renamed(error: ServiceError, names: dict[str, str]) -> tuple[str | None, str]:
+    """The error's field and message with the core's field name replaced by a front door's: names maps
+    'params.max_new_tokens' to 'max_tokens', 'inputs' to 'input' (an index such as [3] is kept)."""
+    field, message = error.field, error.message
+    match = _FIELD.match(field or "")
+    if not match or match["name"] not in names:
+        return field, message
+    new = names[match["name"]] + (match["index"] or "")
+    if message.startswith(f"{field}:"):
+        message = new + message[len(field) :]
+    return new, message

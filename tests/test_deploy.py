@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from service.ops.config import ServerConfig, add_arguments, from_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -119,3 +123,185 @@ def test_dashboard_is_grafana_json():
     titles = " ".join(p["title"].lower() for p in dashboard["panels"])
     for topic in ("throughput", "latency", "first token", "queue", "batch size", "cache", "errors"):
         assert topic in titles, topic
+
+
+# ---- KServe (deploy/kserve): read apart from manifests(), which is deploy/k8s's -----------------------------
+
+KSERVE = DEPLOY / "kserve"
+# KServe's own fields beside the core/v1 specs that an InferenceService's predictor (a PodSpec) and model spec
+# (a Container) inline: taken off before those specs are validated as a Pod.
+KSERVE_PREDICTOR_FIELDS = {"model", "minReplicas", "maxReplicas"}
+KSERVE_MODEL_FIELDS = {"modelFormat", "runtime", "protocolVersion", "storageUri", "runtimeVersion", "storage"}
+
+
+def kserve_documents() -> list[dict]:
+    return [d for f in sorted(KSERVE.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def kserve() -> dict[str, dict]:
+    return {d["kind"]: d for d in kserve_documents()}
+
+
+def runtime_container() -> dict:
+    (container,) = kserve()["ServingRuntime"]["spec"]["containers"]
+    return container
+
+
+def dockerfile_runtime_stage() -> str:
+    """The runtime stage's text, continuation lines joined."""
+    stage = re.split(r"^FROM ", (ROOT / "Dockerfile").read_text(), flags=re.M)[-1]
+    return re.sub(r"\\\n\s*", " ", stage)
+
+
+def dockerfile_instruction(name: str) -> list[str]:
+    return re.findall(rf"^{name} (.+)$", dockerfile_runtime_stage(), flags=re.M)
+
+
+def image_env() -> dict[str, str]:
+    return dict(pair.split("=", 1) for line in dockerfile_instruction("ENV") for pair in shlex.split(line))
+
+
+def serve_config(args: list[str], environ: dict[str, str]) -> ServerConfig:
+    """What `attnserve serve ARGS` runs with, given its environment: the server's own parser and precedence."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return from_sources(parser.parse_args(args), environ)
+
+
+def env_of(container: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", [])}
+
+
+def test_yamllint_covers_kserve():
+    result = run("yamllint", "--list-files", "deploy")
+    assert result.returncode == 0, result.stderr
+    kserve_files = {f"deploy/kserve/{f.name}" for f in KSERVE.glob("*.yaml")}
+    assert len(kserve_files) == 2 and kserve_files <= set(result.stdout.split())
+
+
+def test_kserve_documents_are_a_runtime_and_a_service():
+    documents = kserve_documents()
+    assert sorted((d["apiVersion"], d["kind"]) for d in documents) == [
+        ("serving.kserve.io/v1alpha1", "ServingRuntime"),
+        ("serving.kserve.io/v1beta1", "InferenceService"),
+    ]
+
+
+def test_kserve_container_specs_are_core_v1(tmp_path):
+    """Each container spec, wrapped in a v1 Pod with the pod fields beside it, passes strict validation (an
+    unknown or misspelt field fails). The InferenceService's predictor and model spec inline a PodSpec and a
+    Container beside KServe's own fields, which are taken off first."""
+    k = kserve()
+    runtime = k["ServingRuntime"]["spec"]
+    predictor = k["InferenceService"]["spec"]["predictor"]
+    overrides = {key: value for key, value in predictor["model"].items() if key not in KSERVE_MODEL_FIELDS}
+    pods = {
+        "runtime": {"containers": runtime["containers"], "volumes": runtime["volumes"]},
+        "predictor": {
+            **{key: value for key, value in predictor.items() if key not in KSERVE_PREDICTOR_FIELDS},
+            "containers": [{**overrides, "name": "kserve-container"}],
+        },
+    }
+    files = []
+    for name, spec in pods.items():
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(pod))
+        files.append(f"{name}.yaml")
+    result = run("kubernetes-validate", "--strict", *files, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("passed for resource") == 2
+
+
+def test_kserve_runtime_runs_the_k8s_container():
+    """The same image, serve settings, ports, probes, resources and security as deploy/k8s/attnserve.yaml."""
+    k8s = manifests()
+    pod = k8s["Deployment"]["spec"]["template"]
+    (k8s_container,) = pod["spec"]["containers"]
+    runtime = kserve()["ServingRuntime"]
+    container = runtime_container()
+    assert container["name"] == "kserve-container"  # the container KServe merges the model spec into
+    assert (container["image"], container["imagePullPolicy"]) == (k8s_container["image"], "IfNotPresent")
+    # No command: the args go to the image's entrypoint.
+    assert "command" not in container and dockerfile_instruction("ENTRYPOINT") == ['["attnserve", "serve"]']
+
+    # deploy/k8s sets the server through its ConfigMap, the runtime through args (no ConfigMap here).
+    assert k8s_container["envFrom"] == [{"configMapRef": {"name": k8s["ConfigMap"]["metadata"]["name"]}}]
+    assert "envFrom" not in container
+    env = image_env()
+    k8s_config = serve_config(k8s_container.get("args", []), env | k8s["ConfigMap"]["data"] | env_of(k8s_container))
+    config = serve_config(container["args"], env | env_of(container))
+    assert config == k8s_config
+
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"h2c": config.port, "http": config.http_port, "metrics": config.metrics_port}
+    assert ports["h2c"] == 50051 and ports["http"] == 8080 and ports["metrics"] == 9464
+    # The args state the ports themselves: the containerPorts do not lean on the image's ENV.
+    bare = serve_config(container["args"], {})
+    assert (bare.port, bare.http_port, bare.metrics_port) == (config.port, config.http_port, config.metrics_port)
+    exposed = {int(p) for line in dockerfile_instruction("EXPOSE") for p in line.split()}
+    assert set(ports.values()) == exposed == {p["containerPort"] for p in k8s_container["ports"]}
+    assert all(p["protocol"] == "TCP" for p in container["ports"])
+
+    # The models the image bakes in, named after their directories.
+    assert config.models == tuple(Path(p) for p in env["ATTNSERVE_MODELS"].split(","))
+    assert "COPY --from=models /models /models" in dockerfile_runtime_stage()
+    assert all(p.parent == Path("/models") for p in config.models)
+    isvc_text = (KSERVE / "inferenceservice.yaml").read_text()
+    assert {p.name for p in config.models} == {"minilm", "numbers"}
+    for model in config.models:
+        assert f'"{model.name}"' in isvc_text  # the model_name its comment tells clients to send
+
+    assert container["resources"] == k8s_container["resources"]
+    assert (
+        container["resources"]["requests"]["nvidia.com/gpu"] == container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    )
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe] == k8s_container[probe], probe
+        assert container[probe]["grpc"]["port"] == ports["h2c"]
+    assert container["securityContext"] == pod["spec"]["securityContext"] | k8s_container["securityContext"]
+    assert container["volumeMounts"] == k8s_container["volumeMounts"]
+    assert runtime["spec"]["volumes"] == pod["spec"]["volumes"]
+    # Found by the same scrape configs and alert rules as deploy/k8s's pods.
+    assert runtime["spec"]["labels"] == pod["metadata"]["labels"]
+    monitor = k8s["PodMonitor"]["spec"]
+    assert monitor["selector"]["matchLabels"].items() <= runtime["spec"]["labels"].items()
+    assert monitor["podMetricsEndpoints"][0]["port"] in ports
+
+    predictor = kserve()["InferenceService"]["spec"]["predictor"]
+    assert predictor["terminationGracePeriodSeconds"] == pod["spec"]["terminationGracePeriodSeconds"]
+    assert predictor["terminationGracePeriodSeconds"] > config.drain_seconds + 1
+
+
+def test_kserve_service_selects_the_runtime():
+    k = kserve()
+    runtime, isvc = k["ServingRuntime"], k["InferenceService"]
+    model = isvc["spec"]["predictor"]["model"]
+    assert model["runtime"] == runtime["metadata"]["name"]
+    # KServe's rule: a runtime supports a model if the model's format label is among the runtime's, one per
+    # supported format and one per format and version (for a named runtime, autoSelect does not matter).
+    offered = {f"mt:{f['name']}" for f in runtime["spec"]["supportedModelFormats"]}
+    offered |= {f"mt:{f['name']}:{f['version']}" for f in runtime["spec"]["supportedModelFormats"] if "version" in f}
+    fmt = model["modelFormat"]
+    assert f"mt:{fmt['name']}" + (f":{fmt['version']}" if "version" in fmt else "") in offered
+    # gRPC only: KServe's "v2" is the REST form (/v2/models/<name>/infer), which the HTTP port does not serve.
+    assert runtime["spec"]["protocolVersions"] == ["grpc-v2"] and model["protocolVersion"] == "grpc-v2"
+    # Models from the image: no storage to fetch them from.
+    assert not {"storageUri", "storage"} & model.keys() and "storageUris" not in isvc["spec"]["predictor"]
+    # Several ports need RawDeployment (Knative allows one); the first becomes the Service's port 80, gRPC,
+    # named so that KServe and Knative take it for HTTP/2.
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] in ("RawDeployment", "Standard")
+    ports = runtime_container()["ports"]
+    assert len(ports) == 3 and ports[0]["name"] == "h2c" and ports[0]["containerPort"] == 50051
+
+
+def test_kserve_metrics_are_annotated():
+    runtime = kserve()["ServingRuntime"]["spec"]
+    annotations = runtime["annotations"]
+    metrics = {p["name"]: p["containerPort"] for p in runtime_container()["ports"]}["metrics"]
+    assert annotations["prometheus.kserve.io/port"] == annotations["prometheus.io/port"] == str(metrics)
+    assert annotations["prometheus.kserve.io/path"] == annotations["prometheus.io/path"] == "/metrics"
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert manifests()["PodMonitor"]["spec"]["podMetricsEndpoints"][0]["path"] == "/metrics"
+    # With it on, KServe's webhook would point prometheus.io/port at the queue-proxy, absent in RawDeployment.
+    isvc = kserve()["InferenceService"]["metadata"]["annotations"]
+    assert isvc["serving.kserve.io/enable-prometheus-scraping"] == "false"

@@ -3,11 +3,12 @@ events as they come, out, through the model's scheduler."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from ..engine.sequence import Event, Hypothesis, Usage
-from ..errors import QueueFull, invalid
+from ..errors import QueueFull, ServiceError, invalid
 from ..ops.call_record import CallRecord
 from .models import Seq2SeqModel
 from .registry import ModelRegistry
@@ -56,9 +57,25 @@ def record_usage(call: CallRecord, last: Event) -> None:
     )  # fmt: skip
 
 
+def indexed(error: ServiceError, index: int, count: int) -> ServiceError:
+    """An input's error names which input, where the call sent several: 'input: ...' -> 'inputs[3]: ...'."""
+    if count > 1 and error.field == "input":
+        error.field, error.message = f"inputs[{index}]", f"inputs[{index}]" + error.message[len("input") :]
+    return error
+
+
 class Generation:
-    def __init__(self, registry: ModelRegistry, tokenization: Tokenization, max_beams: int):
+    def __init__(self, registry: ModelRegistry, tokenization: Tokenization, max_beams: int, max_client_batch_size: int):
         self.registry, self.tokenization, self.max_beams = registry, tokenization, max_beams
+        self.max_client_batch_size = max_client_batch_size
+
+    def check_count(self, inputs: list[str]) -> None:
+        """Several inputs in one call: 1 to max_client_batch_size of them."""
+        limit = self.max_client_batch_size
+        if not inputs:
+            raise invalid("inputs", f"empty; send 1 to {limit} texts")
+        if len(inputs) > limit:
+            raise invalid("inputs", f"{len(inputs)} texts; at most {limit} per call (max_client_batch_size)")
 
     async def stream(self, request: GenerateRequest, call: CallRecord, streaming: bool = True) -> GenerationStream:
         """Validate, tokenize and queue the request; its events follow (token by token when streaming,
@@ -90,3 +107,47 @@ class Generation:
         return GenerateResult(
             stream.model, "".join(text), token_ids, event.finish_reason, event.usage, event.hypotheses
         )
+
+    async def generate_all(
+        self, model: str, inputs: list[str], options: GenerationOptions, call: CallRecord
+    ) -> list[GenerateResult]:
+        """Several inputs with the same options, generated at once (the scheduler batches them), answered in
+        order. One refused or failed input stops the others, which free their cache rows."""
+        self.check_count(inputs)
+
+        async def one(i: int, text: str) -> GenerateResult:
+            try:
+                return await self.generate(GenerateRequest(model, text, options), call)
+            except ServiceError as error:
+                raise indexed(error, i, len(inputs)) from None
+
+        tasks = [asyncio.ensure_future(one(i, text)) for i, text in enumerate(inputs)]
+        try:
+            results = await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+        call.figures.update(
+            inputs=len(inputs), prompt_tokens=sum(r.usage.prompt_tokens for r in results),
+            generated_tokens=sum(r.usage.generated_tokens for r in results),
+        )  # fmt: skip
+        return results
+
+    async def stream_all(
+        self, model: str, inputs: list[str], options: GenerationOptions, call: CallRecord
+    ) -> list[GenerationStream]:
+        """Several inputs' streams, each checked and queued before any is returned: a refusal comes here,
+        before a front door starts its answer, and closes the streams already open."""
+        self.check_count(inputs)
+        streams = []
+        try:
+            for i, text in enumerate(inputs):
+                try:
+                    streams.append(await self.stream(GenerateRequest(model, text, options), call))
+                except ServiceError as error:
+                    raise indexed(error, i, len(inputs)) from None
+        except BaseException:
+            for stream in streams:
+                await stream.events.aclose()
+            raise
+        return streams

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import Unavailable
+from ..errors import Unavailable, invalid
 from ..ops.metrics import Metrics
 from .admission import Admission
 from .attention import Attention, AttentionLimits
@@ -81,7 +81,7 @@ class ServingCore:
         )
         self.tokenization = Tokenization(registry, self.tokenize_executor, s.max_client_batch_size)
         self.embeddings = Embeddings(registry, self.tokenization, s.max_client_batch_size)
-        self.generation = Generation(registry, self.tokenization, s.max_beams)
+        self.generation = Generation(registry, self.tokenization, s.max_beams, s.max_client_batch_size)
         self.attention = Attention(registry, self.tokenization, s.attention)
         self.registry = registry
         self.admission.loaded = True
@@ -91,6 +91,17 @@ class ServingCore:
 
     def models(self) -> list[ModelInfo]:
         return self.registry.infos()
+
+    def model(self, name: str) -> ModelInfo:
+        """One served model by name (NotFound names the served ones)."""
+        if not name:
+            raise invalid("model", f"empty; name a model ({', '.join(m.name for m in self.models())})")
+        found = self.registry.find(name)
+        return next(m for m in self.models() if m.name == found.name)
+
+    def model_ready(self, name: str) -> bool:
+        """The server is ready and serves a model of this name that is healthy."""
+        return self.ready() and name in self.registry.models and self.registry.models[name].health.healthy
 
     async def _probe_unhealthy_models(self) -> None:
         """Every probe_seconds, a small call through each unhealthy model; one that passes restores it."""

@@ -1,6 +1,6 @@
-"""How every attnserve.v1 call is handled: a record opened, admission asked, the handler awaited, and domain
-errors mapped to gRPC status codes, here and nowhere else. Requests that do not parse get
-INVALID_ARGUMENT, not grpcio's INTERNAL."""
+"""How every call on the gRPC port (attnserve.v1 and the Open Inference Protocol) is handled: a record
+opened, admission asked, the handler awaited, and domain errors mapped to gRPC status codes, here and
+nowhere else. Requests that do not parse get INVALID_ARGUMENT, not grpcio's INTERNAL."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -20,10 +21,10 @@ from ..errors import (
     Overloaded,
     ServiceError,
     Unavailable,
+    renamed,
 )
 from ..ops.call_record import CallRecord, request_id
 from ..ops.metrics import Metrics
-from .pb import inference_pb2_grpc as pb_grpc
 
 log = logging.getLogger("attnserve.grpc")
 
@@ -61,8 +62,9 @@ def _lenient(deserialize):
     return parse
 
 
-def register(servicer: pb_grpc.InferenceServicer, server: grpc.aio.Server) -> None:
-    """add_InferenceServicer_to_server, with request parsing failures kept for the handler to refuse."""
+def register(add_to_server, servicer, server: grpc.aio.Server) -> None:
+    """add_to_server(servicer, server) (a generated add_*Servicer_to_server), with request parsing failures
+    kept for the handler to refuse."""
 
     class Registrar:
         def add_generic_rpc_handlers(self, handlers):
@@ -75,7 +77,7 @@ def register(servicer: pb_grpc.InferenceServicer, server: grpc.aio.Server) -> No
             server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
             server.add_registered_method_handlers(service, handlers)
 
-    pb_grpc.add_InferenceServicer_to_server(servicer, Registrar())
+    add_to_server(servicer, Registrar())
 
 
 class CallContext:
@@ -86,8 +88,11 @@ class CallContext:
 
 
 @contextlib.asynccontextmanager
-async def run_call(core: ServingCore, metrics: Metrics, context: grpc.aio.ServicerContext, name: str):
-    """Admission first; then a domain error becomes its status, anything else INTERNAL. Every call,
+async def run_call(
+    core: ServingCore, metrics: Metrics, context: grpc.aio.ServicerContext, name: str, names: dict[str, str]
+):
+    """Admission first; then a domain error becomes its status (its field named as this service's callers
+    name it: `names` maps the core's field names to theirs), anything else INTERNAL. Every call,
     admitted or not, ends with one record: counted, timed and logged. A refused call's record closes
     before its status goes out (abort sends it at once), so a client that sees the error and then
     scrapes /metrics or reads the log finds the call there."""
@@ -108,7 +113,7 @@ async def run_call(core: ServingCore, metrics: Metrics, context: grpc.aio.Servic
         code = status_code(error)
         record.code = code.name
         end()
-        await context.abort(code, error.message)
+        await context.abort(code, renamed(error, names)[1])
     except (asyncio.CancelledError, GeneratorExit):
         remaining = context.time_remaining()
         expired = remaining is not None and remaining <= 0
@@ -126,13 +131,45 @@ async def run_call(core: ServingCore, metrics: Metrics, context: grpc.aio.Servic
 
 
 def handler(method):
-    """A servicer method behind run_call, its request parsed or refused."""
+    """A servicer method behind run_call, its request parsed or refused; errors name fields as the
+    servicer's `field_names` says."""
 
     @functools.wraps(method)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
-        async with run_call(self.core, self.metrics, context, method.__name__) as call:
+        names = getattr(self, "field_names", {})
+        async with run_call(self.core, self.metrics, context, method.__name__, names) as call:
             if isinstance(request, UnparsedRequest):
                 raise InvalidArgument(f"request: not a valid message for {method.__name__}: {request.error}", "request")
             return await method(self, request, call)
 
     return wrapper
+
+
+async def answer_on_stream(
+    core: ServingCore, metrics: Metrics, context: grpc.aio.ServicerContext, name: str, names: dict[str, str],
+    work: Callable[[CallContext], Awaitable[None]],
+) -> str | None:  # fmt: skip
+    """One request of a stream of requests, handled as a call of its own (admitted, recorded, its errors
+    mapped), except that a refusal or failure is returned as its message for the stream to carry, instead
+    of ending the stream and the other requests on it."""
+    record = CallRecord(name, request_id(context.invocation_metadata()), metrics)
+    admitted = False
+    try:
+        core.admission.admit()
+        admitted = True
+        await work(CallContext(record, context))
+        return None
+    except ServiceError as error:
+        record.code = status_code(error).name
+        return renamed(error, names)[1]
+    except asyncio.CancelledError:
+        record.code = "CANCELLED"
+        raise
+    except Exception:
+        record.code = "INTERNAL"
+        log.exception("%s failed", name)
+        return f"{name}: internal error (see the server log)"
+    finally:
+        if admitted:
+            core.admission.leave()
+        record.close()

@@ -1,5 +1,6 @@
-"""The gRPC port: attnserve.v1.Inference, grpc.health.v1.Health and server reflection, with TLS and
-bearer tokens when configured. Health follows the core's readiness."""
+"""The gRPC port: attnserve.v1.Inference, the KServe v2 / Open Inference Protocol's
+inference.GRPCInferenceService, grpc.health.v1.Health and server reflection, with TLS and bearer tokens
+when configured. Health follows the core's readiness."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from ..ops.auth import read_tokens
 from ..ops.config import ServerConfig
 from ..ops.metrics import Metrics
 from .call_handling import register
-from .pb import inference_pb2
+from .open_inference import OpenInferenceServicer
+from .pb import inference_pb2, inference_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
 from .security import BearerTokenInterceptor, server_credentials
 from .servicer import InferenceServicer
 
 INFERENCE_SERVICE = inference_pb2.DESCRIPTOR.services_by_name["Inference"].full_name
+OPEN_INFERENCE_SERVICE = open_inference_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -28,6 +31,7 @@ class GrpcServer:
     def __init__(self, config: ServerConfig, core: ServingCore, metrics: Metrics):
         self.config, self.core, self.metrics = config, core, metrics
         self.servicer = InferenceServicer(core, metrics, config.stream_write_timeout)
+        self.open_inference = OpenInferenceServicer(core, metrics, config.stream_write_timeout)
         self.health = health_aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.port = 0
@@ -44,9 +48,11 @@ class GrpcServer:
         if self.config.auth_token_file:
             interceptors.append(BearerTokenInterceptor(read_tokens(self.config.auth_token_file), self.metrics))
         server = grpc.aio.server(options=options, interceptors=interceptors)
-        register(self.servicer, server)
+        register(inference_pb2_grpc.add_InferenceServicer_to_server, self.servicer, server)
+        register(open_inference_pb2_grpc.add_GRPCInferenceServiceServicer_to_server, self.open_inference, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection([INFERENCE_SERVICE, HEALTH_SERVICE, reflection.SERVICE_NAME], server)
+        services = [INFERENCE_SERVICE, OPEN_INFERENCE_SERVICE, HEALTH_SERVICE, reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(services, server)
         await self._set_health(NOT_SERVING)
         address = f"{self.config.host}:{self.config.port}"
         credentials = server_credentials(self.config)
@@ -65,7 +71,7 @@ class GrpcServer:
         await self._set_health(SERVING if self.core.ready() else NOT_SERVING)
 
     async def _set_health(self, status) -> None:
-        for service in ("", INFERENCE_SERVICE):
+        for service in ("", INFERENCE_SERVICE, OPEN_INFERENCE_SERVICE):
             await self.health.set(service, status)
 
     async def stop(self) -> None:

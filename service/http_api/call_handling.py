@@ -5,7 +5,6 @@ statuses and OpenAI's error shape, here and nowhere else. The core names fields 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
@@ -20,6 +19,7 @@ from ..errors import (
     Overloaded,
     ServiceError,
     Unavailable,
+    renamed,
 )
 from ..ops.call_record import REQUEST_ID_HEADER, CallRecord, request_id
 from ..ops.metrics import Metrics
@@ -35,7 +35,6 @@ STATUSES = {
     FailedPrecondition: (400, "invalid_request_error"),
     DeadlineExceeded: (504, "server_error"),
 }
-_FIELD = re.compile(r"^(?P<name>[a-z_.]+)(?P<index>\[\d+\])?$")
 
 
 def status_of(error: ServiceError) -> tuple[int, str]:
@@ -64,19 +63,6 @@ class BodyTooLarge(Exception):
 def too_large_response(error: BodyTooLarge) -> JSONResponse:
     message = f"request body: {error.size} bytes or more; at most {error.limit} (max_message_bytes)"
     return error_response(413, message, "invalid_request_error", None, "RequestTooLarge")
-
-
-def renamed(error: ServiceError, names: dict[str, str]) -> tuple[str | None, str]:
-    """The error's field and message with the core's field name replaced by this door's: names maps
-    'params.max_new_tokens' to 'max_tokens', 'inputs' to 'input' (an index such as [3] is kept)."""
-    field, message = error.field, error.message
-    match = _FIELD.match(field or "")
-    if not match or match["name"] not in names:
-        return field, message
-    new = names[match["name"]] + (match["index"] or "")
-    if message.startswith(f"{field}:"):
-        message = new + message[len(field) :]
-    return new, message
 
 
 class HttpCall:

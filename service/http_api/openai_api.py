@@ -18,7 +18,6 @@ from fastapi.exceptions import RequestValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..core.embeddings import EmbedRequest
-from ..core.generation import GenerateRequest
 from ..core.serving import ServingCore
 from ..core.validation import GenerationOptions
 from ..engine.sequence import LENGTH
@@ -31,7 +30,7 @@ log = logging.getLogger("attnserve.http")
 
 EMBEDDING_NAMES = {"inputs": "input"}
 COMPLETION_NAMES = {
-    "input": "prompt", "params.max_new_tokens": "max_tokens", "params.temperature": "temperature",
+    "input": "prompt", "inputs": "prompt", "params.max_new_tokens": "max_tokens", "params.temperature": "temperature",
     "params.top_p": "top_p", "params.top_k": "top_k", "params.seed": "seed", "params.stop": "stop",
     "params.repetition_penalty": "repetition_penalty", "params.ignore_eos": "ignore_eos", "params.num_beams": "n",
     "params.num_return_sequences": "n",
@@ -61,22 +60,10 @@ def generation_options(body: CompletionsRequest) -> GenerationOptions:
     )  # fmt: skip
 
 
-def prompts_of(body: CompletionsRequest, limit: int) -> list[str]:
-    prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-    if not prompts:
-        raise invalid("prompt", f"empty; send 1 to {limit} texts")
-    if len(prompts) > limit:
-        raise invalid("prompt", f"{len(prompts)} texts; at most {limit} per call (max_client_batch_size)")
+def prompts_of(body: CompletionsRequest) -> list[str]:
     if body.n < 1:
         raise invalid("n", f"{body.n}; at least 1")
-    return prompts
-
-
-def indexed(error: ServiceError, index: int, count: int) -> ServiceError:
-    """A prompt's error names which prompt, where the call sent several."""
-    if count > 1 and error.field == "input":
-        error.field, error.message = f"input[{index}]", f"input[{index}]" + error.message[len("input") :]
-    return error
+    return [body.prompt] if isinstance(body.prompt, str) else body.prompt
 
 
 def field_of(loc) -> str:
@@ -92,7 +79,7 @@ def sse(payload: dict | str) -> bytes:
     return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode()
 
 
-def create_app(core: ServingCore, metrics: Metrics, max_client_batch_size: int) -> FastAPI:
+def create_app(core: ServingCore, metrics: Metrics) -> FastAPI:
     app = FastAPI(title="attnserve", summary="OpenAI-compatible embeddings and completions", docs_url="/docs")
 
     @app.exception_handler(RequestValidationError)
@@ -143,7 +130,7 @@ def create_app(core: ServingCore, metrics: Metrics, max_client_batch_size: int) 
             unsupported = body.unsupported()
             if unsupported:
                 raise invalid(unsupported, "not served by attnserve")
-            prompts = prompts_of(body, max_client_batch_size)
+            prompts = prompts_of(body)
             options = generation_options(body)
             if body.stream:
                 return await stream_completions(core, call, body, prompts, options)
@@ -156,29 +143,15 @@ def create_app(core: ServingCore, metrics: Metrics, max_client_batch_size: int) 
 
 async def whole_completions(core, call: HttpCall, body, prompts: list[str], options) -> JSONResponse:
     """Every prompt generated at once (the scheduler batches them), answered in order."""
-
-    async def one(i: int, prompt: str):
-        try:
-            return await core.generation.generate(GenerateRequest(body.model, prompt, options), call.record)
-        except ServiceError as error:
-            raise indexed(error, i, len(prompts)) from None
-
-    tasks = [asyncio.ensure_future(one(i, p)) for i, p in enumerate(prompts)]
-    try:
-        results = await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:  # one prompt failed: the others stop too, and free their cache rows
-            task.cancel()
+    results = await core.generation.generate_all(body.model, prompts, options, call.record)
     choices = []
     for r in results:
         answers = r.hypotheses if body.n > 1 else [r]
         for answer in answers:
             choices.append({"index": len(choices), "text": answer.text, "logprobs": None,
                             "finish_reason": finish_reason(answer.finish_reason)})  # fmt: skip
-    prompt_tokens = sum(r.usage.prompt_tokens for r in results)
-    completion_tokens = sum(r.usage.generated_tokens for r in results)
-    call.record.figures.update(prompts=len(prompts), prompt_tokens=prompt_tokens, generated_tokens=completion_tokens)
-    return JSONResponse(completion(results[0].model, choices, prompt_tokens, completion_tokens))
+    figures = call.record.figures
+    return JSONResponse(completion(results[0].model, choices, figures["prompt_tokens"], figures["generated_tokens"]))
 
 
 def completion(model: str, choices: list[dict], prompt_tokens: int, completion_tokens: int) -> dict:
@@ -193,17 +166,7 @@ def completion(model: str, choices: list[dict], prompt_tokens: int, completion_t
 async def stream_completions(core, call: HttpCall, body, prompts: list[str], options) -> StreamingResponse:
     """Server-sent events: each prompt's text as it comes (its choice index says which), then [DONE]. The
     requests are checked and queued before the answer starts, so a refusal is a plain error status."""
-    streams = []
-    try:
-        for i, prompt in enumerate(prompts):
-            try:
-                streams.append(await core.generation.stream(GenerateRequest(body.model, prompt, options), call.record))
-            except ServiceError as error:
-                raise indexed(error, i, len(prompts)) from None
-    except BaseException:
-        for stream in streams:
-            await stream.events.aclose()
-        raise
+    streams = await core.generation.stream_all(body.model, prompts, options, call.record)
     call.streaming = True
     include_usage = bool((body.stream_options or {}).get("include_usage"))
     return StreamingResponse(events(call, streams, include_usage), media_type="text/event-stream")

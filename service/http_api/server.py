@@ -74,7 +74,7 @@ class HttpServer:
         """Listen (the API answers 503 until the core is ready). -> the port."""
         c = self.config
         tokens = read_tokens(c.auth_token_file) if c.auth_token_file else None
-        app = Guard(create_app(self.core, self.metrics, c.max_client_batch_size), tokens, c.max_message_bytes,
+        app = Guard(create_app(self.core, self.metrics), tokens, c.max_message_bytes,
                     self.metrics)  # fmt: skip
         host = c.host.strip("[]")  # "[::]" on the gRPC port is "::" here
         settings = uvicorn.Config(app, host=host, port=c.http_port, lifespan="off", log_config=None,

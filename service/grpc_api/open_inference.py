@@ -1,0 +1,263 @@
+"""The KServe v2 / Open Inference Protocol servicer (inference.GRPCInferenceService): tensors and parameters
+in, core types; core results out, tensors. Validation, limits and policy are the core's, status codes
+call_handling.py's, the wire forms open_inference_wire.py's."""
+
+from __future__ import annotations
+
+import asyncio
+from importlib.metadata import PackageNotFoundError, version
+
+import grpc
+import numpy as np
+
+from ..core.embeddings import EmbedRequest
+from ..core.generation import GenerateResult
+from ..core.registry import ModelInfo
+from ..core.serving import ServingCore
+from ..core.validation import GenerationOptions
+from ..errors import NotFound, invalid
+from ..ops.metrics import Metrics
+from .call_handling import CallContext, UnparsedRequest, answer_on_stream, handler
+from .open_inference_wire import (
+    TEXT,
+    Tensor,
+    bytes_tensor,
+    infer_response,
+    numbers_tensor,
+    read_parameters,
+    read_text_input,
+    requested,
+)
+from .pb import open_inference_pb2 as pb
+from .pb import open_inference_pb2_grpc as pb_grpc
+
+VERSION = "1"  # each model is served in one version
+EMBEDDING_PARAMETERS = {"normalize": bool, "truncate": bool, "dimensions": int}
+GENERATION_PARAMETERS = {
+    "max_new_tokens": int, "temperature": float, "top_k": int, "top_p": float, "repetition_penalty": float,
+    "seed": int, "stop": str, "ignore_eos": bool, "num_beams": int, "length_penalty": float,
+    "early_stopping": str, "num_return_sequences": int,
+}  # fmt: skip
+STREAM_PARAMETER = {"stream": bool}  # ModelStreamInfer: answer a seq2seq request piece by piece
+# The core's field names, as this protocol's callers name them.
+FIELD_NAMES = {
+    "model": "model_name", "inputs": TEXT, "input": TEXT, "dimensions": "parameters.dimensions",
+    **{f"params.{name}": f"parameters.{name}" for name in GENERATION_PARAMETERS},
+}  # fmt: skip
+OUTPUTS = {"embedding": ["embedding"], "seq2seq": [TEXT, "token_ids", "finish_reason"]}
+FINAL = "triton_final_response"
+
+
+def server_version() -> str:
+    try:
+        return version("attnserve")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def tensor_metadata(model: ModelInfo) -> tuple[list, list]:
+    """(inputs, outputs) as TensorMetadata: -1 for a dimension of any size."""
+    meta = pb.ModelMetadataResponse.TensorMetadata
+    inputs = [meta(name=TEXT, datatype="BYTES", shape=[-1])]
+    if model.task == "embedding":
+        return inputs, [meta(name="embedding", datatype="FP32", shape=[-1, model.dimensions])]
+    outputs = [meta(name=TEXT, datatype="BYTES", shape=[-1]), meta(name="token_ids", datatype="INT64", shape=[-1, -1]),
+               meta(name="finish_reason", datatype="BYTES", shape=[-1])]  # fmt: skip
+    return inputs, outputs
+
+
+def model_config(model: ModelInfo) -> pb.ModelConfig:
+    """Triton's view of the same tensors. max_batch_size 0: the shapes are whole, the texts their first
+    dimension, so perf_analyzer sends the shape it is given (--shape text:N)."""
+    types = {"BYTES": pb.TYPE_STRING, "FP32": pb.TYPE_FP32, "INT64": pb.TYPE_INT64}
+    inputs, outputs = tensor_metadata(model)
+    return pb.ModelConfig(
+        name=model.name, platform="attnserve", backend="attnserve", max_batch_size=0,
+        input=[pb.ModelInput(name=t.name, data_type=types[t.datatype], dims=t.shape) for t in inputs],
+        output=[pb.ModelOutput(name=t.name, data_type=types[t.datatype], dims=t.shape) for t in outputs],
+    )  # fmt: skip
+
+
+def check_version(model: ModelInfo, requested_version: str) -> None:
+    if requested_version not in ("", VERSION):
+        raise NotFound(
+            f"model_version: {requested_version!r} is not served; model {model.name!r} has version {VERSION}",
+            "model_version",
+        )
+
+
+def generation_options(values: dict) -> GenerationOptions:
+    if "stop" in values:
+        values["stop"] = (values["stop"],)
+    return GenerationOptions(**values)
+
+
+def generation_tensors(results: list[GenerateResult], n_best: int) -> list[Tensor]:
+    """text [N] (or [N, k] for the k best), token_ids [N(, k), L] padded with -1, finish_reason like text."""
+    answers = [r.hypotheses if n_best > 1 else (r,) for r in results]
+    shape = (len(results), n_best) if n_best > 1 else (len(results),)
+    flat = [a for row in answers for a in row]
+    longest = max(len(a.token_ids) for a in flat)
+    token_ids = np.full((len(flat), longest), -1, dtype=np.int64)
+    for i, a in enumerate(flat):
+        token_ids[i, : len(a.token_ids)] = a.token_ids
+    return [
+        bytes_tensor(TEXT, [a.text for a in flat], shape),
+        numbers_tensor("token_ids", "INT64", token_ids.reshape(*shape, longest)),
+        bytes_tensor("finish_reason", [a.finish_reason for a in flat], shape),
+    ]
+
+
+class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    field_names = FIELD_NAMES
+
+    def __init__(self, core: ServingCore, metrics: Metrics, stream_write_timeout: float):
+        self.core, self.metrics, self.stream_write_timeout = core, metrics, stream_write_timeout
+
+    # Liveness and readiness answer without admission, as health checks do: false, not an error, while
+    # the server starts or drains.
+    async def ServerLive(self, request, context) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request, context) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.core.ready())
+
+    async def ModelReady(self, request, context) -> pb.ModelReadyResponse:
+        ready = not isinstance(request, UnparsedRequest) and request.version in ("", VERSION)
+        return pb.ModelReadyResponse(ready=ready and self.core.model_ready(request.name))
+
+    @handler
+    async def ServerMetadata(self, request, call: CallContext) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name="attnserve", version=server_version(), extensions=["model_configuration"])
+
+    @handler
+    async def ModelMetadata(self, request, call: CallContext) -> pb.ModelMetadataResponse:
+        model = self.core.model(request.name)
+        check_version(model, request.version)
+        inputs, outputs = tensor_metadata(model)
+        return pb.ModelMetadataResponse(
+            name=model.name, versions=[VERSION], platform="attnserve", inputs=inputs, outputs=outputs
+        )
+
+    @handler
+    async def ModelConfig(self, request, call: CallContext) -> pb.ModelConfigResponse:
+        model = self.core.model(request.name)
+        check_version(model, request.version)
+        return pb.ModelConfigResponse(config=model_config(model))
+
+    @handler
+    async def ModelInfer(self, request: pb.ModelInferRequest, call: CallContext) -> pb.ModelInferResponse:
+        return await self._infer(request, call)
+
+    async def _infer(self, request: pb.ModelInferRequest, call: CallContext) -> pb.ModelInferResponse:
+        model = self.core.model(request.model_name)
+        check_version(model, request.model_version)
+        wanted = requested(request, OUTPUTS[model.task])
+        text = read_text_input(request)
+        if model.task == "embedding":
+            options = read_parameters(request.parameters, EMBEDDING_PARAMETERS)
+            embed = EmbedRequest(model.name, text.texts, options.get("normalize"), options.get("truncate", True),
+                                 options.get("dimensions", 0))  # fmt: skip
+            result = await self.core.embeddings.embed(embed, call.record)
+            tensors = [numbers_tensor("embedding", "FP32", result.vectors)]
+            usage = {"prompt_tokens": result.usage.prompt_tokens}
+        else:
+            options = generation_options(read_parameters(request.parameters, GENERATION_PARAMETERS))
+            results = await self.core.generation.generate_all(model.name, text.texts, options, call.record)
+            tensors = generation_tensors(results, options.num_return_sequences)
+            usage = {k: call.record.figures[k] for k in ("prompt_tokens", "generated_tokens")}
+        response = infer_response(request, model.name, [t for t in tensors if t.name in wanted], text.raw)
+        for name, value in usage.items():
+            response.parameters[name].int64_param = value
+        return response
+
+    async def ModelStreamInfer(self, requests, context: grpc.aio.ServicerContext):
+        """Each request on the stream is a call of its own, answered when ready (its id says which): an
+        error is a response with error_message, and the stream goes on. A seq2seq request with parameter
+        `stream` true is answered piece by piece. Every request's last response has parameter
+        triton_final_response true."""
+        answers: asyncio.Queue = asyncio.Queue(maxsize=1)  # a client that stops reading holds one answer
+        tasks: set[asyncio.Task] = set()
+
+        async def emit(response: pb.ModelInferResponse) -> None:
+            await answers.put(pb.ModelStreamInferResponse(infer_response=response))
+
+        async def take(request) -> None:
+            async def work(call: CallContext) -> None:
+                if isinstance(request, UnparsedRequest):
+                    raise invalid("request", f"not a valid ModelInferRequest: {request.error}")
+                await self._answer_on_stream(request, call, emit)
+
+            error = await answer_on_stream(self.core, self.metrics, context, "ModelStreamInfer", FIELD_NAMES, work)
+            if error is not None:
+                await answers.put(pb.ModelStreamInferResponse(error_message=error, infer_response=failed(request)))
+
+        async def read() -> None:
+            async for request in requests:
+                task = asyncio.ensure_future(take(request))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            await asyncio.gather(*tasks)
+            await answers.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                try:
+                    await asyncio.wait_for(context.write(answer), self.stream_write_timeout)
+                except asyncio.TimeoutError:
+                    message = (
+                        f"stream: the client read nothing for {self.stream_write_timeout:g} s (stream_write_timeout)"
+                    )
+                    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, message)
+            await reader
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    async def _answer_on_stream(self, request: pb.ModelInferRequest, call: CallContext, emit) -> None:
+        plain = pb.ModelInferRequest()
+        plain.CopyFrom(request)
+        streamed = False
+        if "stream" in plain.parameters:
+            streamed = read_parameters({"stream": plain.parameters["stream"]}, STREAM_PARAMETER)["stream"]
+            del plain.parameters["stream"]
+        if not streamed:
+            response = await self._infer(plain, call)
+            response.parameters[FINAL].bool_param = True
+            return await emit(response)
+
+        model = self.core.model(plain.model_name)
+        check_version(model, plain.model_version)
+        if model.task != "seq2seq":
+            raise invalid(
+                "parameters.stream", f"model {model.name!r} is an embedding model; only seq2seq models stream"
+            )
+        wanted = requested(plain, OUTPUTS[model.task])
+        text = read_text_input(plain)
+        if len(text.texts) != 1:
+            raise invalid(TEXT, f"{len(text.texts)} texts; a streamed request takes 1")
+        options = generation_options(read_parameters(plain.parameters, GENERATION_PARAMETERS))
+        (stream,) = await self.core.generation.stream_all(model.name, text.texts, options, call.record)
+        async for event in stream.events:
+            tensors = [
+                bytes_tensor(TEXT, [event.text], (1,)),
+                numbers_tensor("token_ids", "INT64", np.array([event.token_ids], dtype=np.int64).reshape(1, -1)),
+                bytes_tensor("finish_reason", [event.finish_reason or ""], (1,)),
+            ]
+            response = infer_response(plain, model.name, [t for t in tensors if t.name in wanted], text.raw)
+            response.parameters[FINAL].bool_param = event.finish_reason is not None
+            if event.finish_reason is not None:
+                response.parameters["prompt_tokens"].int64_param = event.usage.prompt_tokens
+                response.parameters["generated_tokens"].int64_param = event.usage.generated_tokens
+            await emit(response)
+
+
+def failed(request) -> pb.ModelInferResponse:
+    """The response that goes with an error on the stream: it names the request, as Triton's does."""
+    response = pb.ModelInferResponse()
+    if not isinstance(request, UnparsedRequest):
+        response.model_name, response.id = request.model_name, request.id
+    response.parameters[FINAL].bool_param = True
+    return response

@@ -1,0 +1,146 @@
+"""The Open Inference Protocol's wire forms: the text input read from `contents` or raw bytes, outputs
+written the same way the request came, and request parameters read by name and kind. Everything a client
+can get wrong here is refused as InvalidArgument naming the tensor or parameter."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import invalid
+from .pb import open_inference_pb2 as pb
+
+TEXT = "text"
+# The parameters Triton's clients may add to any request (perf_analyzer always sends the last): they carry
+# nothing attnserve acts on. (A request's last response is never empty here.)
+CLIENT_PARAMETERS = frozenset(
+    {"priority", "timeout", "sequence_id", "sequence_start", "sequence_end", "triton_enable_empty_final_response"}
+)
+
+
+def unpack_bytes(raw: bytes, field: str) -> list[bytes]:
+    """A raw BYTES tensor: each element's length (4 bytes, little-endian), then its bytes."""
+    elements, offset = [], 0
+    while offset < len(raw):
+        if offset + 4 > len(raw):
+            raise invalid(field, f"raw contents end inside the length of element {len(elements)}")
+        (size,) = struct.unpack_from("<I", raw, offset)
+        offset += 4
+        if offset + size > len(raw):
+            raise invalid(field, f"element {len(elements)} claims {size} bytes; {len(raw) - offset} are left")
+        elements.append(raw[offset : offset + size])
+        offset += size
+    return elements
+
+
+def pack_bytes(elements: list[bytes]) -> bytes:
+    return b"".join(struct.pack("<I", len(e)) + e for e in elements)
+
+
+@dataclass(frozen=True)
+class TextInput:
+    texts: list[str]
+    raw: bool  # the request sent raw_input_contents: answer with raw_output_contents
+
+
+def read_text_input(request: pb.ModelInferRequest) -> TextInput:
+    """The one input, `text`: BYTES of shape [N] or [N, 1], UTF-8 elements."""
+    names = [t.name for t in request.inputs]
+    if names != [TEXT]:
+        raise invalid("inputs.name", f"{names}; the model takes one input tensor, {TEXT!r} (BYTES, shape [N])")
+    tensor = request.inputs[0]
+    if tensor.datatype != "BYTES":
+        raise invalid(TEXT, f"datatype {tensor.datatype!r}; send BYTES")
+    shape = list(tensor.shape)
+    if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1) or shape[0] < 0:
+        raise invalid(TEXT, f"shape {shape}; send [N] or [N, 1] texts")
+    raw = len(request.raw_input_contents) > 0
+    if raw:
+        if len(request.raw_input_contents) != 1:
+            raise invalid("raw_input_contents", f"{len(request.raw_input_contents)} entries for 1 input tensor")
+        elements = unpack_bytes(request.raw_input_contents[0], TEXT)
+    else:
+        elements = list(tensor.contents.bytes_contents)
+    if len(elements) != shape[0]:
+        raise invalid(TEXT, f"shape {shape} holds {shape[0]} elements; the contents have {len(elements)}")
+    texts = []
+    for i, element in enumerate(elements):
+        try:
+            texts.append(element.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise invalid(f"{TEXT}[{i}]", f"not UTF-8 ({error.reason} at byte {error.start})") from None
+    return TextInput(texts, raw)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    datatype: str  # BYTES, FP32 or INT64
+    values: np.ndarray | list[bytes]  # numbers in their shape; BYTES elements flattened, row-major
+    shape: tuple[int, ...]
+
+
+def numbers_tensor(name: str, datatype: str, values: np.ndarray) -> Tensor:
+    dtype = {"FP32": "<f4", "INT64": "<i8"}[datatype]
+    return Tensor(name, datatype, np.ascontiguousarray(values, dtype=dtype), tuple(values.shape))
+
+
+def bytes_tensor(name: str, texts: list[str], shape: tuple[int, ...]) -> Tensor:
+    return Tensor(name, "BYTES", [t.encode() for t in texts], shape)
+
+
+def requested(request: pb.ModelInferRequest, available: list[str]) -> list[str]:
+    """The outputs the request names (none: all), each one the model has."""
+    names = [o.name for o in request.outputs]
+    for name in names:
+        if name not in available:
+            raise invalid("outputs", f"{name!r} is not an output of model {request.model_name!r} ({available})")
+    return names or available
+
+
+def infer_response(
+    request: pb.ModelInferRequest, model: str, tensors: list[Tensor], raw: bool
+) -> pb.ModelInferResponse:
+    response = pb.ModelInferResponse(model_name=model, model_version="1", id=request.id)
+    for tensor in tensors:
+        output = response.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        if tensor.datatype == "BYTES":
+            if raw:
+                response.raw_output_contents.append(pack_bytes(tensor.values))
+            else:
+                output.contents.bytes_contents.extend(tensor.values)
+        elif raw:
+            response.raw_output_contents.append(tensor.values.tobytes())
+        elif tensor.datatype == "FP32":
+            output.contents.fp32_contents.extend(tensor.values.ravel().tolist())
+        else:
+            output.contents.int64_contents.extend(tensor.values.ravel().tolist())
+    return response
+
+
+# A parameter's kind, and the InferParameter fields that may carry it.
+KINDS = {
+    int: ("int64_param", "uint64_param"),
+    float: ("double_param", "int64_param", "uint64_param"),
+    bool: ("bool_param",),
+    str: ("string_param",),
+}
+KIND_NAMES = {int: "an integer", float: "a number", bool: "a bool", str: "a string"}
+
+
+def read_parameters(parameters, kinds: dict[str, type]) -> dict:
+    """The request's parameters by name, each of the kind `kinds` gives it; any other name is refused."""
+    values = {}
+    for name, parameter in parameters.items():
+        if name in CLIENT_PARAMETERS:
+            continue
+        field = f"parameters.{name}"
+        if name not in kinds:
+            raise invalid(field, f"not a parameter of this model; it takes {', '.join(kinds)}")
+        kind, sent = kinds[name], parameter.WhichOneof("parameter_choice")
+        if sent not in KINDS[kind]:
+            raise invalid(field, f"{sent or 'no value'}; send {KIND_NAMES[kind]} ({KINDS[kind][0]})")
+        values[name] = kind(getattr(parameter, sent))
+    return values
