@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MODELS := build/models
 
-.PHONY: run test test-deps models proto peers clean
+.PHONY: run test test-deps models proto peers perf-analyzer clean
 
 # Stamps record which extra is installed; they are remade when pyproject.toml changes.
 $(VENV)/.export: pyproject.toml
@@ -34,6 +34,10 @@ test: $(VENV)/.dev test-deps
 
 proto: $(VENV)/.dev
 	$(BIN)/python protos/generate.py
+
+# NVIDIA's perf_analyzer (KServe v2 load generator) under build/perf_analyzer, with the C library it needs.
+perf-analyzer: $(VENV)/.dev
+	benchmarks/perf_analyzer_setup.sh
 
 # The peer servers the benchmarks compare with (benchmarks/peers.txt), in a virtual environment of their own,
 # and their model folders under build/peers.

@@ -1,9 +1,9 @@
-"""The front doors of one server side by side: the same work through gRPC and through the OpenAI-compatible
-HTTP API, with the clients people use.
+"""The front doors of one server side by side: the same work through gRPC, the KServe v2 protocol and the
+OpenAI-compatible HTTP API, with the clients people use.
 
 - Embeddings, MiniLM, 32 concurrent callers x 1 sentence (512 sentences of 10-60 words): gRPC `Embed`
-  (grpc.aio) against `/v1/embeddings` through the `openai` SDK (AsyncOpenAI, base64 as it asks by default):
-  sentences/s, p50 and p99.
+  (grpc.aio) against KServe v2 `ModelInfer` through tritonclient (its asyncio client) and `/v1/embeddings`
+  through the `openai` SDK (AsyncOpenAI, base64 as it asks by default): sentences/s, p50 and p99.
 - Completions, the numbers model, 32 sentences of written-out numbers: one `/v1/completions` call with
   all 32 prompts against 32 concurrent gRPC `Generate` calls: tokens/s.
 
@@ -93,6 +93,8 @@ def main() -> None:
     url = f"http://127.0.0.1:{server.http_port}"
     doors = {
         "embed, gRPC Embed (grpc.aio)": lambda: caller(server, "benchmarks.load_clients", "--target", server.target),
+        "embed, KServe v2 ModelInfer (tritonclient)": lambda: caller(
+            server, "benchmarks.load_clients", "--triton", server.target),
         "embed, /v1/embeddings (openai SDK, base64)": lambda: caller(
             server, "benchmarks.load_clients", "--openai", url),
         "complete, 32 gRPC Generate calls at once": lambda: caller(
@@ -126,9 +128,10 @@ def main() -> None:
             rows.append([name, f"{tokens:.0f} tokens/s", "", "", "", ""])
     grpc_embed = statistics.median(r["wall"] for r in runs["embed, gRPC Embed (grpc.aio)"])
     http_embed = statistics.median(r["wall"] for r in runs["embed, /v1/embeddings (openai SDK, base64)"])
+    v2_embed = statistics.median(r["wall"] for r in runs["embed, KServe v2 ModelInfer (tritonclient)"])
     print_table(
-        f"One server ({args.precision}), {args.rounds} rounds, medians; /v1/embeddings / gRPC Embed = "
-        f"{grpc_embed / http_embed:.2f}x",
+        f"One server ({args.precision}), {args.rounds} rounds, medians; against gRPC Embed: /v1/embeddings "
+        f"{grpc_embed / http_embed:.2f}x, ModelInfer {grpc_embed / v2_embed:.2f}x",
         ["door", "throughput", "p50 ms", "p99 ms", "server loop ms/call", "client CPU s"], rows,
     )  # fmt: skip
     write_results("front_doors_bench", {"machine": machine, "rounds": args.rounds, "runs": runs, "rows": rows})
