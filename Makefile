@@ -29,7 +29,7 @@ test-deps:
 	  { apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
 	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; }; }
 
-test: $(VENV)/.dev test-deps
+test: $(VENV)/.dev test-deps perf-analyzer
 	$(BIN)/python -m pytest
 
 proto: $(VENV)/.dev

@@ -60,6 +60,17 @@ def test_the_serving_install_has_no_torch(tmp_path):
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).returncode == 0
 
 
+def test_the_install_carries_every_package():
+    """`pip install .` (the image's) installs the packages pyproject.toml lists: every folder of Python code
+    the server or the command runs must be among them (service/http_api once was not)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = [d for top in ("cli", "modeldir", "model", "service") for d in [ROOT / top, *(ROOT / top).rglob("*")]]
+    found = {".".join(d.relative_to(ROOT).parts) for d in folders if d.is_dir() and any(d.glob("*.py"))}
+    assert found <= listed, f"missing from [tool.setuptools] packages: {sorted(found - listed)}"
+
+
 def test_yaml_lints_clean():
     result = run("yamllint", "deploy", ".yamllint.yaml")
     assert result.returncode == 0, result.stdout

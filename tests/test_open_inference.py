@@ -27,6 +27,7 @@ from service.server_thread import ServerThread
 from .waits import wait_until
 
 CALLS = Path(__file__).with_name("triton_client_calls.py")
+PERF_ANALYZER = Path(__file__).resolve().parent.parent / "benchmarks" / "perf_analyzer.sh"
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill.", "Hello"]
 NUMBERS = ["12", "345", "7"]
 
@@ -271,3 +272,26 @@ def test_bearer_tokens_guard_the_service(minilm_dir, tmp_path):
         assert ok(answers["with_token"])["outputs"]["embedding"]["shape"] == [3, 384]
     finally:
         server.close()
+
+
+def test_perf_analyzer_drives_model_infer(served, tmp_path):
+    """NVIDIA's load generator, unchanged (make test installs it: make perf-analyzer): it reads the model's
+    metadata and Triton config, then sends raw BYTES from two workers. A functional check, not a
+    measurement: any throughput counts as stable (-s 1000)."""
+    assert PERF_ANALYZER.exists()
+    sample = {"rpc": "ModelInfer", "model": "minilm", "code": "OK"}
+    before = served.server.metrics.registry.get_sample_value("attnserve_requests_total", sample) or 0
+    report = tmp_path / "report.csv"
+    command = [
+        str(PERF_ANALYZER), "-m", "minilm", "-u", served.target, "-i", "grpc", "--shape", "text:1",
+        "--string-data", "The delivery truck blocked the narrow street.", "--concurrency-range", "2:2",
+        "--measurement-mode", "count_windows", "--measurement-request-count", "40", "-s", "1000", "-f", str(report),
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    header, row = report.read_text().splitlines()[:2]
+    figures = dict(zip(header.split(","), row.split(",")))
+    assert figures["Concurrency"] == "2" and float(figures["Inferences/Second"]) > 0
+    assert int(figures["p99 latency"]) >= int(figures["p50 latency"]) > 0
+    served_now = served.server.metrics.registry.get_sample_value("attnserve_requests_total", sample)
+    assert served_now - before >= 3 * 40  # at least three windows of 40 requests
