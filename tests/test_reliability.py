@@ -305,6 +305,45 @@ def test_slow_readers_are_cut_off_and_free_everything(served):
     assert rss_mb() - memory < 50
 
 
+def test_a_slow_reader_of_model_stream_infer_is_cut_off_and_frees_everything(served):
+    """The KServe v2 stream of requests holds one answer for a client that stops reading: after
+    stream_write_timeout the server gives the stream up, and every request on it closes its record, leaves
+    admission and frees its cache row. (The status the server then sends cannot leave while its last write
+    is stuck in gRPC's core, so such a client meets its own deadline, as with GenerateStream above; this
+    one's is far off, so that only the server's giving up can close the requests in time.)"""
+    from service.grpc_api.pb import open_inference_pb2 as oip
+    from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
+
+    before = baseline(served)
+    registry = served.server.metrics.registry
+
+    def recorded() -> float:  # ModelStreamInfer's requests closed so far, whatever their code
+        return sum(registry.get_sample_value("attnserve_requests_total", {"rpc": "ModelStreamInfer", "model": "numbers",
+                   "code": code}) or 0 for code in ("OK", "CANCELLED"))  # fmt: skip
+
+    already = recorded()
+    options = [("grpc.http2.lookahead_bytes", 256), ("grpc.http2.bdp_probe", 0)]
+    channel = grpc.insecure_channel(served.target, options=options)
+
+    def requests():
+        for i in range(20):
+            request = oip.ModelInferRequest(model_name="numbers", id=str(i))
+            request.inputs.add(name="text", datatype="BYTES", shape=[1]).contents.bytes_contents.append(
+                NUMBERS.encode()
+            )
+            request.parameters["stream"].bool_param = True
+            request.parameters["ignore_eos"].bool_param = True
+            request.parameters["max_new_tokens"].int64_param = 63
+            yield request
+
+    answers = oip_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(requests(), timeout=300)
+    # Reading would unblock the server, so read only once it has given the stream up: every request closed.
+    wait_until(lambda: recorded() - already == 20, what="the stream cut off and its 20 requests closed")
+    answers.cancel()
+    channel.close()
+    assert_back_to(served, before)
+
+
 def pb_stub(channel):
     from service.grpc_api.pb import inference_pb2_grpc
 

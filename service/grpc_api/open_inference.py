@@ -200,21 +200,27 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             await asyncio.gather(*tasks)
             await answers.put(None)
 
+        def stop() -> None:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
         reader = asyncio.ensure_future(read())
         try:
             while (answer := await answers.get()) is not None:
                 try:
                     await asyncio.wait_for(context.write(answer), self.stream_write_timeout)
                 except asyncio.TimeoutError:
+                    # Give every request on the stream up first: the status cannot leave while the stuck
+                    # write holds the stream, so abort may wait until the client goes.
+                    stop()
                     message = (
                         f"stream: the client read nothing for {self.stream_write_timeout:g} s (stream_write_timeout)"
                     )
                     await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, message)
             await reader
         finally:
-            reader.cancel()
-            for task in list(tasks):
-                task.cancel()
+            stop()
 
     async def _answer_on_stream(self, request: pb.ModelInferRequest, call: CallContext, emit) -> None:
         plain = pb.ModelInferRequest()
