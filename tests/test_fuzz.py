@@ -5,6 +5,7 @@ UNKNOWN or INTERNAL, and the server answers and is back to its baseline afterwar
 from __future__ import annotations
 
 import os
+import struct
 
 import grpc
 import pytest
@@ -12,6 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.grpc_api.pb import inference_pb2 as pb
+from service.grpc_api.pb import open_inference_pb2 as oip
+from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
 from service.server_thread import ServerThread
 
 from .test_reliability import assert_back_to, baseline
@@ -98,6 +101,47 @@ def test_generate_stream(stub, request):
     assert code(lambda: list(stub.GenerateStream(request, timeout=30))) in ALLOWED
 
 
+parameters = st.one_of(
+    st.builds(oip.InferParameter, bool_param=st.booleans()),
+    st.builds(oip.InferParameter, int64_param=st.integers(-(2**63), 2**63 - 1) | st.integers(0, 20)),
+    st.builds(oip.InferParameter, uint64_param=st.integers(0, 2**64 - 1)),
+    st.builds(oip.InferParameter, double_param=st.floats(allow_nan=True, allow_infinity=True)),
+    st.builds(oip.InferParameter, string_param=texts),
+    st.just(oip.InferParameter()),  # none of its kinds set
+)
+parameter_names = st.sampled_from(
+    ["max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "num_beams", "num_return_sequences",
+     "early_stopping", "normalize", "truncate", "dimensions", "stream", "priority"]
+) | st.text(max_size=12)  # fmt: skip
+
+
+@st.composite
+def infer_requests(draw) -> oip.ModelInferRequest:
+    """Any model, version, parameters and `text` tensor: its name, datatype and shape, UTF-8 or not, as
+    contents or raw bytes."""
+    request = oip.ModelInferRequest(model_name=draw(models), model_version=draw(st.sampled_from(["", "1", "2"])))
+    for name, value in draw(st.dictionaries(parameter_names, parameters, max_size=4)).items():
+        request.parameters[name].CopyFrom(value)
+    elements = draw(st.lists(texts.map(str.encode) | st.binary(max_size=20), max_size=10))
+    shapes = st.sampled_from([[len(elements)], [len(elements), 1], []]) | st.lists(st.integers(-3, 12), max_size=3)
+    tensor = request.inputs.add(
+        name=draw(st.just("text") | st.text(max_size=8)), datatype=draw(st.sampled_from(["BYTES", "FP32", ""])),
+        shape=draw(shapes),
+    )  # fmt: skip
+    if draw(st.booleans()):
+        request.raw_input_contents.append(b"".join(struct.pack("<I", len(e)) + e for e in elements))
+    else:
+        tensor.contents.bytes_contents.extend(elements)
+    return request
+
+
+@FUZZ
+@given(request=infer_requests())
+def test_model_infer(served, request):
+    stub = oip_grpc.GRPCInferenceServiceStub(raw_channel(served))
+    assert code(lambda: stub.ModelInfer(request, timeout=30)) in ALLOWED
+
+
 _channels: dict[int, grpc.Channel] = {}
 
 
@@ -109,14 +153,17 @@ def raw_channel(server) -> grpc.Channel:
 
 @FUZZ
 @given(
-    method=st.sampled_from(["Embed", "Tokenize", "Generate", "GenerateStream", "ListModels"]),
+    method=st.sampled_from(
+        ["attnserve.v1.Inference/" + m for m in ("Embed", "Tokenize", "Generate", "GenerateStream", "ListModels")]
+        + ["inference.GRPCInferenceService/" + m for m in ("ModelInfer", "ModelMetadata", "ModelConfig", "ModelReady")]
+    ),
     data=st.binary(max_size=200),
-)  # noqa: E501
+)
 def test_raw_bytes(served, method, data):
     """Bytes that may not even parse as the request message; ListModels takes any of its (empty) messages."""
     channel = raw_channel(served)
-    rpc = f"/attnserve.v1.Inference/{method}"
-    if method == "GenerateStream":
+    rpc = f"/{method}"
+    if method.endswith("GenerateStream"):
         result = code(lambda: list(channel.unary_stream(rpc)(data, timeout=30)))
     else:
         result = code(lambda: channel.unary_unary(rpc)(data, timeout=30))
