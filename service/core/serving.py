@@ -97,7 +97,7 @@ class ServingCore:
         if not name:
             raise invalid("model", f"empty; name a model ({', '.join(m.name for m in self.models())})")
         found = self.registry.find(name)
-        return next(m for m in self.models() if m.name == found.name)
+        return next(m for m in self.registry.infos() if m.name == found.name)
 
     def model_ready(self, name: str) -> bool:
         """The server is ready and serves a model of this name that is healthy."""

@@ -21,6 +21,7 @@ from .call_handling import CallContext, UnparsedRequest, answer_on_stream, handl
 from .open_inference_wire import (
     TEXT,
     Tensor,
+    TextInput,
     bytes_tensor,
     infer_response,
     numbers_tensor,
@@ -53,6 +54,9 @@ def server_version() -> str:
         return version("attnserve")
     except PackageNotFoundError:
         return "unknown"
+
+
+SERVER_VERSION = server_version()  # read once: it is the installed package's metadata
 
 
 def tensor_metadata(model: ModelInfo) -> tuple[list, list]:
@@ -128,7 +132,7 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @handler
     async def ServerMetadata(self, request, call: CallContext) -> pb.ServerMetadataResponse:
-        return pb.ServerMetadataResponse(name="attnserve", version=server_version(), extensions=["model_configuration"])
+        return pb.ServerMetadataResponse(name="attnserve", version=SERVER_VERSION, extensions=["model_configuration"])
 
     @handler
     async def ModelMetadata(self, request, call: CallContext) -> pb.ModelMetadataResponse:
@@ -149,11 +153,18 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, call: CallContext) -> pb.ModelInferResponse:
         return await self._infer(request, call)
 
-    async def _infer(self, request: pb.ModelInferRequest, call: CallContext) -> pb.ModelInferResponse:
+    def _read(self, request: pb.ModelInferRequest, stream: bool = False) -> tuple[ModelInfo, list[str], TextInput]:
+        """The request's model (of a task that streams, if `stream`), the outputs it wants, and its texts."""
         model = self.core.model(request.model_name)
         check_version(model, request.model_version)
-        wanted = requested(request, OUTPUTS[model.task])
-        text = read_text_input(request)
+        if stream and model.task != "seq2seq":
+            raise invalid(
+                "parameters.stream", f"model {model.name!r} is an embedding model; only seq2seq models stream"
+            )
+        return model, requested(request, OUTPUTS[model.task]), read_text_input(request)
+
+    async def _infer(self, request: pb.ModelInferRequest, call: CallContext) -> pb.ModelInferResponse:
+        model, wanted, text = self._read(request)
         if model.task == "embedding":
             options = read_parameters(request.parameters, EMBEDDING_PARAMETERS)
             embed = EmbedRequest(model.name, text.texts, options.get("normalize"), options.get("truncate", True),
@@ -234,14 +245,7 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             response.parameters[FINAL].bool_param = True
             return await emit(response)
 
-        model = self.core.model(plain.model_name)
-        check_version(model, plain.model_version)
-        if model.task != "seq2seq":
-            raise invalid(
-                "parameters.stream", f"model {model.name!r} is an embedding model; only seq2seq models stream"
-            )
-        wanted = requested(plain, OUTPUTS[model.task])
-        text = read_text_input(plain)
+        model, wanted, text = self._read(plain, stream=True)
         if len(text.texts) != 1:
             raise invalid(TEXT, f"{len(text.texts)} texts; a streamed request takes 1")
         options = generation_options(read_parameters(plain.parameters, GENERATION_PARAMETERS))
