@@ -37,8 +37,8 @@ def serve(checkout: Path, models: list[str], threads: int) -> tuple[subprocess.P
     process = subprocess.Popen(command, cwd=checkout, env=_env(checkout), stderr=subprocess.PIPE, text=True)
     port = None
     for line in process.stderr:
-        if match := re.search(r"listening on port (\d+)", line):
-            port = int(match.group(1))
+        if match := re.search(r"listening on port (\d+)|gRPC on \S+:(\d+)", line):  # older and newer servers
+            port = int(match.group(1) or match.group(2))
         if port and "serving" in line:
             break
     else:

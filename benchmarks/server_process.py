@@ -3,6 +3,7 @@ memory, its metrics."""
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import signal
@@ -13,25 +14,38 @@ import time
 import urllib.request
 from pathlib import Path
 
+# The start line: "listening: gRPC on [::]:50051 (IPv4 and IPv6), HTTP API on ..., metrics on ..."
+PORTS = re.compile(r"gRPC on \S+:(\d+)(?: \(IPv4 and IPv6\))?(?:, HTTP API on \S+:(\d+))?.*metrics on \S+:(\d+)")
+LOCAL_PORTS = ("--host", "127.0.0.1", "--port", "0", "--metrics-port", "0", "--http-port", "0")
+
 
 class ServerProcess:
-    def __init__(self, *args: str, models=("build/models/minilm", "build/models/numbers")):
-        command = [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0",
-                   "--metrics-port", "0", "--http-port", "0", "--log-format", "text", "--models", *models, *args]  # fmt: skip
+    """The server started with `listen` (by default on 127.0.0.1, ports picked free; () for the defaults a
+    user gets), by `launcher` (the CLI). A server that exits before it serves raises with its last log
+    lines."""
+
+    def __init__(
+        self,
+        *args: str,
+        models=("build/models/minilm", "build/models/numbers"),
+        listen=LOCAL_PORTS,
+        launcher=(sys.executable, "-m", "cli"),
+    ):
+        command = [*launcher, "serve", *listen, "--log-format", "text", "--models", *models, *args]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        self.log: collections.deque[str] = collections.deque(maxlen=200)  # its last lines, for failures
         for line in self.process.stderr:
-            match = re.search(r"listening on port (\d+), metrics on (\d+)(?:, HTTP API on (\d+))?", line)
-            if match:
-                self.port, self.metrics_port = int(match.group(1)), int(match.group(2))
-                self.http_port = int(match.group(3)) if match.group(3) else None
+            self.log.append(line)
+            if match := PORTS.search(line):
+                self.port, self.metrics_port = int(match.group(1)), int(match.group(3))
+                self.http_port = int(match.group(2)) if match.group(2) else None
+            if "serving" in line and hasattr(self, "port"):
                 break
         else:
-            raise RuntimeError(f"the server did not start (exit {self.process.wait()})")
-        for line in self.process.stderr:
-            if "serving" in line:
-                break
+            raise RuntimeError(f"the server did not start (exit {self.process.wait()}):\n{''.join(self.log)}")
         # Keep reading its log (access lines included), so that the pipe never fills.
-        threading.Thread(target=lambda: [None for _ in self.process.stderr], daemon=True).start()
+        self.reader = threading.Thread(target=lambda: self.log.extend(self.process.stderr), daemon=True)
+        self.reader.start()
         self.target = f"127.0.0.1:{self.port}"
 
     @property
@@ -73,4 +87,9 @@ class ServerProcess:
         started = time.monotonic()
         code = self.process.wait(timeout)
         self.stop_seconds = time.monotonic() - started
+        self.reader.join(10)  # its last lines
         return code
+
+    def output(self) -> str:
+        """Its log so far (the last 200 lines)."""
+        return "".join(self.log)

@@ -21,6 +21,12 @@ def _needs_torch():
 
 
 def cmd_export(args) -> None:
+    after = getattr(args, "directory_after_precision", None)  # export --precision fp16 DIR
+    if (args.model_dir is None) == (after is None):
+        sys.exit(
+            "attnserve export: give one model directory" + (f", not {args.model_dir} and {after}" if after else "")
+        )
+    args.model_dir = args.model_dir or after
     _needs_torch()
     from model.export import export_model_dir
 
@@ -83,6 +89,7 @@ def cmd_train_numbers(args) -> None:
     settings = settings_from(
         seed=args.seed, steps=args.steps, n_heads=args.heads, d_model=args.d_model, threads=args.threads
     )
+    print(f"numbers: training with {settings}", file=sys.stderr)
     train(settings, args.out)
 
 
@@ -90,8 +97,10 @@ def cmd_eval_numbers(args) -> None:
     import json
 
     from model.eval_numbers import evaluate, format_report
+    from model.numbers import EVAL_SEED
 
-    report = evaluate(args.model_dir, count=args.count, seed=args.seed, threads=args.threads, precision=args.precision)
+    seed = EVAL_SEED if args.seed is None else args.seed
+    report = evaluate(args.model_dir, count=args.count, seed=seed, threads=args.threads, precision=args.precision)
     print(format_report(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -27,6 +27,22 @@ def _count(text: str) -> int:
     return value
 
 
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+class PrecisionsThenDirectory(argparse.Action):
+    """--precision takes one or more precisions; a value after them that is not one is the model
+    directory (`export --precision fp16 DIR`), which argparse would otherwise count as a precision. It is
+    kept apart (the positional, left empty, is set after the options) and taken by cmd_export."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        count = next((i for i, v in enumerate(values) if v not in PRECISIONS), len(values))
+        if count == 0 or len(values) > count + 1:
+            parser.error(f"argument {option_string}: give one or more of {', '.join(PRECISIONS)}, not {values}")
+        setattr(namespace, self.dest, values[:count])
+        namespace.directory_after_precision = Path(values[count]) if count < len(values) else None
+
+
 def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="localhost:50051", help="server address; default: %(default)s")
     parser.add_argument("--tls-ca", help="PEM CA to trust the server with (TLS)")
@@ -106,12 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     models.set_defaults(run=cmd_models)
 
     export = commands.add_parser("export", help="export a model directory to ONNX and write its manifest")
-    export.add_argument("model_dir", type=Path, help="holds config.json, model.safetensors, tokenizer.json")
+    export.add_argument("model_dir", type=Path, nargs="?", help="holds config.json, model.safetensors, tokenizer.json")
     export.add_argument(
-        "--precision", nargs="+", choices=["fp32", "fp16", "int8"], default=["fp32"],
+        "--precision",
+        nargs="+",
+        action=PrecisionsThenDirectory,
+        default=["fp32"],
+        metavar="{fp32,fp16,int8}",
         help="graphs to write besides the float32 ones (always written): fp16 for GPUs, int8 for CPUs; "
         "default: fp32 only",
-    )  # fmt: skip
+    )
     export.set_defaults(run=cmd_export)
 
     imp = commands.add_parser(
@@ -128,25 +148,26 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--out", type=Path, default=DEFAULT_MODELS_DIR, help="default: %(default)s")
     build.set_defaults(run=cmd_build)
 
-    from model.numbers import EVAL_SEED, TrainSettings  # plain data: no torch
-
-    defaults = TrainSettings()
-
+    # The defaults live with the trainer (model/numbers.py): importing it here would load the build side
+    # for every subcommand, serve included.
     train = commands.add_parser(
-        "train-numbers", help="train the bundled seq2seq model 'numbers' (about 4 min on 2 cores)"
+        "train-numbers",
+        help="train the bundled seq2seq model 'numbers' (about 4 min on 2 cores)",
+        description="Train the numbers model. Options left out keep the settings the committed model was "
+        "trained with; the first line printed lists them all",
     )
     train.add_argument("--out", type=Path, default=CHECKPOINTS_DIR / "numbers", help="default: %(default)s")
-    train.add_argument("--seed", type=int, help=f"default: {defaults.seed}")
-    train.add_argument("--steps", type=int, help=f"default: {defaults.steps}")
-    train.add_argument("--heads", type=int, help=f"default: {defaults.n_heads}")
-    train.add_argument("--d-model", type=int, help=f"default: {defaults.d_model}")
-    train.add_argument("--threads", type=int, help=f"default: {defaults.threads} (results depend on it)")
+    train.add_argument("--seed", type=int, help="default: the committed model's")
+    train.add_argument("--steps", type=int, help="default: the committed model's")
+    train.add_argument("--heads", type=int, help="default: the committed model's")
+    train.add_argument("--d-model", type=int, help="default: the committed model's")
+    train.add_argument("--threads", type=int, help="default: the committed model's (results depend on it)")
     train.set_defaults(run=cmd_train_numbers)
 
     evaluate = commands.add_parser("eval-numbers", help="exact-match accuracy of an exported numbers model (ONNX)")
     evaluate.add_argument("model_dir", type=Path)
     evaluate.add_argument("--count", type=int, default=2000, help="numbers per direction; default: %(default)s")
-    evaluate.add_argument("--seed", type=int, default=EVAL_SEED, help="default: %(default)s (not a training seed)")
+    evaluate.add_argument("--seed", type=int, help="default: the evaluation seed, never a training seed")
     evaluate.add_argument("--threads", type=int, default=2)
     evaluate.add_argument(
         "--precision", choices=["fp32", "fp16", "int8"], default="fp32", help="the graphs to decode with"

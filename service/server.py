@@ -9,6 +9,7 @@ UNAVAILABLE, lets calls in flight finish for drain_seconds, then stops.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 
@@ -19,6 +20,7 @@ from .engine.batcher import BatchLimits
 from .grpc_api.server import GrpcServer
 from .http_api.server import HttpServer
 from .ops.config import ServerConfig
+from .ops.listen import every_address, listening_host
 from .ops.metrics import Metrics
 from .ops.metrics_http import MetricsServer
 from .runner.sessions import SessionSettings
@@ -55,12 +57,13 @@ def core_settings(config: ServerConfig) -> CoreSettings:
     return CoreSettings(
         model_dirs=tuple(config.models), load=load, max_concurrent_requests=config.max_concurrent_requests,
         max_client_batch_size=config.max_client_batch_size, max_beams=config.max_beams, attention=attention,
-        probe_seconds=config.probe_seconds,
+        probe_seconds=config.probe_seconds, stream_write_timeout=config.stream_write_timeout,
     )  # fmt: skip
 
 
 class Server:
     def __init__(self, config: ServerConfig):
+        config = dataclasses.replace(config, host=listening_host(config.host))  # IPv4 alone without IPv6
         self.config = config
         self.metrics = Metrics()
         self.core = ServingCore(core_settings(config), self.metrics)
@@ -73,10 +76,14 @@ class Server:
         """Listen on the gRPC, HTTP and metrics ports. -> the gRPC port."""
         self.port = await self.grpc.start()
         self.metrics_server = MetricsServer(self.metrics, self.config.host, self.config.metrics_port, self.core.ready)
-        http = f", HTTP API on {await self.http.start()}" if self.http else ""
+        if self.http:
+            await self.http.start()
+        host = self.config.host
+        grpc_address = f"{host}:{self.port}" + (" (IPv4 and IPv6)" if every_address(host) else "")
+        http = f", HTTP API on {', '.join(self.http.addresses)}" if self.http else ""
         log.info(
-            "listening on port %d, metrics on %d%s (health NOT_SERVING until the models are warm)",
-            self.port, self.metrics_server.port, http,
+            "listening: gRPC on %s%s, metrics on %s (health NOT_SERVING until the models are warm)",
+            grpc_address, http, ", ".join(self.metrics_server.addresses),
         )  # fmt: skip
         return self.port
 

@@ -17,7 +17,8 @@ from .server import Server, create_server
 
 class ServerThread:
     def __init__(self, models: list[Path], load: bool = True, **settings):
-        settings = {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "http_port": 0, **settings}
+        # The default host, as users start servers: every address, so that tests reach it as they would.
+        settings = {"port": 0, "metrics_port": 0, "http_port": 0, **settings}
         self.config = ServerConfig(models=tuple(models), **settings)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="test-server", daemon=True)

@@ -8,13 +8,14 @@ import subprocess
 import sys
 
 import onnx
+import pytest
 
 from model.config import ModelConfig
 from model.export import export_model_dir
 from model.random_model import random_model_dir
 from modeldir.files import ATTENTION_FILE, DECODER_FILE, ENCODER_FILE, MANIFEST_FILE, graph_files, sha256_file
 
-from .conftest import SEQ2SEQ_CONFIGS
+from .conftest import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -98,3 +99,26 @@ def test_export_is_deterministic(tmp_path):
     run_cli("export", str(second))
     for artifact in (*graph_files("seq2seq").values(), ATTENTION_FILE, "model.safetensors"):
         assert (first / artifact).read_bytes() == (second / artifact).read_bytes(), artifact
+
+
+@pytest.mark.parametrize("order", ["option first", "directory first"])
+def test_cli_export_takes_precision_before_or_after_the_directory(tmp_path, order):
+    model_dir = random_model_dir(EMBEDDING_CONFIGS["emb-h6-d48-cls-pre"], tmp_path / "e", "e")
+    option = ["--precision", "fp16"]
+    run_cli("export", *(option + [str(model_dir)] if order == "option first" else [str(model_dir)] + option))
+    manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
+    assert "fp16" in manifest and "int8" not in manifest
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["export", "--precision", "fp16"], "give one model directory"),
+        (["export", "a", "--precision", "fp16", "b"], "give one model directory, not a and b"),
+        (["export", "--precision", "fp17", "a"], "give one or more of fp32, fp16, int8, not ['fp17', 'a']"),
+        (["export", "--precision", "fp16", "a", "b"], "not ['fp16', 'a', 'b']"),
+    ],
+)
+def test_cli_export_refuses_what_it_cannot_read(argv, message):
+    result = subprocess.run([sys.executable, "-m", "cli", *argv], capture_output=True, text=True)
+    assert result.returncode != 0 and message in result.stderr, result.stderr

@@ -17,7 +17,7 @@ from service.grpc_api.pb import open_inference_pb2 as oip
 from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
 from service.server_thread import ServerThread
 
-from .test_reliability import assert_back_to, baseline
+from .server_state import assert_back_to, baseline
 
 # 10,000 per RPC, in CI and by default; ATTNSERVE_FUZZ_EXAMPLES=500 for a quicker local run.
 EXAMPLES = int(os.environ.get("ATTNSERVE_FUZZ_EXAMPLES", "10000"))

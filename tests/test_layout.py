@@ -4,6 +4,7 @@ that imports inside functions count too."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,15 +104,27 @@ def test_the_checker_finds_imports_of_every_kind(tmp_path, monkeypatch):
     ]
 
 
+BUILD_SIDE = "[m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'model']"
+
+
 def test_serving_loads_neither_torch_nor_the_build_side():
-    """What is imported at run time, not only what the source says: the server and the CLI's serve path."""
+    """What is imported at run time, not only what the source says: the server, the CLI's parser and
+    `attnserve serve --help` (a real serve start is checked in test_as_users_start_it.py)."""
     probe = (
         "import sys, cli.main, service.server, service.server_thread;"
-        "bad = [m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'model'];"
-        "assert not bad, bad"
+        f"cli.main.build_parser(); bad = {BUILD_SIDE}; assert not bad, bad"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
+    help_probe = (
+        "import atexit, sys;"
+        f"atexit.register(lambda: print('build side:', {BUILD_SIDE}));"
+        "from cli.main import main; main()"
+    )
+    result = subprocess.run([sys.executable, "-c", help_probe, "serve", "--help"], capture_output=True, text=True,
+                            cwd=ROOT)  # fmt: skip
+    assert result.returncode == 0 and "--stream-write-timeout" in result.stdout, result.stderr
+    assert result.stdout.splitlines()[-1] == "build side: []"
 
 
 def test_no_serving_module_is_longer_than_350_lines():
@@ -123,8 +136,6 @@ def test_no_serving_module_is_longer_than_350_lines():
 
 def test_architecture_doc_names_only_files_that_exist():
     """docs/architecture.md must match the code: every file it names is there."""
-    import re
-
     text = (ROOT / "docs" / "architecture.md").read_text()
     named = set(re.findall(r"\b((?:service|model|modeldir|cli|tests)/[\w/]+\.py)\b", text))
     short = set(re.findall(r"`((?:grpc_api|http_api|core|engine|runner|ops)/\w+\.py)`", text))
@@ -132,3 +143,33 @@ def test_architecture_doc_names_only_files_that_exist():
     missing = sorted(p for p in named if not (ROOT / p).is_file())
     missing += sorted(p for p in short if not (ROOT / "service" / p).is_file())
     assert missing == []
+
+
+def names_something(dotted: str) -> bool:
+    """A module, or a module and the names inside it: service.grpc_api.client.Client.attention."""
+    import importlib
+
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            thing = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        return all((thing := getattr(thing, name, None)) is not None for name in parts[split:])
+    return False
+
+
+def test_docs_name_only_modules_and_files_that_exist():
+    """README.md and docs/ must match the code: every dotted module they name imports (with the class or
+    function after it), and every file path they name is there."""
+    texts = [(ROOT / "README.md").read_text(), *(p.read_text() for p in (ROOT / "docs").glob("*.md"))]
+    missing = []
+    for text in texts:
+        for dotted in set(re.findall(r"`((?:service|modeldir|cli|benchmarks)(?:\.\w+)+)", text)):
+            missing += [] if names_something(dotted.removesuffix(".py")) else [dotted]
+        for path in set(
+            re.findall(r"\b((?:service|model|modeldir|cli|tests|benchmarks|deploy|protos)/[\w/.-]+\.\w+)\b", text)
+        ):
+            if not (ROOT / path).exists():
+                missing.append(path)
+    assert sorted(missing) == []

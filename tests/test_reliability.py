@@ -1,11 +1,10 @@
-"""Reliability: bad input, overload, deadlines, cancellation, faults, drain, slow readers, churn.
+"""Reliability: bad input, overload, deadlines, cancellation, faults, drain, churn (slow readers:
+test_stalled_streams.py).
 Every case checks status codes and counts, and that the server is healthy and back to its baseline
 afterwards: no calls in flight, nothing queued, no cache rows, no extra tasks or file descriptors."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import random
 import re
 import signal
@@ -13,7 +12,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import grpc
 import pytest
@@ -25,50 +23,8 @@ from model.numbers import pair, sample_number
 from service.grpc_api.pb import inference_pb2 as pb
 from service.server_thread import ServerThread
 
+from .server_state import assert_back_to, baseline
 from .waits import wait_until
-
-
-@dataclass(frozen=True)
-class Baseline:
-    tasks: int
-    fds: int
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def baseline(server: ServerThread) -> Baseline:
-    return Baseline(server.call_soon(lambda: len(asyncio.all_tasks())), open_fds())
-
-
-def assert_back_to(server: ServerThread, before: Baseline, timeout: float = 60.0) -> None:
-    """Nothing left behind: in flight, queued, running, cached, tasks, descriptors; and health SERVING."""
-
-    def state():
-        registry = server.server.core.registry
-        out = {"in_flight": server.server.core.admission.in_flight, "tasks": len(asyncio.all_tasks())}
-        for model in registry.models.values():
-            if model.task == "embedding":
-                out[f"{model.name} queued"] = model.batcher.queue_depth + len(model.batcher.running)
-            else:
-                s = model.scheduler
-                out[f"{model.name} sequences"] = len(s.waiting) + s.running + s.cache.used
-                out[f"{model.name} reserved"] = s.cache.reserved_tokens
-        return out
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        now = server.call_soon(state)
-        tasks = now.pop("tasks")
-        if not any(now.values()) and tasks <= before.tasks and open_fds() <= before.fds + 2:
-            break
-        time.sleep(0.05)
-    assert not any(now.values()), now
-    assert tasks <= before.tasks, (tasks, before.tasks)
-    assert open_fds() <= before.fds + 2, (open_fds(), before.fds)
-    health = health_pb2_grpc.HealthStub(server.channel())
-    assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
 
 
 def status_of(call) -> tuple[grpc.StatusCode, str]:
@@ -265,82 +221,6 @@ def test_runner_faults_fail_only_their_batch_then_flip_health_until_a_probe_pass
         model.runner.session = real
     # a passing probe restores it
     wait_until(lambda: status() == health_pb2.HealthCheckResponse.SERVING, what="health SERVING again")
-    assert_back_to(served, before)
-
-
-def rss_mb() -> float:
-    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def test_slow_readers_are_cut_off_and_free_everything(served):
-    """Streams whose clients stop reading: the server writes one message at a time (each within
-    stream_write_timeout, 1 s here), generation runs to its end regardless and frees the cache rows, and
-    the client's deadline ends what is left. Memory stays put."""
-    before, memory = baseline(served), rss_mb()
-    scheduler = served.server.core.registry.models["numbers"].scheduler
-    steps = served.call_soon(lambda: scheduler.steps_run)
-    # A tiny HTTP/2 window, so that an unread stream really blocks the server's writes.
-    options = [("grpc.http2.lookahead_bytes", 256), ("grpc.http2.bdp_probe", 0)]
-    channels = [grpc.insecure_channel(served.target, options=options) for _ in range(5)]
-    streams = []
-    request = pb.GenerateRequest(input=NUMBERS, params=pb.GenerationParams(ignore_eos=True, max_new_tokens=63))
-    for i in range(50):
-        stub = pb_stub(channels[i % 5])
-        streams.append(stub.GenerateStream(request, timeout=8))
-    # Every sequence is admitted, runs its 63 steps to the end and frees its row, though no client reads.
-    wait_until(lambda: served.call_soon(lambda: scheduler.steps_run >= steps + 63 and scheduler.cache.used == 0),
-               what="the unread generations finish and free their rows")  # fmt: skip
-    codes = []
-    for stream in streams:
-        try:
-            for _ in stream:
-                pass
-            codes.append(grpc.StatusCode.OK)
-        except grpc.RpcError as error:
-            codes.append(error.code())
-    assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.DEADLINE_EXCEEDED}, set(codes)
-    for channel in channels:
-        channel.close()
-    assert_back_to(served, before)
-    assert rss_mb() - memory < 50
-
-
-def test_a_slow_reader_of_model_stream_infer_is_cut_off_and_frees_everything(served):
-    """The KServe v2 stream of requests holds one answer for a client that stops reading: after
-    stream_write_timeout the server gives the stream up, and every request on it closes its record, leaves
-    admission and frees its cache row. (The status the server then sends cannot leave while its last write
-    is stuck in gRPC's core, so such a client meets its own deadline, as with GenerateStream above; this
-    one's is far off, so that only the server's giving up can close the requests in time.)"""
-    from service.grpc_api.pb import open_inference_pb2 as oip
-    from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
-
-    before = baseline(served)
-    registry = served.server.metrics.registry
-
-    def recorded() -> float:  # ModelStreamInfer's requests closed so far, whatever their code
-        return sum(registry.get_sample_value("attnserve_requests_total", {"rpc": "ModelStreamInfer", "model": "numbers",
-                   "code": code}) or 0 for code in ("OK", "CANCELLED"))  # fmt: skip
-
-    already = recorded()
-    options = [("grpc.http2.lookahead_bytes", 256), ("grpc.http2.bdp_probe", 0)]
-    channel = grpc.insecure_channel(served.target, options=options)
-
-    def requests():
-        for i in range(20):
-            request = oip.ModelInferRequest(model_name="numbers", id=str(i))
-            request.inputs.add(name="text", datatype="BYTES", shape=[1]).contents.bytes_contents.append(
-                NUMBERS.encode()
-            )
-            request.parameters["stream"].bool_param = True
-            request.parameters["ignore_eos"].bool_param = True
-            request.parameters["max_new_tokens"].int64_param = 63
-            yield request
-
-    answers = oip_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(requests(), timeout=300)
-    # Reading would unblock the server, so read only once it has given the stream up: every request closed.
-    wait_until(lambda: recorded() - already == 20, what="the stream cut off and its 20 requests closed")
-    answers.cancel()
-    channel.close()
     assert_back_to(served, before)
 
 

@@ -20,6 +20,7 @@ from .generation import Generation
 from .health import probe
 from .loader import LoadSettings, load_models
 from .registry import ModelInfo, ModelRegistry
+from .streaming import StreamPolicy
 from .tokenization import Tokenization
 
 log = logging.getLogger("attnserve.core")
@@ -34,6 +35,7 @@ class CoreSettings:
     max_beams: int
     attention: AttentionLimits
     probe_seconds: float  # how often an unhealthy model is probed
+    stream_write_timeout: float  # how long a streamed message may wait for its client
 
 
 class ServingCore:
@@ -43,6 +45,7 @@ class ServingCore:
         self.model_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
         self.tokenize_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
         self.admission = Admission(settings.max_concurrent_requests)
+        self.streams = StreamPolicy(settings.stream_write_timeout, metrics)
         self.registry: ModelRegistry | None = None  # once the models are loaded and warm
         self.embeddings: Embeddings | None = None
         self.generation: Generation | None = None

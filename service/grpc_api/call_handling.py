@@ -163,7 +163,8 @@ async def answer_on_stream(
         record.code = status_code(error).name
         return renamed(error, names)[1]
     except asyncio.CancelledError:
-        record.code = "CANCELLED"
+        if record.code == "OK":  # else the stream gave it up, and said why (DEADLINE_EXCEEDED)
+            record.code = "CANCELLED"
         raise
     except Exception:
         record.code = "INTERNAL"

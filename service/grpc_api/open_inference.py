@@ -14,10 +14,12 @@ from ..core.embeddings import EmbedRequest
 from ..core.generation import GenerateResult
 from ..core.registry import ModelInfo
 from ..core.serving import ServingCore
+from ..core.streaming import StreamStalled
 from ..core.validation import GenerationOptions
 from ..errors import NotFound, invalid
+from ..ops.call_record import CallRecord
 from ..ops.metrics import Metrics
-from .call_handling import CallContext, UnparsedRequest, answer_on_stream, handler
+from .call_handling import CallContext, UnparsedRequest, answer_on_stream, handler, status_code
 from .open_inference_wire import (
     TEXT,
     Tensor,
@@ -115,8 +117,8 @@ def generation_tensors(results: list[GenerateResult], n_best: int) -> list[Tenso
 class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     field_names = FIELD_NAMES
 
-    def __init__(self, core: ServingCore, metrics: Metrics, stream_write_timeout: float):
-        self.core, self.metrics, self.stream_write_timeout = core, metrics, stream_write_timeout
+    def __init__(self, core: ServingCore, metrics: Metrics):
+        self.core, self.metrics = core, metrics
 
     # Liveness and readiness answer without admission, as health checks do: false, not an error, while
     # the server starts or drains.
@@ -189,6 +191,7 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         triton_final_response true."""
         answers: asyncio.Queue = asyncio.Queue(maxsize=1)  # a client that stops reading holds one answer
         tasks: set[asyncio.Task] = set()
+        calls: set[CallRecord] = set()  # the records of the requests in progress on this stream
 
         async def emit(response: pb.ModelInferResponse) -> None:
             await answers.put(pb.ModelStreamInferResponse(infer_response=response))
@@ -197,7 +200,11 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             async def work(call: CallContext) -> None:
                 if isinstance(request, UnparsedRequest):
                     raise invalid("request", f"not a valid ModelInferRequest: {request.error}")
-                await self._answer_on_stream(request, call, emit)
+                calls.add(call.record)
+                try:
+                    await self._answer_on_stream(request, call, emit)
+                finally:
+                    calls.discard(call.record)
 
             error = await answer_on_stream(self.core, self.metrics, context, "ModelStreamInfer", FIELD_NAMES, work)
             if error is not None:
@@ -220,15 +227,14 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             while (answer := await answers.get()) is not None:
                 try:
-                    await asyncio.wait_for(context.write(answer), self.stream_write_timeout)
-                except asyncio.TimeoutError:
+                    await self.core.streams.send(context.write(answer), calls)
+                except StreamStalled as error:
                     # Give every request on the stream up first: the status cannot leave while the stuck
                     # write holds the stream, so abort may wait until the client goes.
+                    for record in calls:
+                        record.code = status_code(error).name
                     stop()
-                    message = (
-                        f"stream: the client read nothing for {self.stream_write_timeout:g} s (stream_write_timeout)"
-                    )
-                    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, message)
+                    await context.abort(status_code(error), error.message)
             await reader
         finally:
             stop()

@@ -30,8 +30,8 @@ SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.Health
 class GrpcServer:
     def __init__(self, config: ServerConfig, core: ServingCore, metrics: Metrics):
         self.config, self.core, self.metrics = config, core, metrics
-        self.servicer = InferenceServicer(core, metrics, config.stream_write_timeout)
-        self.open_inference = OpenInferenceServicer(core, metrics, config.stream_write_timeout)
+        self.servicer = InferenceServicer(core, metrics)
+        self.open_inference = OpenInferenceServicer(core, metrics)
         self.health = health_aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.port = 0

@@ -3,15 +3,12 @@ validation, limits and policy are the core's, and status codes are call_handling
 
 from __future__ import annotations
 
-import asyncio
-
 from ..core.attention import AttentionRequest, AttentionResult
 from ..core.embeddings import EmbedRequest
 from ..core.generation import GenerateRequest
 from ..core.serving import ServingCore
 from ..core.validation import GenerationOptions
 from ..engine.sequence import CANCELLED, EOS, LENGTH, STOP, Usage
-from ..errors import DeadlineExceeded
 from ..ops.metrics import Metrics
 from ..runner.attention_maps import CROSS, DECODER_SELF, ENCODER_SELF
 from .call_handling import CallContext, handler
@@ -76,8 +73,8 @@ def attention_response(r: AttentionResult) -> pb.AttentionResponse:
 
 
 class InferenceServicer(pb_grpc.InferenceServicer):
-    def __init__(self, core: ServingCore, metrics: Metrics, stream_write_timeout: float):
-        self.core, self.metrics, self.stream_write_timeout = core, metrics, stream_write_timeout
+    def __init__(self, core: ServingCore, metrics: Metrics):
+        self.core, self.metrics = core, metrics
 
     @handler
     async def Embed(self, request: pb.EmbedRequest, call: CallContext) -> pb.EmbedResponse:
@@ -112,21 +109,17 @@ class InferenceServicer(pb_grpc.InferenceServicer):
 
     @handler
     async def GenerateStream(self, request: pb.GenerateRequest, call: CallContext) -> None:
-        """Messages are written one at a time, each within stream_write_timeout: a client that stops
-        reading holds one message in flight, not a growing buffer, and is cut off after the timeout.
-        (Its sequence runs on to its end meanwhile, and its cache row is freed then.)"""
+        """Messages are written as the core's stream policy says: one at a time, each within
+        stream_write_timeout, so a client that stops reading holds one message, and is given up after the
+        timeout (DEADLINE_EXCEEDED; its sequence stops and frees its cache row)."""
         stream = await self.core.generation.stream(generate_request(request), call.record)
-        timeout = self.stream_write_timeout
         async for event in stream.events:
             message = pb.GenerateStreamResponse(
                 model=stream.model, text=event.text, token_ids=event.token_ids,
                 finish_reason=FINISH_REASONS.get(event.finish_reason, pb.FINISH_REASON_UNSPECIFIED),
                 usage=usage_message(event.usage),
             )  # fmt: skip
-            try:
-                await asyncio.wait_for(call.context.write(message), timeout)
-            except asyncio.TimeoutError:
-                raise DeadlineExceeded(f"stream: the client read nothing for {timeout:g} s (stream_write_timeout)")
+            await self.core.streams.send(call.context.write(message), [call.record])
 
     @handler
     async def ListModels(self, request: pb.ListModelsRequest, call: CallContext) -> pb.ListModelsResponse:

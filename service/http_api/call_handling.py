@@ -79,6 +79,10 @@ class HttpCall:
         self.record.code = str(status)
         return error_response(status, message, kind, param, type(error).__name__)
 
+    def gave_up(self, error: ServiceError) -> None:
+        """A streamed answer ended by the server after its status went out: the record says why."""
+        self.record.code = str(status_of(error)[0])
+
     def close(self) -> None:
         """Once per call, whichever path gets here first."""
         if self.record.closed:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import time
@@ -15,15 +16,17 @@ from collections.abc import AsyncIterator
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from ..core.embeddings import EmbedRequest
 from ..core.serving import ServingCore
+from ..core.streaming import merged
 from ..core.validation import GenerationOptions
 from ..engine.sequence import LENGTH
 from ..errors import ServiceError, invalid
 from ..ops.metrics import Metrics
 from .call_handling import BodyTooLarge, HttpCall, error_body, error_response, handle, too_large_response
+from .event_stream import AbortConnection, PacedEventStream, sse
 from .openai_types import CompletionsRequest, EmbeddingsRequest
 
 log = logging.getLogger("attnserve.http")
@@ -75,11 +78,8 @@ def field_of(loc) -> str:
     return str(parts[0]) + "".join(f"[{p}]" for p in parts[1:] if isinstance(p, int))
 
 
-def sse(payload: dict | str) -> bytes:
-    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode()
-
-
-def create_app(core: ServingCore, metrics: Metrics) -> FastAPI:
+def create_app(core: ServingCore, metrics: Metrics, abort_connection: AbortConnection) -> FastAPI:
+    """The API; abort_connection(scope) drops the connection of a request whose stream is given up."""
     app = FastAPI(title="attnserve", summary="OpenAI-compatible embeddings and completions", docs_url="/docs")
 
     @app.exception_handler(RequestValidationError)
@@ -133,7 +133,8 @@ def create_app(core: ServingCore, metrics: Metrics) -> FastAPI:
             prompts = prompts_of(body)
             options = generation_options(body)
             if body.stream:
-                return await stream_completions(core, call, body, prompts, options)
+                abort = functools.partial(abort_connection, request.scope)
+                return await stream_completions(core, call, body, prompts, options, abort)
             return await whole_completions(core, call, body, prompts, options)
 
         return await handle(core, metrics, request, "http.completions", COMPLETION_NAMES, complete)
@@ -163,40 +164,21 @@ def completion(model: str, choices: list[dict], prompt_tokens: int, completion_t
     }  # fmt: skip
 
 
-async def stream_completions(core, call: HttpCall, body, prompts: list[str], options) -> StreamingResponse:
+async def stream_completions(core, call: HttpCall, body, prompts: list[str], options, abort) -> PacedEventStream:
     """Server-sent events: each prompt's text as it comes (its choice index says which), then [DONE]. The
     requests are checked and queued before the answer starts, so a refusal is a plain error status."""
     streams = await core.generation.stream_all(body.model, prompts, options, call.record)
     call.streaming = True
     include_usage = bool((body.stream_options or {}).get("include_usage"))
-    return StreamingResponse(events(call, streams, include_usage), media_type="text/event-stream")
+    return PacedEventStream(events(call, streams, include_usage), call, core.streams, abort)
 
 
 async def events(call: HttpCall, streams: list, include_usage: bool) -> AsyncIterator[bytes]:
     """The prompts' events merged as they come; the call closes when the last ends, fails or the client goes."""
-    queue: asyncio.Queue = asyncio.Queue()
     model, completion_id = streams[0].model, f"cmpl-{uuid.uuid4().hex}"
     usage = {"prompt_tokens": 0, "completion_tokens": 0}
-
-    async def pump(index: int, stream) -> None:
-        try:
-            async for event in stream.events:
-                await queue.put((index, event, None))
-        except Exception as error:
-            await queue.put((index, None, error))
-        else:
-            await queue.put((index, None, None))  # this prompt is done
-
-    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
     try:
-        running = len(streams)
-        while running:
-            index, event, error = await queue.get()
-            if error is not None:
-                raise error
-            if event is None:
-                running -= 1
-                continue
+        async for index, event in merged(streams):
             reason = finish_reason(event.finish_reason) if event.finish_reason else None
             if reason is not None:
                 usage["prompt_tokens"] += event.usage.prompt_tokens
@@ -206,7 +188,7 @@ async def events(call: HttpCall, streams: list, include_usage: bool) -> AsyncIte
         if include_usage:
             yield sse({**chunk(completion_id, model, []), "usage": {**usage, "total_tokens": sum(usage.values())}})
         yield sse("[DONE]")
-    except asyncio.CancelledError:  # the client went away: its sequences stop with the pumps
+    except asyncio.CancelledError:  # the client went away: its sequences stop with the merge
         call.record.code = "499"
         raise
     except ServiceError as error:  # after the answer started: the error goes as the last event
@@ -216,8 +198,6 @@ async def events(call: HttpCall, streams: list, include_usage: bool) -> AsyncIte
         call.record.code = "500"
         yield sse(error_body("completions: internal error (see the server log)", "server_error"))
     finally:
-        for task in tasks:
-            task.cancel()
         call.close()
 
 

@@ -4,7 +4,9 @@ gRPC port, with TLS, bearer tokens and a request size limit as configured."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
+import struct
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -12,6 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..core.serving import ServingCore
 from ..ops.auth import REQUIRED, bearer_allowed, read_tokens
 from ..ops.config import ServerConfig
+from ..ops.listen import address_text, listening_sockets
 from ..ops.metrics import Metrics
 from .call_handling import BodyTooLarge, error_response, too_large_response
 from .openai_api import create_app
@@ -69,26 +72,40 @@ class HttpServer:
         self.server: uvicorn.Server | None = None
         self._ticks: asyncio.Task | None = None
         self.port = 0
+        self.addresses: list[str] = []
 
     async def start(self) -> int:
         """Listen (the API answers 503 until the core is ready). -> the port."""
         c = self.config
         tokens = read_tokens(c.auth_token_file) if c.auth_token_file else None
-        app = Guard(create_app(self.core, self.metrics), tokens, c.max_message_bytes,
-                    self.metrics)  # fmt: skip
-        host = c.host.strip("[]")  # "[::]" on the gRPC port is "::" here
-        settings = uvicorn.Config(app, host=host, port=c.http_port, lifespan="off", log_config=None,
-                                  access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c))  # fmt: skip
+        api = create_app(self.core, self.metrics, self.abort_connection)
+        app = Guard(api, tokens, c.max_message_bytes, self.metrics)
+        settings = uvicorn.Config(
+            app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c)
+        )
         settings.load()
         server = uvicorn.Server(settings)
         server.lifespan = settings.lifespan_class(settings)
         # Server.serve() would take over SIGTERM and SIGINT: the process' own drain handles them, so start and
         # stop are called directly; main_loop keeps the Date header fresh and watches should_exit.
-        await server.startup()
+        sockets = listening_sockets(c.host, c.http_port)  # uvicorn's own would be IPv6-only on "::"
+        await server.startup(sockets=sockets)
         self.server = server
         self._ticks = asyncio.get_running_loop().create_task(server.main_loop(), name="http")
-        self.port = server.servers[0].sockets[0].getsockname()[1]
+        self.addresses = [address_text(sock) for sock in sockets]
+        self.port = sockets[0].getsockname()[1]
         return self.port
+
+    def abort_connection(self, scope) -> None:
+        """Reset the connection whose current request has this scope, at once: its descriptor and the bytes
+        the kernel holds for it are freed, as a client that stopped reading would take neither. (uvicorn keeps
+        each connection's protocol, and the request's scope is the one it handed the app.)"""
+        for connection in list(self.server.server_state.connections if self.server else ()):
+            if getattr(connection, "scope", None) is scope:
+                sock = connection.transport.get_extra_info("socket")
+                if sock is not None:  # linger 0: the close resets, instead of sending what is queued first
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                connection.transport.abort()
 
     async def stop(self) -> None:
         """Close the port; answers in flight get a second to leave."""

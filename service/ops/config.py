@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .listen import HOST_HELP
+
 ENV_PREFIX = "ATTNSERVE_"
 # What an Attention answer holds besides its weights (tokens, ids, shapes), at most; a bound, not a guess.
 ATTENTION_RESPONSE_OVERHEAD = 64 << 10
@@ -31,7 +33,7 @@ class ServerConfig:
         (Path("build/models/minilm"), Path("build/models/numbers")),
         "model directories to serve (exported, with manifest.json); the first of each task is its default",
     )
-    host: str = _setting("[::]", "address to listen on")
+    host: str = _setting("[::]", HOST_HELP)
     port: int = _setting(50051, "gRPC port; 0 picks a free one")
     metrics_port: int = _setting(9464, "HTTP port of /metrics, /healthz and /readyz; 0 picks a free one")
     http_port: int = _setting(
@@ -90,7 +92,11 @@ class ServerConfig:
     max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")
     drain_seconds: float = _setting(30.0, "on SIGTERM, how long calls in flight may take to finish")
     stream_write_timeout: float = _setting(
-        30.0, "a GenerateStream whose client reads nothing for this long is ended (DEADLINE_EXCEEDED)"
+        30.0,
+        "a streamed answer whose client takes no message for this long is given up, on every door: gRPC "
+        "GenerateStream and KServe ModelStreamInfer end with DEADLINE_EXCEEDED, and the HTTP API's server-sent "
+        "events (/v1/completions with stream) reset the connection (their 200 is already sent); counted in "
+        "attnserve_streams_stalled_total",
     )
     attention_maps: bool = _setting(
         False,

@@ -56,6 +56,11 @@ class Metrics:
             "attnserve_queue_depth", "Inputs waiting for the model: texts to embed, or sequences for a cache row.",
             ["model"], registry=registry,
         )  # fmt: skip
+        self.streams_stalled = Counter(
+            "attnserve_streams_stalled",
+            "Streamed calls given up because their client took no message for stream_write_timeout.",
+            ["rpc", "model"], registry=registry,
+        )  # fmt: skip
         self.requests_running = Gauge("attnserve_requests_running", "Calls in progress.", ["model"], registry=registry)
         self.time_to_first_token = Histogram(
             "attnserve_time_to_first_token_seconds", "Time from a generation's arrival to its first token.",

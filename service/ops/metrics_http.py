@@ -3,18 +3,34 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from socketserver import ThreadingMixIn
 from typing import Callable
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import make_wsgi_app
 
+from .listen import address_text, listening_sockets
 from .metrics import Metrics
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    """A WSGI server on a socket that is already bound and listening (listen.py makes it)."""
+
     daemon_threads = True
+
+    def __init__(self, sock: socket.socket, handler):
+        self.address_family = sock.family
+        super().__init__(sock.getsockname(), handler, bind_and_activate=False)
+        self.socket.close()
+        self.socket = sock
+        self.server_bind()
+
+    def server_bind(self) -> None:  # the socket comes bound: only what WSGIServer learns from binding
+        self.server_address = self.socket.getsockname()
+        self.server_name, self.server_port = self.server_address[0], self.server_address[1]
+        self.setup_environ()
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -44,17 +60,14 @@ class MetricsServer:
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: /metrics, /healthz, /readyz\n"]
 
-        host = host.strip("[]") or "::"
-        server_class = _ThreadingWSGIServer
-        if ":" in host:
-            import socket
-
-            server_class = type("_V6Server", (_ThreadingWSGIServer,), {"address_family": socket.AF_INET6})
-        self.httpd = make_server(host, port, app, server_class=server_class, handler_class=_QuietHandler)
-        self.port = self.httpd.server_port
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="metrics", daemon=True)
-        self.thread.start()
+        self.servers = [_ThreadingWSGIServer(sock, _QuietHandler) for sock in listening_sockets(host, port)]
+        for server in self.servers:
+            server.set_app(app)
+            threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+        self.port = self.servers[0].server_port
+        self.addresses = [address_text(server.socket) for server in self.servers]
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()

@@ -1,0 +1,63 @@
+"""Where the server's ports listen: the sockets for --host, with the default (every address) taking IPv4
+and IPv6 on one dual-stack socket, or IPv4 alone where the kernel has no IPv6.
+
+asyncio's create_server sets IPV6_V6ONLY on a socket bound to "::", so an HTTP port handed "::" would refuse
+127.0.0.1; the HTTP and metrics ports get sockets made here instead. The gRPC port binds "[::]" itself
+dual-stack, and is given "0.0.0.0" where there is no IPv6.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+log = logging.getLogger("attnserve.listen")
+
+EVERY_ADDRESS = ("", "::", "[::]", "*")
+HOST_HELP = (
+    "address every port listens on (gRPC, HTTP API, metrics): [::] (the default) is every address, IPv4 and "
+    "IPv6 alike (0.0.0.0 where the kernel has no IPv6); 0.0.0.0 every IPv4 address only; a name "
+    "(localhost) every address it resolves to; an address that one address"
+)
+
+
+def every_address(host: str) -> bool:
+    return host.strip() in EVERY_ADDRESS
+
+
+def listening_host(host: str) -> str:
+    """--host as the ports will bind it: "[::]" for every address stays so while the kernel can make a
+    dual-stack IPv6 socket, else becomes "0.0.0.0" (said in the log, once per start)."""
+    if not every_address(host):
+        return host
+    if socket.has_dualstack_ipv6():
+        return "[::]"
+    log.warning("this kernel has no IPv6: listening on every IPv4 address (0.0.0.0) instead of [::]")
+    return "0.0.0.0"
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """Bound, listening TCP sockets for host (as listening_host gives it) and port; port 0 picks one free
+    port for all of them."""
+    if every_address(host):
+        return [socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True)]
+    found = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, address in dict.fromkeys((family, address) for family, _, _, _, address in found):
+            if sockets:  # every address on the port the first one got
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sockets.append(socket.create_server(address, family=family))
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def address_text(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    if sock.family == socket.AF_INET6:
+        dual = host == "::" and not sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY)
+        return f"[{host}]:{port}" + (" (IPv4 and IPv6)" if dual else "")
+    return f"{host}:{port}"

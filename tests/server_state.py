@@ -1,0 +1,55 @@
+"""What a test server holds, and the check that a case left nothing of it behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from service.server_thread import ServerThread
+
+
+@dataclass(frozen=True)
+class Baseline:
+    tasks: int
+    fds: int
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def baseline(server: ServerThread) -> Baseline:
+    return Baseline(server.call_soon(lambda: len(asyncio.all_tasks())), open_fds())
+
+
+def assert_back_to(server: ServerThread, before: Baseline, timeout: float = 60.0) -> None:
+    """Nothing left behind: in flight, queued, running, cached, tasks, descriptors; and health SERVING."""
+
+    def state():
+        registry = server.server.core.registry
+        out = {"in_flight": server.server.core.admission.in_flight, "tasks": len(asyncio.all_tasks())}
+        for model in registry.models.values():
+            if model.task == "embedding":
+                out[f"{model.name} queued"] = model.batcher.queue_depth + len(model.batcher.running)
+            else:
+                s = model.scheduler
+                out[f"{model.name} sequences"] = len(s.waiting) + s.running + s.cache.used
+                out[f"{model.name} reserved"] = s.cache.reserved_tokens
+        return out
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = server.call_soon(state)
+        tasks = now.pop("tasks")
+        if not any(now.values()) and tasks <= before.tasks and open_fds() <= before.fds + 2:
+            break
+        time.sleep(0.05)
+    assert not any(now.values()), now
+    assert tasks <= before.tasks, (tasks, before.tasks)
+    assert open_fds() <= before.fds + 2, (open_fds(), before.fds)
+    health = health_pb2_grpc.HealthStub(server.channel())
+    assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING

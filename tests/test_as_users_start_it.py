@@ -1,0 +1,120 @@
+"""The server as users start it: `attnserve serve` with its default host and ports, reached the ways users
+reach it (127.0.0.1, ::1 and localhost; the openai SDK, a gRPC channel, a scrape), the README's own
+OpenAI example run verbatim, and the serve path loading nothing of the build side."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import socket
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+
+from benchmarks.server_process import ServerProcess
+from service.grpc_api.client import Client
+from service.ops.config import ServerConfig
+from service.server_thread import ServerThread
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = ServerConfig()
+# `attnserve serve` as its console script runs it, that lists at exit what it loaded of the build side.
+PROBE = (
+    "import atexit, sys;"
+    "atexit.register(lambda: print('build side loaded:', sorted(m for m in sys.modules "
+    "if m == 'torch' or m.split('.')[0] == 'model'), file=sys.stderr, flush=True));"
+    "from cli.main import main; main()"
+)
+ADDRESSES = {"127.0.0.1": "127.0.0.1", "::1": "[::1]", "localhost": "localhost"}
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(minilm_dir, numbers_dir):
+    """`attnserve serve --models minilm numbers`: nothing else, as a user types it after `make run`'s build."""
+    taken = []
+    for port in (DEFAULT.port, DEFAULT.http_port, DEFAULT.metrics_port):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                taken.append(port)
+    assert not taken, f"ports {taken} are taken: this test starts a server on the default ports"
+    process = ServerProcess(
+        models=(str(minilm_dir), str(numbers_dir)), listen=(), launcher=(sys.executable, "-c", PROBE)
+    )
+    yield process
+    if process.process.poll() is None:
+        process.stop()
+
+
+def test_it_listens_on_the_default_ports_of_every_address(server):
+    assert (server.port, server.http_port, server.metrics_port) == (50051, 8080, 9464)
+    listening = next(line for line in server.output().splitlines() if "listening:" in line)
+    assert "gRPC on [::]:50051 (IPv4 and IPv6)" in listening, listening
+    assert "HTTP API on [::]:8080 (IPv4 and IPv6)" in listening, listening
+    assert "metrics on [::]:9464 (IPv4 and IPv6)" in listening, listening
+
+
+@pytest.mark.parametrize("address", list(ADDRESSES))
+def test_every_door_answers_by_ipv4_ipv6_and_localhost(server, address):
+    if address == "::1" and not ipv6_loopback():
+        pytest.skip("this machine has no IPv6 loopback")
+    host = ADDRESSES[address]
+    with openai.OpenAI(base_url=f"http://{host}:8080/v1", api_key="unused", max_retries=0) as sdk:
+        by_http = sdk.embeddings.create(model="minilm", input=["a cat sleeps"], encoding_format="float")
+    with Client(f"{host}:50051") as client:
+        by_grpc = client.embed(["a cat sleeps"], model="minilm").vectors
+    np.testing.assert_allclose(by_http.data[0].embedding, by_grpc[0], atol=1e-6)
+    assert len(by_grpc[0]) == 384
+    scrape = urllib.request.urlopen(f"http://{host}:9464/metrics", timeout=10).read().decode()
+    assert re.search(r'attnserve_requests_total\{code="200",model="minilm",rpc="http.embeddings"\} [1-9]', scrape)
+
+
+def test_without_ipv6_every_port_listens_on_every_ipv4_address(minilm_dir, monkeypatch, caplog):
+    """A kernel without IPv6 cannot make the dual-stack socket: 0.0.0.0 on every port, and the log says so."""
+    monkeypatch.setattr(socket, "has_dualstack_ipv6", lambda: False)
+    with caplog.at_level("WARNING", logger="attnserve.listen"):
+        server = ServerThread([minilm_dir])
+    try:
+        assert server.server.config.host == "0.0.0.0"
+        ports = (server.server.http.port, server.server.metrics_server.port)
+        assert server.server.http.addresses == [f"0.0.0.0:{ports[0]}"]
+        assert server.server.metrics_server.addresses == [f"0.0.0.0:{ports[1]}"]
+        assert "this kernel has no IPv6: listening on every IPv4 address (0.0.0.0)" in caplog.text
+        with Client(server.target) as client:
+            assert len(client.embed(["a cat sleeps"]).vectors[0]) == 384
+    finally:
+        server.close()
+
+
+def readme_openai_example() -> str:
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"The OpenAI SDKs work unchanged:\n\n```python\n(.*?)```", readme, re.S)
+    assert block, "README.md's OpenAI example"
+    return block.group(1)
+
+
+def test_the_readme_openai_example_works_verbatim(server):
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(readme_openai_example(), "README.md", "exec"), {})
+    assert printed.getvalue() == "three hundred and twelve thousand, four hundred and five"
+
+
+def test_serving_loads_nothing_of_the_build_side(server):
+    """Last in this module: it stops the server, whose probe then says what it loaded."""
+    assert server.stop() == 0
+    loaded = [line for line in server.output().splitlines() if line.startswith("build side loaded:")]
+    assert loaded == ["build side loaded: []"], server.output()[-2000:]
