@@ -36,13 +36,19 @@ def weight_matmuls(model: onnx.ModelProto, keep_float: tuple[str, ...] = ()) -> 
     ]  # fmt: skip
 
 
-def eight_bit(source: Path, target: Path, config: ModelConfig) -> onnx.ModelProto:
-    """Quantize the graph at `source` into `target`; -> the written graph."""
+def eight_bit(source: Path, target: Path, config: ModelConfig, reduce_range: bool = False) -> onnx.ModelProto:
+    """Quantize the graph at `source` into `target`; -> the written graph. reduce_range: weights in 7 bits,
+    for x86 CPUs without VNNI (modeldir/files.py, GRAPH_SETS)."""
     model = onnx.load(str(source))
     keep = (FEED_FORWARD_OUT,) if config.task == "embedding" else ()
     with _quiet_root_logger():  # the tool suggests pre-processing, which our exported graphs do not need
         quantize_dynamic(
-            model, target, nodes_to_quantize=weight_matmuls(model, keep), per_channel=True, weight_type=QuantType.QInt8
+            model,
+            target,
+            nodes_to_quantize=weight_matmuls(model, keep),
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            reduce_range=reduce_range,
         )
     written = onnx.load(str(target))
     props = {p.key: p.value for p in model.metadata_props}

@@ -35,6 +35,7 @@ from modeldir.files import (
     ATTENTION_FILE,
     CONFIG_FILE,
     ENCODER_INPUTS,
+    GRAPH_SETS,
     MANIFEST_FILE,
     MANIFEST_FORMAT,
     OPSET,
@@ -303,7 +304,8 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
         name, config, model = load_model_dir(model_dir)
         seq2seq = config.task == "seq2seq"
         files = graph_files(config.task)
-        progress = Progress(f"export {name}", (5 if seq2seq else 4) + 2 * len(reduced), progress_stream)
+        sets = [graph_set for precision in reduced for graph_set in GRAPH_SETS[precision]]
+        progress = Progress(f"export {name}", (5 if seq2seq else 4) + 2 * len(sets), progress_stream)
         (model_dir / "onnx").mkdir(exist_ok=True)
         graphs = {}
         with progress.step(f"encoder -> {files['encoder']}"):
@@ -321,15 +323,15 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
             parity = measure_parity(model, model_dir, files)
             parity.update(measure_attention_parity(model, _session(model_dir / ATTENTION_FILE)))
         copies = {}
-        for precision in reduced:
-            copy_files = graph_files(config.task, precision)
-            with progress.step(f"{precision} graphs -> {Path(copy_files['encoder']).parent}/"):
-                copy_graphs = reduced_graphs(model_dir, files, copy_files, config, precision)
-            with progress.step(f"parity, ONNX Runtime {precision} vs PyTorch (float32)"):
+        for graph_set in sets:
+            copy_files = graph_files(config.task, graph_set)
+            with progress.step(f"{graph_set} graphs -> {Path(copy_files['encoder']).parent}/"):
+                copy_graphs = reduced_graphs(model_dir, files, copy_files, config, graph_set)
+            with progress.step(f"parity, ONNX Runtime {graph_set} vs PyTorch (float32)"):
                 described_copy = {
                     role: {"file": copy_files[role], **describe_graph(g)} for role, g in copy_graphs.items()
                 }
-                copies[precision] = {"graphs": described_copy, "parity": measure_parity(model, model_dir, copy_files)}
+                copies[graph_set] = {"graphs": described_copy, "parity": measure_parity(model, model_dir, copy_files)}
         with progress.step("checksums and manifest"):
             tokenizer = tokenizer_files(config.tokenizer)
             written = [*files.values(), ATTENTION_FILE] + [f for c in copies.values() for f in _files_of(c)]
@@ -357,19 +359,20 @@ def _files_of(copy: dict) -> list[str]:
     return [graph["file"] for graph in copy["graphs"].values()]
 
 
-def reduced_graphs(model_dir: Path, files: dict, copy_files: dict, config: ModelConfig, precision: str) -> dict:
-    """The serving graphs in `precision`, made from the float32 ones and written: role -> graph. The
-    cache graphs move the cache's values, float16 with float16 graphs, float32 with int8 ones."""
+def reduced_graphs(model_dir: Path, files: dict, copy_files: dict, config: ModelConfig, graph_set: str) -> dict:
+    """The serving graphs of a graph set (fp16, int8, int8_reduced_range), made from the float32 ones and
+    written: role -> graph. The cache graphs move the cache's values, float16 with float16 graphs, float32
+    with int8 ones."""
     (model_dir / copy_files["encoder"]).parent.mkdir(parents=True, exist_ok=True)
     graphs = {}
     for role in ("encoder", "decoder") if config.task == "seq2seq" else ("encoder",):
         source, target = model_dir / files[role], model_dir / copy_files[role]
-        if precision == "int8":
-            graphs[role] = eight_bit(source, target, config)
+        if graph_set.startswith("int8"):
+            graphs[role] = eight_bit(source, target, config, reduce_range=graph_set == "int8_reduced_range")
         else:
             graphs[role] = half_encoder(source, config) if role == "encoder" else half_decoder(source)
     if config.task == "seq2seq":
-        cache = "fp16" if precision == "fp16" else "fp32"
+        cache = "fp16" if graph_set == "fp16" else "fp32"
         graphs.update({role: make(config.n_decoder_layers, cache) for role, make in CACHE_GRAPHS.items()})
     for role, proto in graphs.items():
         onnx.save_model(proto, model_dir / copy_files[role])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,15 +36,44 @@ DECODER_FILE = "onnx/decoder.onnx"
 # Optional: the attention-map graph, loaded only when the server serves the Attention RPC.
 ATTENTION_FILE = "onnx/attention.onnx"
 
-# float32 graphs always; float16 (GPUs) and int8 (CPUs) ones beside them when exported with --precision
-# (each under its manifest key).
+# float32 graphs always; float16 (GPUs) and int8 (CPUs) ones beside them when exported with --precision.
 PRECISIONS = ("fp32", "fp16", "int8")
+# Each precision's graph sets, each under its own folder and manifest key. int8 has two: full-range 8-bit
+# weights for CPUs whose 8-bit dot products sum into 32 bits (x86 with VNNI, Arm), and 7-bit weights
+# (ONNX Runtime's reduce_range) for x86 CPUs without VNNI, whose u8 x s8 products sum pairs into 16 bits
+# first (vpmaddubsw) and saturate with full-range weights: 33 and 72 of 100 random Marian outputs equal
+# to float32 there, against 85 and 98 with 7 bits (docs/benchmarks.md, "8-bit").
+GRAPH_SETS = {"fp32": ("fp32",), "fp16": ("fp16",), "int8": ("int8", "int8_reduced_range")}
 CACHE_GRAPHS = ("cache_moves", "cache_cross", "cache_resize")  # seq2seq: see model/cache_graphs.py
 
 
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((set(line.split(":", 1)[1].split()) for line in cpuinfo if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def int8_dot_products_saturate(machine: str | None = None, flags: set[str] | None = None) -> bool:
+    """An x86 CPU without VNNI (AVX-512 VNNI or AVX-VNNI): where full-range int8 weights saturate. (Where
+    the flags cannot be read, the 7-bit graphs, which are right everywhere.)"""
+    machine = (machine or platform.machine()).lower()
+    if machine not in ("x86_64", "amd64", "i386", "i686"):
+        return False
+    return not ({"avx512_vnni", "avx_vnni"} & (cpu_flags() if flags is None else flags))
+
+
+def graph_set_for(precision: str) -> str:
+    """The graph set that serves `precision` on this CPU."""
+    if precision == "int8":
+        return "int8_reduced_range" if int8_dot_products_saturate() else "int8"
+    return precision
+
+
 def graph_files(task: str, precision: str = "fp32") -> dict[str, str]:
-    """role -> file of the serving graphs of one precision: the encoder, and for seq2seq models the
-    decoder step and the cache graphs."""
+    """role -> file of the serving graphs of one precision's graph set (GRAPH_SETS): the encoder, and for
+    seq2seq models the decoder step and the cache graphs."""
     folder = "onnx" if precision == "fp32" else f"onnx/{precision}"
     files = {"encoder": f"{folder}/encoder.onnx"}
     if task == "seq2seq":
@@ -132,8 +162,8 @@ def read_manifest(root: Path) -> dict:
 
 
 def exported_precisions(manifest: dict) -> tuple[str, ...]:
-    """The precisions a manifest has graphs of: fp32 always, the others under their own key."""
-    return tuple(p for p in PRECISIONS if p == "fp32" or p in manifest)
+    """The precisions and graph sets a manifest has graphs of: fp32 always, the others under their own key."""
+    return tuple(s for sets in GRAPH_SETS.values() for s in sets if s == "fp32" or s in manifest)
 
 
 @dataclass(frozen=True)
@@ -147,6 +177,7 @@ class ModelFiles:
     manifest: dict
     tokenizer: Path  # tokenizer.json, or the directory that holds Marian's tokenizer files
     precision: str  # of the serving graphs
+    graph_set: str  # the precision's graph set this CPU serves (GRAPH_SETS)
     graphs: dict[str, Path]  # role -> file: encoder; seq2seq: decoder and the cache graphs
     attention: Path | None = None  # only when asked for (always float32)
 
@@ -159,20 +190,27 @@ class ModelFiles:
         return self.graphs.get("decoder")
 
 
-def open_model_dir(root: Path, attention: bool = False, precision: str = "fp32") -> ModelFiles:
+def open_model_dir(
+    root: Path, attention: bool = False, precision: str = "fp32", graph_set: str | None = None
+) -> ModelFiles:
     """Read manifest.json and check every file the server loads against its sha256 there: the serving
-    graphs of `precision`, and with attention the attention-map graph too (an optional artifact)."""
+    graphs of `precision` (the graph set this CPU serves, unless `graph_set` names one), and with attention
+    the attention-map graph too (an optional artifact)."""
     root = Path(root)
     manifest_path = root / MANIFEST_FILE
     manifest = read_manifest(root)
     task = manifest["task"]
-    if precision not in exported_precisions(manifest):
+    chosen = graph_set or graph_set_for(precision)
+    if chosen not in GRAPH_SETS.get(precision, ()):
+        raise ValueError(f"graph set {chosen!r} is not one of {precision}'s: {GRAPH_SETS.get(precision)}")
+    if chosen not in exported_precisions(manifest):
+        which = f" (the {precision} graphs for this CPU)" if chosen != precision else ""
         raise ModelFilesError(
-            f"{manifest_path}: no {precision} graphs (exported: {', '.join(exported_precisions(manifest))}); "
+            f"{manifest_path}: no {chosen} graphs{which} (exported: {', '.join(exported_precisions(manifest))}); "
             f"export them with attnserve export {root} --precision {precision}"
         )
     tokenizer_kind = manifest["config"].get("tokenizer", "tokenizers")
-    graphs = graph_files(task, precision)
+    graphs = graph_files(task, chosen)
     served = [*tokenizer_files(tokenizer_kind), *graphs.values()]
     if attention:
         if ATTENTION_FILE not in manifest["sha256"]:
@@ -202,6 +240,7 @@ def open_model_dir(root: Path, attention: bool = False, precision: str = "fp32")
         manifest=manifest,
         tokenizer=root if tokenizer_kind in MARIAN_KINDS else root / TOKENIZER_FILE,
         precision=precision,
+        graph_set=chosen,
         graphs={role: root / relative for role, relative in graphs.items()},
         attention=root / ATTENTION_FILE if attention else None,
     )

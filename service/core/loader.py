@@ -148,7 +148,8 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
         quiet = dataclasses.replace(settings.sessions, spinning=False)
         attention = AttentionMapsRunner(create_session(files.attention, quiet, provider), files.task)
     opened = _Opened(files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, rows)
-    log.info("model %s (%s, %s) loaded from %s on %s", files.name, files.task, precision, model_dir, opened.provider)
+    graphs = precision if files.graph_set == precision else f"{precision}: {files.graph_set}, for this CPU"
+    log.info("model %s (%s, %s) loaded from %s on %s", files.name, files.task, graphs, model_dir, opened.provider)
     return opened
 
 

@@ -45,7 +45,8 @@ class ServerConfig:
     precision: str = _setting(
         "auto",
         "graphs to serve: fp32, fp16 or int8 (exported with attnserve export --precision fp16 int8), or auto: "
-        "fp16 on CUDA, fp32 on the CPU (int8: the CPU's fast choice, within the quality bars in the README)",
+        "fp16 on CUDA, fp32 on the CPU (int8: the CPU's fast choice, within the quality bars in the README; "
+        "7-bit weights on x86 CPUs without VNNI, full 8 bits elsewhere)",
         ("auto", "fp32", "fp16", "int8"),
     )
     gpu_mem_limit: int = _setting(
