@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MODELS := build/models
 
-.PHONY: run test test-deps models proto peers perf-analyzer clean
+.PHONY: run test test-deps models proto peers perf-analyzer device-kit clean
 
 # Stamps record which extra is installed; they are remade when pyproject.toml changes.
 $(VENV)/.export: pyproject.toml
@@ -38,6 +38,11 @@ proto: $(VENV)/.dev
 # NVIDIA's perf_analyzer (KServe v2 load generator) under build/perf_analyzer, with the C library it needs.
 perf-analyzer: $(VENV)/.dev
 	benchmarks/perf_analyzer_setup.sh
+
+# What a GPU machine needs for benchmarks/gpu_check.py, in parts for the device tool's calls (build/device-kit),
+# and the calls to make, printed (docs/benchmarks.md, "GPU").
+device-kit: $(VENV)/.dev
+	$(BIN)/python -m benchmarks.gpu_kit
 
 # The peer servers the benchmarks compare with (benchmarks/peers.txt), in a virtual environment of their own,
 # and their model folders under build/peers.

@@ -18,12 +18,15 @@ class Row:
 
 
 class RunnerHarness:
-    def __init__(self, model_dir: Path, threads: int, spinning: bool = True, precision: str = "fp32"):
+    def __init__(
+        self, model_dir: Path, threads: int, spinning: bool = True, precision: str = "fp32", device: str = "cpu"
+    ):
         files = open_model_dir(model_dir, precision=precision)
         self.config = c = files.config
-        settings = SessionSettings(device="cpu", intra_op_threads=threads, spinning=spinning)
-        graphs = {role: create_session(files.graphs[role], settings) for role in CACHE_GRAPHS}
-        encoder, decoder = create_session(files.encoder, settings), create_session(files.decoder, settings)
+        settings = SessionSettings(device=device, intra_op_threads=threads, spinning=spinning)
+        self.sessions = {role: create_session(path, settings) for role, path in files.graphs.items()}
+        graphs = {role: self.sessions[role] for role in CACHE_GRAPHS}
+        encoder, decoder = self.sessions["encoder"], self.sessions["decoder"]
         self.runner = Seq2SeqRunner(encoder, decoder, graphs, c["n_decoder_layers"], precision)
         self.heads, self.d_head = c["n_heads"], c["d_model"] // c["n_heads"]
 

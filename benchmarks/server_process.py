@@ -16,13 +16,14 @@ from pathlib import Path
 
 # The start line: "listening: gRPC on [::]:50051 (IPv4 and IPv6), HTTP API on ..., metrics on ..."
 PORTS = re.compile(r"gRPC on \S+:(\d+)(?: \(IPv4 and IPv6\))?(?:, HTTP API on \S+:(\d+))?.*metrics on \S+:(\d+)")
+LOG_FILE_BYTES = 8 << 20  # a log file kept is cut here (a device call brings back files of 16 MiB at most)
 LOCAL_PORTS = ("--host", "127.0.0.1", "--port", "0", "--metrics-port", "0", "--http-port", "0")
 
 
 class ServerProcess:
     """The server started with `listen` (by default on 127.0.0.1, ports picked free; () for the defaults a
-    user gets), by `launcher` (the CLI). A server that exits before it serves raises with its last log
-    lines."""
+    user gets), by `launcher` (the CLI), its log kept (the last 200 lines; all of it in log_file). A server
+    that exits before it serves raises with its last log lines."""
 
     def __init__(
         self,
@@ -30,12 +31,15 @@ class ServerProcess:
         models=("build/models/minilm", "build/models/numbers"),
         listen=LOCAL_PORTS,
         launcher=(sys.executable, "-m", "cli"),
+        log_file: Path | None = None,
+        env: dict | None = None,
     ):
         command = [*launcher, "serve", *listen, "--log-format", "text", "--models", *models, *args]
-        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
         self.log: collections.deque[str] = collections.deque(maxlen=200)  # its last lines, for failures
+        self.log_file = open(log_file, "w") if log_file else None  # its whole log, up to LOG_FILE_BYTES
         for line in self.process.stderr:
-            self.log.append(line)
+            self.keep(line)
             if match := PORTS.search(line):
                 self.port, self.metrics_port = int(match.group(1)), int(match.group(3))
                 self.http_port = int(match.group(2)) if match.group(2) else None
@@ -44,9 +48,15 @@ class ServerProcess:
         else:
             raise RuntimeError(f"the server did not start (exit {self.process.wait()}):\n{''.join(self.log)}")
         # Keep reading its log (access lines included), so that the pipe never fills.
-        self.reader = threading.Thread(target=lambda: self.log.extend(self.process.stderr), daemon=True)
+        self.reader = threading.Thread(target=lambda: [self.keep(line) for line in self.process.stderr], daemon=True)
         self.reader.start()
         self.target = f"127.0.0.1:{self.port}"
+
+    def keep(self, line: str) -> None:
+        self.log.append(line)
+        if self.log_file and self.log_file.tell() < LOG_FILE_BYTES:
+            self.log_file.write(line)
+            self.log_file.flush()
 
     @property
     def pid(self) -> int:
@@ -88,6 +98,8 @@ class ServerProcess:
         code = self.process.wait(timeout)
         self.stop_seconds = time.monotonic() - started
         self.reader.join(10)  # its last lines
+        if self.log_file:
+            self.log_file.close()
         return code
 
     def output(self) -> str:

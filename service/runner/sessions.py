@@ -4,11 +4,14 @@ and checked for what they really got: the provider, and on CUDA where every node
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 from dataclasses import dataclass
 
 import onnxruntime as ort
+
+from .cuda_libraries import Loaded, preload
 
 log = logging.getLogger("attnserve.runner")
 
@@ -74,11 +77,21 @@ def resolve_device(requested: str) -> str:
         )
     if not (has_provider and requested in ("auto", "cuda") and nvidia_driver_present()):
         return CPU
-    try:  # CUDA and cuDNN from the nvidia-* Python packages where installed, else the system's
-        ort.preload_dlls()
-    except Exception as error:  # the provider may still find the libraries by itself
-        log.warning("onnxruntime.preload_dlls: %s", error)
+    loaded = cuda_libraries()
+    if loaded.missing:
+        if requested == "cuda":
+            raise ProviderError(f"--device cuda: {loaded.describe()}; install onnxruntime-gpu[cuda,cudnn]")
+        log.warning("CUDA provider unusable (%s): serving on the CPU", loaded.describe())
+        return CPU
     return CUDA
+
+
+@functools.cache
+def cuda_libraries() -> Loaded:
+    """CUDA and cuDNN from NVIDIA's pip packages wherever they are on sys.path, else the system's; once."""
+    loaded = preload()
+    log.info("%s", loaded.describe())
+    return loaded
 
 
 def _options(settings: SessionSettings, provider: str) -> ort.SessionOptions:

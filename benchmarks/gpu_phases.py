@@ -1,0 +1,202 @@
+"""The GPU check's phases after the preflight, each a function of the check's context returning its figures:
+parity (MiniLM, the numbers model and the HTTP door; then the Marian-shaped model), throughput against
+PyTorch on the same GPU (embeddings, generation), the moonshot figures and memory. Every engine runs in a
+process of its own: the server, its callers, each baseline (engines.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from service.grpc_api.client import Client
+
+GOALS = {"embed_vs_st": 1.2, "embed_vs_ort": 0.8, "generate_64_vs_hf": 2.0, "latency_1_vs_hf": 0.5}
+MOONSHOT = {"minilm_sentences_per_second": 20000, "marian_tokens_per_second_256_streams": 20000}
+
+
+def run_json(*command: str) -> dict:
+    out = subprocess.run([sys.executable, *command], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"{' '.join(command)}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def nvidia_smi(fields: str) -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)  # fmt: skip
+        return out.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+class Utilization:
+    """nvidia-smi's GPU utilisation sampled every 0.2 s while the block runs (nothing on a machine without
+    it): a host-bound server shows as a low figure."""
+
+    def __enter__(self):
+        self.samples: list[float] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def sample(self) -> None:
+        while not self.done.wait(0.2):
+            value = nvidia_smi("utilization.gpu")
+            if value.strip().isdigit():
+                self.samples.append(float(value))
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join(5)
+
+    def figures(self) -> dict:
+        if not self.samples:
+            return {"gpu_utilization": None}
+        return {"gpu_utilization_mean": float(np.mean(self.samples)), "gpu_utilization_max": max(self.samples)}
+
+
+def parity(ctx) -> dict:
+    refs = ctx.references
+    with Client(ctx.server.target, timeout=120) as client:
+        served = np.array(client.embed(refs["minilm"]["texts"], model="minilm").vectors)
+        cosines = (served * np.array(refs["minilm"]["embeddings"])).sum(axis=1)
+        report = {"minilm": {"texts": len(cosines), "min_cosine": float(cosines.min()),
+                             "mean_cosine": float(cosines.mean())}}  # fmt: skip
+        numbers = {}
+        with ThreadPoolExecutor(32) as pool:  # one channel, 32 calls at a time
+            for direction, pairs in refs["numbers"]["pairs"].items():
+                answers = list(pool.map(lambda s: client.generate(s, model="numbers").text, [s for s, _ in pairs]))
+                exact = sum(got == expected for got, (_, expected) in zip(answers, pairs))
+                numbers[direction] = {"exact": exact, "total": len(pairs), "share": exact / len(pairs)}
+        report["numbers"] = numbers
+    body = json.dumps({"model": "minilm", "input": refs["minilm"]["texts"][:2]}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{ctx.server.http_port}/v1/embeddings", body,
+                                     {"content-type": "application/json"})  # fmt: skip
+    http = json.loads(urllib.request.urlopen(request, timeout=60).read())
+    by_http = np.array([d["embedding"] for d in http["data"]])
+    report["http_door"] = {"max_abs_diff_to_grpc": float(np.abs(by_http - served[:2]).max())}
+    return report
+
+
+def parity_marian(ctx) -> dict:
+    """Greedy token ids served on the device against the float32 graphs on the CPU, prompt by prompt."""
+    refs = ctx.references["marian"]
+    with Client(ctx.server.target, timeout=120) as client:
+        # num_beams 1: the checkpoint's default is beam search, the reference greedy.
+        served = [list(client.generate(p, model="marian", max_new_tokens=refs["new_tokens"], num_beams=1).token_ids)
+                  for p in refs["prompts"]]  # fmt: skip
+    same = sum(a == b for a, b in zip(served, refs["tokens"]))
+    return {"prompts": len(served), "same": same, "share": same / len(served)}
+
+
+def embeddings(ctx) -> dict:
+    sizes, count, batch = ctx.sizes, str(ctx.sizes.embed_count), "64"
+    with Utilization() as busy:
+        service = run_json("-m", "benchmarks.load_clients", "--target", ctx.server.target, "--clients",
+                           str(sizes.embed_clients), "--per-call", str(sizes.per_call), "--count", count)  # fmt: skip
+    out = {"attnserve": sizes.embed_count / service["wall"], **busy.figures()}
+    out["sentence-transformers"] = run_json("-m", "benchmarks.engines", "st-embed", "--model",
+                                            str(ctx.kit / "minilm-st"), "--device", ctx.device, "--count", count,
+                                            "--batch", batch)["sentences_per_second"]  # fmt: skip
+    out["onnxruntime"] = run_json("-m", "benchmarks.engines", "ort-embed", "--model", str(ctx.kit / "models/minilm"),
+                                  "--device", ctx.device, "--precision", "fp16", "--count", count,
+                                  "--batch", batch)["sentences_per_second"]  # fmt: skip
+    out["vs_st"] = out["attnserve"] / out["sentence-transformers"]
+    out["vs_ort"] = out["attnserve"] / out["onnxruntime"]
+    return out
+
+
+def decode_figures(server) -> dict:
+    """The server's decode-step counters for the Marian model, for a difference over a run."""
+    labels = {"model": "marian", "stage": "decode"}
+    return {
+        "steps": server.metric("attnserve_inference_duration_seconds_count", **labels),
+        "seconds": server.metric("attnserve_inference_duration_seconds_sum", **labels),
+        "rows": server.metric("attnserve_batch_size_sum", **labels),
+        "sent": server.metric("attnserve_device_transfer_bytes_total", direction="sent", **labels),
+        "fetched": server.metric("attnserve_device_transfer_bytes_total", direction="fetched", **labels),
+    }
+
+
+def marian_checkpoint(ctx) -> Path:
+    """The Hugging Face checkpoint of the served Marian graphs, remade from its seed (transformers' baseline)."""
+    target = Path(tempfile.gettempdir()) / "attnserve-marian-hf"
+    if not (target / "model.safetensors").is_file():
+        code = (
+            "import json, sys; from model.random_marian import MarianShape, random_marian_checkpoint;"
+            "random_marian_checkpoint(sys.argv[1], MarianShape(**json.loads(sys.argv[2])), seed=int(sys.argv[3]))"
+        )
+        subprocess.run([sys.executable, "-c", code, str(target), json.dumps(ctx.sizes.marian),
+                        str(ctx.sizes.marian_seed)], check=True, capture_output=True)  # fmt: skip
+    return target
+
+
+def generation(ctx) -> dict:
+    sizes, server, out, new = ctx.sizes, ctx.server, {}, str(ctx.sizes.new_tokens)
+    checkpoint = marian_checkpoint(ctx)
+    for concurrency, count in ((1, max(4, sizes.generate_count // 8)), (sizes.concurrency, sizes.generate_count)):
+        before = decode_figures(server)
+        ours = run_json("-m", "benchmarks.engines", "attnserve-generate", "--target", server.target, "--served",
+                        "marian", "--count", str(count), "--concurrency", str(concurrency), "--new-tokens", new)  # fmt: skip
+        after = decode_figures(server)
+        theirs = run_json("-m", "benchmarks.engines", "hf-generate", "--model", str(checkpoint), "--device",
+                          ctx.device, "--count", str(count), "--batch", str(concurrency), "--new-tokens", new)  # fmt: skip
+        steps = max(after["steps"] - before["steps"], 1)
+        out[str(concurrency)] = {
+            "attnserve_tokens_per_second": ours["tokens_per_second"], "attnserve_seconds_per_token": ours["seconds_per_token"],
+            "transformers_tokens_per_second": theirs["tokens_per_second"],
+            "transformers_seconds_per_token": theirs["seconds_per_token"],
+            "decode_step_ms": 1e3 * (after["seconds"] - before["seconds"]) / steps,
+            "rows_per_step": (after["rows"] - before["rows"]) / steps,
+            "bytes_sent_per_step": (after["sent"] - before["sent"]) / steps,
+            "bytes_fetched_per_step": (after["fetched"] - before["fetched"]) / steps,
+        }  # fmt: skip
+    high, one = out[str(sizes.concurrency)], out["1"]
+    out["tokens_per_second_vs_hf"] = high["attnserve_tokens_per_second"] / high["transformers_tokens_per_second"]
+    out["latency_1_vs_hf"] = one["attnserve_seconds_per_token"] / one["transformers_seconds_per_token"]
+    return out
+
+
+def moonshot(ctx) -> dict:
+    """The absolute figures aimed at on one H200, recorded: MiniLM over gRPC from 4 caller processes (16
+    sentences of 10-60 words a call), and the Marian model at moonshot_streams concurrent streams."""
+    sizes, server = ctx.sizes, ctx.server
+    count = sizes.embed_count * 4
+    command = [sys.executable, "-m", "benchmarks.load_clients", "--target", server.target, "--clients",
+               str(sizes.embed_clients), "--per-call", "16", "--count", str(count // 4)]  # fmt: skip
+    with Utilization() as busy:
+        started = time.perf_counter()
+        callers = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(4)]
+        for caller in callers:
+            caller.communicate()
+        wall = time.perf_counter() - started
+    embed = {"sentences_per_second": count / wall, **busy.figures()}
+    with Utilization() as busy:
+        streams = run_json("-m", "benchmarks.stream_clients", "--target", server.target, "--model", "marian",
+                           "--streams", str(sizes.moonshot_streams), "--new-tokens", str(sizes.new_tokens))  # fmt: skip
+    generate = {"tokens_per_second": streams["tokens"] / streams["wall"], **busy.figures(),
+                "ttft_p50": float(np.median(streams["ttft"])), "itl_p50": float(np.median(streams["itl"] or [0]))}  # fmt: skip
+    return {"goals": MOONSHOT, "minilm": embed, "marian": generate}
+
+
+def memory(ctx) -> dict:
+    out = {"server_rss_mb": ctx.server.rss_mb(), "kv_cache_bytes": ctx.server.metric("attnserve_kv_cache_bytes")}
+    if ctx.device == "cuda":
+        out["device_memory_used_bytes"] = ctx.server.metric("attnserve_device_memory_used_bytes")
+        out["nvidia_smi_memory_used_mib"] = nvidia_smi("memory.used")
+    return out
+
+
+PHASES = {"parity": parity, "parity-marian": parity_marian, "embeddings": embeddings, "generation": generation,
+          "memory": memory, "moonshot": moonshot}  # fmt: skip

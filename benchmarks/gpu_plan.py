@@ -1,0 +1,96 @@
+"""The device calls that carry a device kit and run the GPU check, in order, each ready to paste (its command,
+the paths it carries, its timeout), and the timeline they add up to.
+
+A machine goes back about 30 s after a call, and a fresh one starts bare: the calls are made back to back.
+The parts wait in /tmp/kit/parts between calls; the last part of a group carries kit.json and unpacks it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Estimates, until a device run measures them (docs/benchmarks.md, "GPU"): a cold start (1-2 minutes), the
+# cost of a call besides its transfer, the transfer rate, installing the wheels, the check's phases.
+COLD_START_S = 120
+CALL_S = 10
+TRANSFER_BYTES_PER_S = 20e6
+UNPACK_S = {"a": 15, "b": 5}  # here: 5.6 s and 0.3 s (2 cores)
+PHASES = {  # phase -> seconds it is estimated to take on the device, in order of value
+    "preflight": 60, "parity": 60, "parity-marian": 45, "embeddings": 60, "generation": 120, "memory": 5,
+    "moonshot": 120,
+}  # fmt: skip
+# The phases each call runs: the last call of group a (the first results), of group b, then one of its own.
+CALL_PHASES = (("a", ("preflight", "parity")), ("b", ("parity-marian", "embeddings", "generation", "memory")),
+               (None, ("moonshot",)))  # fmt: skip
+RESULTS = "$OUT/gpu"
+
+
+def phases_of(group: str | None) -> list[str]:
+    return next(list(phases) for g, phases in CALL_PHASES if g == group)
+
+
+def check_command(phases: list[str]) -> str:
+    return (f"PYTHONPATH=/tmp/site:$PWD python3 -u -m benchmarks.gpu_check --kit /tmp/kit --phases {','.join(phases)}"
+            f" --out {RESULTS}")  # fmt: skip
+
+
+def calls(kit: dict, kit_dir: Path) -> list[dict]:
+    """The device calls: one per part, a group's last also unpacking it and running the phases it enables;
+    then the calls of phases that need no part."""
+    out = []
+    for group in kit["groups"]:
+        for i, part in enumerate(group["parts"]):
+            path = f"{kit_dir}/parts/{part['name']}"
+            command = f"mkdir -p /tmp/kit/parts && cp {path} /tmp/kit/parts/"
+            carry = [path]
+            seconds = CALL_S + (part["bytes"] + kit["tree_bytes"]) / TRANSFER_BYTES_PER_S
+            if i == len(group["parts"]) - 1:
+                phases = phases_of(group["name"])
+                carry.append(f"{kit_dir}/kit.json")
+                command += (
+                    f" && python3 -m benchmarks.gpu_unpack --group {group['name']} --manifest {kit_dir}/kit.json"
+                    f" && {check_command(phases)}"
+                )
+                seconds += UNPACK_S[group["name"]] + sum(PHASES[p] for p in phases)
+            else:
+                command += " && ls -l /tmp/kit/parts"
+            out.append({"command": command, "carry": carry, "seconds": seconds, "group": group["name"]})
+    phases = phases_of(None)
+    out.append({"command": check_command(phases), "carry": [], "group": "-",
+                "seconds": CALL_S + kit["tree_bytes"] / TRANSFER_BYTES_PER_S + sum(PHASES[p] for p in phases)})  # fmt: skip
+    for call in out:
+        call["timeout_s"] = min(600, int(call["seconds"] * 1.5) + 30)
+    return out
+
+
+def timeline(kit: dict, kit_dir: Path) -> list[tuple[str, float]]:
+    """(what, seconds since the first call) after each call, the cold start first."""
+    clock, marks = COLD_START_S, [("cold start", COLD_START_S)]
+    for i, call in enumerate(calls(kit, kit_dir), 1):
+        clock += call["seconds"]
+        if not call["carry"]:
+            what = "phases"
+        elif "gpu_check" in call["command"]:
+            what = f"group {call['group']}'s last part, unpack, phases"
+        else:
+            what = f"a part of group {call['group']}"
+        marks.append((f"call {i}: {what}", clock))
+    return marks
+
+
+def print_plan(kit: dict, kit_dir: Path) -> None:
+    parts = sum(len(g["parts"]) for g in kit["groups"])
+    size = sum(g["bytes"] for g in kit["groups"]) / 2**20
+    print(f"device kit in {kit_dir}: {parts} parts, {size:.0f} MiB ({kit['part_bytes'] >> 20} MiB a part, the working "
+          f"tree {kit['tree_bytes'] / 2**20:.1f} MiB beside it), built in {kit['build_seconds']:.0f} s")  # fmt: skip
+    for group in kit["groups"]:
+        print(f"  group {group['name']}: {', '.join(group['contents'])}: {len(group['parts'])} parts, "
+              f"{group['bytes'] / 2**20:.0f} MiB; then phases {', '.join(phases_of(group['name']))}")  # fmt: skip
+    print(f"  and a call of its own: phases {', '.join(phases_of(None))}")
+    print("Calls, back to back (the device tool's run: command, carry, timeout_s):")
+    for i, call in enumerate(calls(kit, kit_dir), 1):
+        print(f"  {i}. carry={call['carry']} timeout_s={call['timeout_s']}\n     {call['command']}")
+    print(f"Timeline (estimated: cold start {COLD_START_S} s, {CALL_S} s a call, "
+          f"{TRANSFER_BYTES_PER_S / 1e6:.0f} MB/s):")  # fmt: skip
+    for what, clock in timeline(kit, kit_dir):
+        print(f"  {clock / 60:5.1f} min  {what}")

@@ -1,0 +1,84 @@
+"""The GPU check's inputs and their float32 outputs on the CPU, computed here when the device kit is built, so
+that the device compares its float16 answers with them and needs neither the float32 graphs nor num2words'
+spellings: MiniLM on the oracle texts, the numbers model on sampled numbers and 32 lockstep decode steps
+(the preflight's), the Marian-shaped model's greedy tokens."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from modeldir.files import open_model_dir
+from modeldir.reference_decoder import greedy_decode_onnx
+from modeldir.tokenizer import load_tokenizer, pad_batch
+
+from .gpu_sizes import Sizes
+from .runner_harness import RunnerHarness
+
+ORACLE_TEXTS = [  # tests/test_minilm.py's: accents, scripts, emoji, code, one token, past 256 tokens
+    "The delivery truck, which was late, blocked the narrow street.", "She saw the man with the telescope.",
+    "A woman used a telescope to look at a man.", "Zürich's café served crème brûlée; naïve façade, Ærøskøbing.",
+    "Привет, как дела? Γειά σου κόσμε. مرحبا بالعالم", "今日は天気がいいですね。我喜欢学习机器学习。한국어 문장입니다.",
+    "Launch day 🚀🔥 — we did it!! 👩‍💻👨‍👩‍👧 ✔️", "def mean(xs):\n    return sum(xs) / len(xs)", "a", "?",
+    " ".join(f"word{i} and more text" for i in range(150)),
+]  # fmt: skip
+PREFLIGHT_STEPS = 32
+
+
+def cpu(path: Path) -> ort.InferenceSession:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def encoded(files, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    c = files.config
+    tokenizer = load_tokenizer(c.get("tokenizer", "tokenizers"), files.tokenizer, c["max_input_tokens"])
+    return pad_batch([e.ids for e in tokenizer.encode(texts)], c["pad_id"])
+
+
+def minilm(model_dir: Path) -> dict:
+    files = open_model_dir(model_dir)
+    ids, mask = encoded(files, ORACLE_TEXTS)
+    (vectors,) = cpu(files.encoder).run(["embedding"], {"input_ids": ids, "attention_mask": mask})
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return {"texts": ORACLE_TEXTS, "embeddings": vectors.tolist()}
+
+
+def numbers(model_dir: Path, sizes: Sizes) -> dict:
+    """Parity pairs each way (the expected answers are num2words' spellings), and the preflight's lockstep
+    greedy decode through the serving runner in float32."""
+    from model.numbers import pair, sample_number
+
+    rng = random.Random(777)  # a seed not used in training
+    sampled = [sample_number(rng) for _ in range(sizes.numbers)]
+    pairs = {direction: [pair(n, to_digits) for n in sampled]
+             for direction, to_digits in (("digits->words", False), ("words->digits", True))}  # fmt: skip
+    sources = [source for source, _ in pairs["digits->words"][: sizes.preflight_rows]]
+    harness = RunnerHarness(model_dir, threads=2)
+    ids, mask = encoded(open_model_dir(model_dir), sources)
+    tokens = harness.greedy(ids, mask, PREFLIGHT_STEPS)
+    return {"pairs": pairs, "preflight": {"sources": sources, "steps": PREFLIGHT_STEPS, "tokens": tokens}}
+
+
+def marian(model_dir: Path, sizes: Sizes) -> dict:
+    """Greedy token ids of the float32 graphs on the CPU, each prompt's up to its eos."""
+    from .translation_load import texts
+
+    files = open_model_dir(model_dir)
+    c = files.config
+    prompts = texts(sizes.prompts)
+    ids, mask = encoded(files, prompts)
+    # A checkpoint that forces eos at the last position a request allows (Marian's do) generates one fewer.
+    steps = sizes.new_tokens - 1 if c.get("forced_eos") else sizes.new_tokens
+    tokens, _ = greedy_decode_onnx(
+        cpu(files.encoder), cpu(files.decoder), ids, mask, c["bos_id"], steps, c["n_decoder_layers"], c["eos_id"]
+    )
+    expected = [row[: row.index(c["eos_id"])] if c["eos_id"] in row else row for row in tokens[:, 1:].tolist()]
+    return {"prompts": prompts, "new_tokens": sizes.new_tokens, "tokens": expected}
+
+
+def references(dirs: dict[str, Path], sizes: Sizes) -> dict:
+    return {"minilm": minilm(dirs["minilm"]), "numbers": numbers(dirs["numbers"], sizes),
+            "marian": marian(dirs["marian"], sizes)}  # fmt: skip

@@ -1,0 +1,185 @@
+"""The GPU run rehearsed on the CPU, so that the first run on a GPU is the first run of nothing new. A small
+device kit is built by its one command; the device's own script unpacks it from its parts into a Python
+3.12 environment holding the image's distributions and the kit's wheels alone (benchmarks/gpu_rehearsal.py);
+there the server starts with every door on and answers over gRPC and HTTP, and the preflight and the
+check's phases that need no PyTorch dry-run, with an import audit: no module may come from a distribution
+that is neither on the image (benchmarks/gpu_image_packages.txt) nor in the kit. The phases whose baselines
+are PyTorch (the image's torch cannot live in a 3.12 environment here) dry-run in the project's .venv, and
+their imports are audited from the source."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from benchmarks.gpu_image import CARRIED, audit, audited, normalized
+from benchmarks.gpu_plan import PHASES, calls
+from benchmarks.gpu_rehearsal import clean_env, image_environment, unpack_kit
+from benchmarks.server_process import ServerProcess
+from service.grpc_api.client import Client
+
+ROOT = Path(__file__).resolve().parent.parent
+WORDS = "three hundred and twelve thousand, four hundred and five"
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory) -> tuple[Path, str]:
+    """A small kit, by the command the README gives: -> its folder and what it printed."""
+    out = tmp_path_factory.mktemp("kit") / "device-kit"
+    made = subprocess.run([sys.executable, "-m", "benchmarks.gpu_kit", "--small", "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)  # fmt: skip
+    assert made.returncode == 0, made.stderr[-3000:]
+    return out, made.stdout
+
+
+@pytest.fixture(scope="module")
+def device(kit, tmp_path_factory) -> tuple[Path, Path, Path]:
+    """The device rehearsed: -> (its python, the unpacked kit, the wheels' folder)."""
+    python = image_environment()
+    unpacked, site = unpack_kit(kit[0], python, tmp_path_factory.mktemp("device"))
+    return python, unpacked, site
+
+
+def test_one_command_makes_the_kit_its_parts_and_its_calls(kit):
+    out, printed = kit
+    manifest = json.loads((out / "kit.json").read_text())
+    wheels = " ".join(manifest["wheels"])
+    assert "onnxruntime_gpu-1.31.1-cp312-cp312-manylinux" in wheels
+    assert all(normalized(name).replace("-", "_") in wheels.replace("-", "_").lower() for name in CARRIED)
+    for group in manifest["groups"]:
+        assert sum(p["bytes"] for p in group["parts"]) == group["bytes"]
+        for part in group["parts"]:
+            assert (out / "parts" / part["name"]).stat().st_size == part["bytes"]
+            assert part["bytes"] + manifest["tree_bytes"] < 60 << 20
+    device_calls = calls(manifest, out)
+    assert len(device_calls) == sum(len(g["parts"]) for g in manifest["groups"]) + 1  # and the moonshot's own
+    assert "--phases preflight,parity " in device_calls[len(manifest["groups"][0]["parts"]) - 1]["command"]
+    assert all(len(c["command"]) < 2000 and len(c["carry"]) <= 8 and c["timeout_s"] <= 600 for c in device_calls)
+    assert f"{len(device_calls)}. carry=" in printed and "Timeline (estimated" in printed
+
+
+def report_of(path: Path) -> dict[str, set[str]]:
+    return {name: set(modules) for name, modules in json.loads(path.read_text()).items()}
+
+
+def test_the_device_environment_serves_every_door(device, tmp_path):
+    python, unpacked, site = device
+    report = tmp_path / "serve-audit.json"
+    models = [str(unpacked / "models" / name) for name in ("minilm", "numbers", "marian")]
+    server = ServerProcess("--device", "cpu", "--precision", "fp16", models=models, env=clean_env(site),
+                           launcher=audited(python, "cli", report))  # fmt: skip
+    try:
+        references = json.loads((unpacked / "references.json").read_text())["minilm"]
+        with Client(server.target) as client:
+            vectors = np.array(client.embed(references["texts"][:3], model="minilm").vectors)
+            assert client.generate("312405", model="numbers").text == WORDS
+        assert (vectors * np.array(references["embeddings"][:3])).sum(axis=1).min() > 0.999
+        base = f"http://127.0.0.1:{server.http_port}/v1"
+        http = httpx.post(f"{base}/embeddings", json={"model": "minilm", "input": references["texts"][:3]}).json()
+        np.testing.assert_allclose([d["embedding"] for d in http["data"]], vectors, atol=1e-5)
+        completion = httpx.post(f"{base}/completions", json={"model": "numbers", "prompt": "312405"}).json()
+        assert completion["choices"][0]["text"] == WORDS
+    finally:
+        assert server.stop() == 0
+    loaded = report_of(report)
+    assert audit(loaded) == []
+    assert {"onnxruntime-gpu", "fastapi", "uvicorn", "grpcio", "protobuf"} <= set(loaded)
+    assert "torch" not in loaded
+    assert "Python 3.12" in subprocess.run([str(python), "--version"], capture_output=True, text=True).stdout
+
+
+def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path):
+    python, unpacked, site = device
+    report, out = tmp_path / "check-audit.json", tmp_path / "out"
+    phases = "preflight,parity,parity-marian,memory"
+    command = [*audited(python, "benchmarks.gpu_check", report), "--kit", str(unpacked), "--device", "cpu",
+               "--phases", phases, "--out", str(out), "--state", str(tmp_path / "state.json")]  # fmt: skip
+    ran = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=clean_env(site), timeout=900)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["phases"]) == phases.split(",")
+    failed = {name: r.get("error") for name, r in results["phases"].items() if not r["ok"]}
+    assert failed == {}, failed
+    checks = {c["check"]: c for c in results["phases"]["preflight"]["checks"]}
+    assert list(checks) == ["imports", "cuda libraries", "provider", "placements", "numbers decode", "in place",
+                            "release memory"]  # fmt: skip
+    assert checks["imports"]["onnxruntime_file"].startswith(str(site))  # the kit's build, not another
+    assert checks["numbers decode"]["same_rows"] == checks["numbers decode"]["rows"] == 8
+    assert checks["in place"]["buffer_bytes"] >= 0.99 * (1 << 30)
+    assert results["phases"]["parity"]["minilm"]["min_cosine"] > 0.999
+    assert all(d["exact"] == d["total"] == 25 for d in results["phases"]["parity"]["numbers"].values())
+    assert results["phases"]["parity-marian"]["same"] >= 8
+    lines = [line for line in ran.stdout.splitlines() if line.startswith("[")]
+    assert sum(": start" in line for line in lines) == 4 and all("+" in line and " s] " in line for line in lines)
+    assert (out / "server.log").stat().st_size > 0 and (out / "results.md").read_text().startswith("# GPU check")
+    assert audit(report_of(report)) == [] and "torch" not in report_of(report)
+
+
+def test_the_staged_check_runs_every_phase_goes_on_after_a_failure_and_reruns_what_failed(device, tmp_path):
+    """In the project's .venv (the PyTorch baselines): every phase; then a kit without the Marian model,
+    whose phases fail with their errors while the others pass; then a rerun of one phase that keeps the rest."""
+    _, unpacked, _ = device
+    out, state = tmp_path / "out", tmp_path / "state.json"
+
+    def check(kit: Path, phases: str) -> dict:
+        command = [sys.executable, "-m", "benchmarks.gpu_check", "--kit", str(kit), "--device", "cpu",
+                   "--phases", phases, "--out", str(out), "--state", str(state)]  # fmt: skip
+        ran = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1200)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        return json.loads((out / "results.json").read_text())["phases"]
+
+    every = check(unpacked, ",".join(PHASES))
+    assert {name: r["ok"] for name, r in every.items()} == dict.fromkeys(PHASES, True), every
+    e, g = every["embeddings"], every["generation"]
+    assert min(e["attnserve"], e["sentence-transformers"], e["onnxruntime"]) > 0
+    assert g["8"]["rows_per_step"] > 1 and g["8"]["bytes_sent_per_step"] == pytest.approx(16 * g["8"]["rows_per_step"])
+    assert (
+        every["moonshot"]["marian"]["tokens_per_second"] > 0 and every["moonshot"]["minilm"]["sentences_per_second"] > 0
+    )
+    state.unlink()
+    broken = tmp_path / "broken-kit"
+    subprocess.run(["cp", "-r", str(unpacked), str(broken)], check=True)
+    subprocess.run(["rm", "-r", str(broken / "models" / "marian")], check=True)
+    phases = check(broken, "parity,parity-marian,memory")
+    assert phases["parity"]["ok"] and phases["memory"]["ok"] and not phases["parity-marian"]["ok"]
+    assert "marian" in phases["parity-marian"]["error"] and phases["parity-marian"]["server_log"]
+    rerun = check(broken, "memory")
+    assert set(rerun) == {"parity", "parity-marian", "memory"} and rerun["parity"] == phases["parity"]
+
+
+def imports_of(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_what_the_check_runs_on_the_device_imports_only_the_image_and_the_kit():
+    """From the source, the modules the device runs beside the serve path: the check, its callers and its
+    PyTorch baselines (engines.py, the Marian checkpoint's remaking)."""
+    from importlib.metadata import packages_distributions
+
+    device_side = ["gpu_check", "gpu_phases", "gpu_preflight", "gpu_references", "gpu_unpack", "gpu_image",
+                   "gpu_plan", "gpu_sizes", "runner_harness", "server_process", "engines", "load_clients",
+                   "stream_clients", "translation_load", "common"]  # fmt: skip
+    files = [ROOT / f"benchmarks/{name}.py" for name in device_side]
+    files += [ROOT / "model/random_marian.py", ROOT / "model/number_sentences.py"]
+    owners = packages_distributions()
+    tops = {top for path in files for top in imports_of(path)} - set(sys.stdlib_module_names)
+    tops -= {"benchmarks", "cli", "model", "modeldir", "service"}
+    # Imported inside the functions that only run here: engines.py's CTranslate2 baseline (marian_bench) and
+    # load_clients.py's --openai and --triton callers (the device's use --target).
+    tops -= {"ctranslate2", "openai", "tritonclient"}
+    distributions = {normalized(d): {top} for top in tops for d in owners.get(top, [f"<none: {top}>"])}
+    assert audit(distributions) == []
+    assert {"torch", "transformers", "sentence-transformers", "onnxruntime-gpu"} <= set(distributions)
