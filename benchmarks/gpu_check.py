@@ -79,6 +79,8 @@ class Check:
             if isinstance(error, KeyboardInterrupt):
                 raise
         record["seconds"] = round(time.perf_counter() - started, 2)
+        if not record["ok"]:
+            record.setdefault("error", "failed checks: " + ", ".join(failed_checks(record)))
         self.results["phases"][name] = record
         self.say(f"{name}: {'ok' if record['ok'] else 'FAILED: ' + record['error'][:300]} ({record['seconds']} s)")
         self.save()
@@ -92,6 +94,10 @@ class Check:
     def close(self) -> None:
         if self._server is not None:
             self._server.stop()
+
+
+def failed_checks(record: dict) -> list[str]:
+    return [f"{c['check']} ({c.get('error', '')[:200]})" for c in record.get("checks", []) if not c["ok"]]
 
 
 def preflight(kit: Path, device: str, say) -> dict:

@@ -10,7 +10,8 @@ line and one JSON record per check, each on its own: a failed check is recorded 
   against the float32 CPU tokens computed when the kit was built;
 - in place: a row move in a 1 GiB cache buffer against the same move in a 2-row one, and a decode step
   over the same 64 rows with self-attention buffers of 64 and of 1,024 positions a row (a copy of the
-  cache per call would show here, where the byte counters, which count host transfers, see nothing);
+  cache per call would show here, where the byte counters, which count host transfers, see nothing;
+  judged on the device only, as a shared CPU's timings vary too much);
 - release memory: the runner gives its arena's free memory back once.
 """
 
@@ -148,9 +149,11 @@ def check_in_place(kit: Path, device: str) -> dict:
               "row_move_2_rows_ms": 1e3 * move_small, "row_move_ratio": move_ratio,
               "step_64_positions_ms": 1e3 * steps[64], "step_1024_positions_ms": 1e3 * steps[1024],
               "step_ratio": step_ratio}  # fmt: skip
+    if device == "cpu":  # a shared CPU's timings: recorded, judged only on the device
+        return {**record, "judged": False}
     if move_ratio > SAME_TIME or step_ratio > SAME_TIME:
         raise RuntimeError(f"not in place: {json.dumps(record)}")
-    return record
+    return {**record, "judged": True}
 
 
 def check_release_memory(kit: Path, device: str) -> dict:
