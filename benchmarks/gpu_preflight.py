@@ -18,12 +18,13 @@ line and one JSON record per check, each on its own: a failed check is recorded 
 from __future__ import annotations
 
 import json
-import statistics
 import time
 import traceback
 from pathlib import Path
 
 import numpy as np
+
+from .common import median_seconds
 
 IMPORTS = ("onnxruntime", "grpc", "google.protobuf", "grpc_health.v1", "grpc_reflection.v1alpha", "fastapi",
            "starlette", "uvicorn", "pydantic", "tokenizers", "sentencepiece", "prometheus_client", "safetensors",
@@ -109,16 +110,6 @@ def check_numbers_decode(kit: Path, device: str, reference: dict) -> dict:
     return {"rows": len(got), "steps": reference["steps"], "same_rows": same}
 
 
-def median_time(fn, repeats: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def check_in_place(kit: Path, device: str) -> dict:
     from service.engine.generation_cache import MIN_SOURCE_CAPACITY
 
@@ -134,7 +125,7 @@ def check_in_place(kit: Path, device: str) -> dict:
 
     def row_move(rows: int) -> float:  # one row moved, every row of the buffer bound
         memory = runner.cache_memory(heads, d_head, positions, rows, MIN_SOURCE_CAPACITY)
-        return median_time(lambda: memory.move_rows(rows, [(0, 1)], []))
+        return median_seconds(lambda: memory.move_rows(rows, [(0, 1)], []), repeats=7, warmup=1)
 
     move_big, move_small = row_move(big_rows), row_move(2)
     ids = np.full((64, 8), 5, np.int64)
@@ -143,7 +134,7 @@ def check_in_place(kit: Path, device: str) -> dict:
     for target in (64, 1024):
         cache = harness.cache(ids, mask, target)
         tokens = np.full((64, 1), c["bos_id"], np.int64)
-        steps[target] = median_time(lambda: harness.step(cache, tokens), repeats=15)
+        steps[target] = median_seconds(lambda: harness.step(cache, tokens), repeats=15, warmup=1)
     move_ratio, step_ratio = move_big / move_small, steps[1024] / steps[64]
     record = {"buffer_bytes": big_rows * row_bytes, "row_move_1gib_ms": 1e3 * move_big,
               "row_move_2_rows_ms": 1e3 * move_small, "row_move_ratio": move_ratio,

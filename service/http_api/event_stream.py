@@ -1,5 +1,5 @@
 """Server-sent events written as the core's stream policy says: one event at a time, each within
-stream_write_timeout; a client that stops reading has its connection dropped, as its 200 is already sent."""
+stream_write_timeout; a client that stops reading has its connection reset, as its 200 is already sent."""
 
 from __future__ import annotations
 
