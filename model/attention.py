@@ -41,8 +41,9 @@ def attention(
     float32: its score is the finite minimum, and exp(min - row max) underflows to 0.
     """
     scores = []
+    query = query * scale  # scaled first: q.k^T of real weights can overflow float16 before the scale
     for keys, _, mask in sources:
-        s = torch.matmul(query, keys.transpose(-1, -2)) * scale  # (B, H, T, S)
+        s = torch.matmul(query, keys.transpose(-1, -2))  # (B, H, T, S)
         # A finite minimum, not -inf: a row with nothing to attend to (padding) stays finite.
         scores.append(s.masked_fill(~mask.unsqueeze(1), torch.finfo(s.dtype).min))
     weights = torch.softmax(torch.cat(scores, dim=-1), dim=-1)  # (B, H, T, sum S)
@@ -54,6 +55,45 @@ def attention(
         output = part if output is None else output + part
         start = start + length
     return (output, weights) if return_weights else output
+
+
+def padding_only(sources: list[KeysValues]) -> bool:
+    """One source whose mask is the same for every query (B, 1, S): the encoder's self-attention over its
+    tokens, the decoder's cross-attention over the source."""
+    return len(sources) == 1 and sources[0][2].shape[1] == 1
+
+
+class PaddedAttention(torch.autograd.Function):
+    """Attention of every query over each row's first `length` keys (right padding). In PyTorch: the
+    reference computation. In ONNX: one com.microsoft.MultiHeadAttention node, which ONNX Runtime runs
+    as a fused kernel (CPU in float32 and float16, CUDA), where the plain form's MatMul, Softmax and
+    masking would be separate nodes the optimizer does not match."""
+
+    @staticmethod
+    def forward(ctx, query, keys, values, lengths, n_heads: int, scale: float):
+        """query (B, T, d_model); keys, values (B, H, S, Dh); lengths (B) int32 -> (B, T, d_model)."""
+        batch, steps, d_model = query.shape
+        q = query.view(batch, steps, n_heads, d_model // n_heads).transpose(1, 2)  # (B, H, T, Dh)
+        visible = torch.arange(keys.shape[2])[None, None, :] < lengths[:, None, None]  # (B, 1, S)
+        out = attention(q, [KeysValues(keys, values, visible)], scale)
+        return out.transpose(1, 2).reshape(batch, steps, d_model)
+
+    @staticmethod
+    def symbolic(g, query, keys, values, lengths, n_heads: int, scale: float):
+        no_bias = g.op("prim::Constant")  # an omitted optional input ("" in ONNX)
+        no_bias.setType(torch._C.OptionalType.ofTensor())
+        out = g.op(
+            "com.microsoft::MultiHeadAttention",
+            query,
+            keys,
+            values,
+            no_bias,
+            lengths,
+            num_heads_i=n_heads,
+            scale_f=scale,
+        )
+        out.setType(query.type())  # the exporter cannot infer a contrib op's shapes
+        return out
 
 
 class MultiHeadAttention(nn.Module):
@@ -84,6 +124,10 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: Tensor, sources: list[KeysValues]) -> Tensor:
         """Queries from x (B, T, d_model) attend over the sources; returns (B, T, d_model)."""
+        if torch.onnx.is_in_onnx_export() and self.recorded is None and padding_only(sources):
+            keys, values, mask = sources[0]
+            lengths = mask[:, 0].sum(-1, dtype=torch.int32)  # right-padded: each row's first `length` keys
+            return self.w_o(PaddedAttention.apply(self.w_q(x), keys, values, lengths, self.n_heads, self.scale))
         query = self.split_heads(self.w_q(x))
         if self.recorded is None:
             heads = attention(query, sources, self.scale)

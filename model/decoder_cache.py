@@ -29,8 +29,8 @@ class ConcatCache:
         self.new: list[tuple[Tensor, Tensor]] = []  # each layer's K/V of the step's positions (B, H, T, Dh)
 
     @staticmethod
-    def empty(batch: int, n_layers: int, n_heads: int, d_head: int) -> ConcatCache:
-        nothing = torch.zeros(batch, n_heads, 0, d_head)
+    def empty(batch: int, n_layers: int, n_heads: int, d_head: int, dtype=torch.float32) -> ConcatCache:
+        nothing = torch.zeros(batch, n_heads, 0, d_head, dtype=dtype)
         return ConcatCache([(nothing, nothing)] * n_layers, torch.zeros(batch, 0, dtype=torch.long))
 
     def positions(self, input_ids: Tensor) -> Tensor:
@@ -49,17 +49,20 @@ class ConcatCache:
 
 
 class BufferCache:
-    def __init__(self, keys: list[Tensor], values: list[Tensor], lengths: Tensor):
-        """keys[i], values[i]: layer i's buffers (B, H, L, Dh); lengths (B) int32: positions filled per row."""
-        self.keys, self.values, self.lengths = keys, values, lengths
+    def __init__(self, keys: list[Tensor], values: list[Tensor], lengths: Tensor, total: Tensor | None = None):
+        """keys[i], values[i]: layer i's buffers (B, H, L, Dh); lengths (B) int32: positions filled per row;
+        total (1) int32: the longest row after the step (an input of the exported step, given by the host;
+        computed from lengths when not given)."""
+        self.keys, self.values, self.lengths, self.total = keys, values, lengths, total
         self.present: list[tuple[Tensor, Tensor]] = []  # the buffers with the step's K/V written in
 
     def positions(self, input_ids: Tensor) -> Tensor:
         return self.lengths.long()[:, None] + torch.arange(input_ids.shape[1], device=input_ids.device)[None]
 
     def attend(self, layer: int, attn: MultiHeadAttention, h: Tensor) -> Tensor:
+        total = self.total if self.total is not None else (self.lengths.max() + h.shape[1]).reshape(1)
         out, present_k, present_v = BufferedAttention.apply(
-            attn.w_q(h), attn.w_k(h), attn.w_v(h), self.keys[layer], self.values[layer], self.lengths,
+            attn.w_q(h), attn.w_k(h), attn.w_v(h), self.keys[layer], self.values[layer], self.lengths, total,
             attn.n_heads, attn.scale,
         )  # fmt: skip
         self.present.append((present_k, present_v))
@@ -72,8 +75,9 @@ class BufferedAttention(torch.autograd.Function):
     computation (over the whole buffer, masked). In ONNX: GroupQueryAttention (opset com.microsoft)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key_buffer, value_buffer, lengths, n_heads: int, scale: float):
-        """q, k, v (B, T, d_model); buffers (B, H, L, Dh); lengths (B) -> out (B, T, d_model), the buffers."""
+    def forward(ctx, q, k, v, key_buffer, value_buffer, lengths, total, n_heads: int, scale: float):
+        """q, k, v (B, T, d_model); buffers (B, H, L, Dh); lengths (B); total (1), the longest row after the
+        step (GroupQueryAttention's; the reference needs only lengths) -> out (B, T, d_model), the buffers."""
         batch, steps, d_model = q.shape
         d_head = d_model // n_heads
 
@@ -90,12 +94,11 @@ class BufferedAttention(torch.autograd.Function):
         return out.transpose(1, 2).reshape(batch, steps, d_model), present_k, present_v
 
     @staticmethod
-    def symbolic(g, q, k, v, key_buffer, value_buffer, lengths, n_heads: int, scale: float):
+    def symbolic(g, q, k, v, key_buffer, value_buffer, lengths, total, n_heads: int, scale: float):
         steps = g.op("Gather", g.op("Shape", q), g.op("Constant", value_t=torch.tensor(1)), axis_i=0)
         steps = g.op("Cast", steps, to_i=6)  # int32, as lengths
-        # seqlens_k: each row's length after the step, minus one; total: the longest of those.
+        # seqlens_k: each row's length after the step, minus one (on the device); total: from the host.
         seqlens = g.op("Sub", g.op("Add", lengths, steps), g.op("Constant", value_t=torch.tensor(1, dtype=torch.int32)))
-        total = g.op("Add", g.op("ReduceMax", lengths, keepdims_i=0), steps)
         out, present_k, present_v = g.op(
             "com.microsoft::GroupQueryAttention", q, k, v, key_buffer, value_buffer, seqlens, total,
             num_heads_i=n_heads, kv_num_heads_i=n_heads, scale_f=scale, outputs=3,

@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
-import numpy as np
 import onnx
 import torch
 
@@ -51,13 +50,14 @@ from modeldir.files import (
 from .attention_graph import export_attention, measure_attention_parity
 from .cache_graphs import CACHE_GRAPHS
 from .config import ModelConfig
-from .decoder_cache import BufferCache
 from .eight_bit import eight_bit
+from .graphs import DecoderGraph, EncoderGraph, example_decoder_inputs, example_encoder_inputs
 from .half_precision import half_decoder, half_encoder
+from .parity import cpu_session, measure_against_half, measure_parity
+from .transformer import Seq2SeqModel
+from .weights import load_model_dir
 
 REDUCED_PRECISIONS = ("fp16", "int8")  # written beside the float32 graphs when asked for
-from .transformer import EmbeddingModel, Seq2SeqModel
-from .weights import load_model_dir
 
 
 class Progress:
@@ -73,70 +73,6 @@ class Progress:
         start = time.perf_counter()
         yield
         print(f" {time.perf_counter() - start:.1f} s", file=self.stream, flush=True)
-
-
-class EncoderGraph(torch.nn.Module):
-    def __init__(self, model: EmbeddingModel | Seq2SeqModel):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask):
-        if isinstance(self.model, EmbeddingModel):
-            return self.model(input_ids, attention_mask)
-        memory = self.model.encode(input_ids, attention_mask)
-        cross = self.model.project_cross(memory)
-        return (memory, *(t for kv in cross for t in kv))
-
-
-class DecoderGraph(torch.nn.Module):
-    """One decoder step as the server runs it: each row's argmax (the checkpoint's suppressed tokens left
-    out) for greedy rows, the whole logits only of the rows that ask (logit_rows), so that a greedy step
-    moves O(rows) values off the device, not O(rows x vocabulary)."""
-
-    def __init__(self, model: Seq2SeqModel):
-        super().__init__()
-        self.model = model
-        self.n_layers = model.config.n_decoder_layers
-        suppressed = list(model.config.suppressed_ids)
-        self.register_buffer("suppression", torch.zeros(model.config.vocab_size), persistent=False)
-        self.suppression[suppressed] = float("-inf")
-        self.suppresses = bool(suppressed)
-
-    def forward(self, input_ids, past_lengths, source_lengths, logit_rows, *caches):
-        n = self.n_layers
-        cache = BufferCache(list(caches[0 : 2 * n : 2]), list(caches[1 : 2 * n : 2]), past_lengths)
-        cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
-        # The cross buffers are right-padded to their source capacity: each row reads its own length.
-        capacity = torch.arange(cross[0][0].shape[2], device=source_lengths.device)
-        source_mask = capacity[None, :] < source_lengths[:, None]  # (B, S)
-        logits = self.model.decode(input_ids, cache, cross, source_mask)
-        next_token = (logits + self.suppression if self.suppresses else logits).argmax(-1)
-        return (next_token, logits.index_select(0, logit_rows), *(t for kv in cache.present for t in kv))
-
-
-def example_encoder_inputs(config: ModelConfig, batch: int = 2, length: int = 7, seed: int = 0):
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, config.vocab_size, (batch, length), generator=generator)
-    mask = torch.ones(batch, length, dtype=torch.long)
-    mask[-1, length // 2 :] = 0  # one padded row
-    return ids, mask
-
-
-def example_decoder_inputs(config: ModelConfig, batch: int = 2, buffer: int = 9, source: int = 7):
-    generator = torch.Generator().manual_seed(0)
-    c = config
-
-    def cache(length):
-        return torch.randn(batch, c.n_heads, length, c.d_head, generator=generator)
-
-    return (
-        torch.randint(0, c.vocab_size, (batch, 1), generator=generator),
-        torch.tensor([3, 5] + [0] * (batch - 2), dtype=torch.int32)[:batch],
-        torch.tensor([source, source - 2] + [source] * (batch - 2), dtype=torch.int32)[:batch],
-        torch.arange(batch - 1, -1, -1),
-        *(cache(buffer) for _ in range(2 * c.n_decoder_layers)),
-        *(cache(source) for _ in range(2 * c.n_decoder_layers)),
-    )
 
 
 def _to_onnx(
@@ -174,7 +110,9 @@ def export_encoder(model, name: str) -> onnx.ModelProto:
     else:
         axes.update({n: {0: "batch", 2: "sequence"} for n in outputs[1:]})
     args = example_encoder_inputs(config)
-    return _to_onnx(EncoderGraph(model), args, ENCODER_INPUTS, outputs, axes, name, "encoder", config)
+    return _to_onnx(
+        EncoderGraph(model), args, ENCODER_INPUTS, outputs, axes, name, "encoder", config, {"com.microsoft": 1}
+    )
 
 
 def export_decoder(model: Seq2SeqModel, name: str) -> onnx.ModelProto:
@@ -213,51 +151,6 @@ def describe_graph(proto: onnx.ModelProto) -> dict:
     return {"inputs": describe(proto.graph.input), "outputs": describe(proto.graph.output)}
 
 
-def _session(path: Path):
-    import onnxruntime as ort
-
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-
-def measure_encoder_parity(model, path: Path) -> float:
-    """Max abs difference, ONNX Runtime vs PyTorch, over all encoder outputs of a padded batch."""
-    session = _session(path)
-    worst = 0.0
-    for seed, (batch, length) in enumerate([(1, 1), (3, 17), (4, min(64, model.config.max_positions))]):
-        ids, mask = example_encoder_inputs(model.config, batch, length, seed)
-        with torch.no_grad():
-            expected = EncoderGraph(model)(ids, mask)
-        actual = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
-        worst = max(worst, *(float(np.abs(a - e.numpy()).max()) for a, e in zip(actual, expected)))
-    return worst
-
-
-def measure_decoder_parity(model: Seq2SeqModel, encoder_path: Path, decoder_path: Path, steps: int = 8) -> float:
-    """Max abs difference of logits at every step of a greedy decode: ONNX Runtime with the KV cache
-    against PyTorch recomputing the whole prefix without one."""
-    from modeldir.reference_decoder import greedy_decode_onnx
-
-    encoder, decoder = _session(encoder_path), _session(decoder_path)
-    ids, mask = example_encoder_inputs(model.config, batch=3, length=11)
-    tokens, onnx_logits = greedy_decode_onnx(
-        encoder, decoder, ids.numpy(), mask.numpy(), model.config.bos_id, steps, model.config.n_decoder_layers
-    )
-    torch_logits = greedy_logits_torch(model, ids, mask, torch.from_numpy(tokens))
-    return float(np.abs(onnx_logits - torch_logits.numpy()).max())
-
-
-@torch.no_grad()
-def greedy_logits_torch(model: Seq2SeqModel, ids, mask, tokens) -> torch.Tensor:
-    """Logits (B, steps, vocab) that PyTorch gives, without a cache, at each step of the given decode.
-    tokens (B, steps + 1) starts with the decoder start token."""
-    cross = model.project_cross(model.encode(ids, mask))
-    steps = [
-        model.decode(tokens[:, : t + 1], model.empty_cache(ids.shape[0]), cross, mask)
-        for t in range(tokens.shape[1] - 1)
-    ]
-    return torch.stack(steps, dim=1)
-
-
 def library_versions() -> dict:
     versions = {"python": platform.python_version()}
     for package in (
@@ -275,20 +168,6 @@ def library_versions() -> dict:
         except metadata.PackageNotFoundError:
             pass
     return versions
-
-
-def measure_embedding_cosine(model: EmbeddingModel, path: Path) -> float:
-    """The least cosine similarity between ONNX Runtime's pooled embeddings and PyTorch's (float32)."""
-    session = _session(path)
-    worst = 1.0
-    for seed, (batch, length) in enumerate([(3, 17), (4, min(64, model.config.max_positions))]):
-        ids, mask = example_encoder_inputs(model.config, batch, length, seed)
-        with torch.no_grad():
-            expected = model(ids, mask)[1].numpy()
-        (actual,) = session.run(["embedding"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
-        cosine = (actual * expected).sum(1) / np.linalg.norm(actual, axis=1) / np.linalg.norm(expected, axis=1)
-        worst = min(worst, float(cosine.min()))
-    return worst
 
 
 def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple[str, ...] = ()) -> dict:
@@ -321,7 +200,7 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
             onnx.save_model(attention, model_dir / ATTENTION_FILE)
         with progress.step("parity, ONNX Runtime vs PyTorch (float32)"):
             parity = measure_parity(model, model_dir, files)
-            parity.update(measure_attention_parity(model, _session(model_dir / ATTENTION_FILE)))
+            parity.update(measure_attention_parity(model, cpu_session(model_dir / ATTENTION_FILE)))
         copies = {}
         for graph_set in sets:
             copy_files = graph_files(config.task, graph_set)
@@ -332,6 +211,8 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
                     role: {"file": copy_files[role], **describe_graph(g)} for role, g in copy_graphs.items()
                 }
                 copies[graph_set] = {"graphs": described_copy, "parity": measure_parity(model, model_dir, copy_files)}
+                if graph_set == "fp16":
+                    copies[graph_set]["parity_against_float16"] = measure_against_half(model, model_dir, copy_files)
         with progress.step("checksums and manifest"):
             tokenizer = tokenizer_files(config.tokenizer)
             written = [*files.values(), ATTENTION_FILE] + [f for c in copies.values() for f in _files_of(c)]
@@ -377,15 +258,3 @@ def reduced_graphs(model_dir: Path, files: dict, copy_files: dict, config: Model
     for role, proto in graphs.items():
         onnx.save_model(proto, model_dir / copy_files[role])
     return graphs
-
-
-def measure_parity(model, model_dir: Path, files: dict[str, str]) -> dict:
-    """The serving graphs of one precision against PyTorch in float32."""
-    parity = {"encoder_max_abs_diff": measure_encoder_parity(model, model_dir / files["encoder"])}
-    if model.config.task == "embedding":
-        parity["embedding_min_cosine"] = measure_embedding_cosine(model, model_dir / files["encoder"])
-    else:
-        parity["decoder_logits_max_abs_diff"] = measure_decoder_parity(
-            model, model_dir / files["encoder"], model_dir / files["decoder"]
-        )
-    return parity

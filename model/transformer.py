@@ -230,7 +230,7 @@ class Seq2SeqModel(nn.Module):
     def empty_cache(self, batch: int) -> ConcatCache:
         """A cache with no positions: for a first step, or for recomputing a whole prefix."""
         c = self.config
-        return ConcatCache.empty(batch, c.n_decoder_layers, c.n_heads, c.d_head)
+        return ConcatCache.empty(batch, c.n_decoder_layers, c.n_heads, c.d_head, next(self.parameters()).dtype)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, target_ids: Tensor) -> Tensor:
         """Teacher forcing: logits (B, T, vocab) for every target position, for training."""

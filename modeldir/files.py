@@ -9,9 +9,10 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-# 3: half-precision graphs beside the float32 ones; the cache graphs; the decoder step's next_token,
-# logit_rows and source_lengths. (2: the decoder step on cache buffers.)
-MANIFEST_FORMAT = "attnserve.manifest/3"
+# 4: the decoder step's total_length, from the host; attention as fused contrib ops. (3: half-precision
+# graphs beside the float32 ones; the cache graphs; next_token, logit_rows and source_lengths. 2: the
+# decoder step on cache buffers.)
+MANIFEST_FORMAT = "attnserve.manifest/4"
 OPSET = 18
 CACHE_IR_VERSION = 8  # of the cache graphs, as the exporter writes the others
 MANIFEST_FILE = "manifest.json"
@@ -105,6 +106,9 @@ def decoder_inputs(n_layers: int) -> tuple[str, ...]:
         "past_lengths",  # (B) int32: positions each row has filled in the cache buffers
         "source_lengths",  # (B) int32: each row's source tokens (the cross buffers are right-padded)
         "logit_rows",  # (K) int64: the rows whose whole logits the step returns (sampling, beam search)
+        # (1) int32: the longest row after the step, max(past_lengths) + T. GroupQueryAttention reads it on
+        # the host: given from there, a step on CUDA copies nothing back to compute it and does not wait.
+        "total_length",
         *cache_names("past", n_layers),  # (B, H, L, Dh) buffers; L >= each row's length + T
         *cache_names("cross", n_layers),  # (B, H, S, Dh), S >= every source length
     )

@@ -38,7 +38,8 @@ def greedy_decode_onnx(
     names = decoder_inputs(n_layers)
     for step in range(max_steps):
         lengths = np.full(batch, step, dtype=np.int32)
-        values = [tokens[:, -1:], lengths, source_lengths, every_row, *buffers, *cross]
+        total = np.array([step + 1], np.int32)
+        values = [tokens[:, -1:], lengths, source_lengths, every_row, total, *buffers, *cross]
         next_tokens, logits, *buffers = decoder.run(None, dict(zip(names, values)))
         step_logits.append(logits)
         tokens = np.concatenate([tokens, next_tokens[:, None]], axis=1)

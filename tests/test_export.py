@@ -13,7 +13,15 @@ import pytest
 from model.config import ModelConfig
 from model.export import export_model_dir
 from model.random_model import random_model_dir
-from modeldir.files import ATTENTION_FILE, DECODER_FILE, ENCODER_FILE, MANIFEST_FILE, graph_files, sha256_file
+from modeldir.files import (
+    ATTENTION_FILE,
+    DECODER_FILE,
+    ENCODER_FILE,
+    MANIFEST_FILE,
+    exported_precisions,
+    graph_files,
+    sha256_file,
+)
 
 from .conftest import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS
 
@@ -52,7 +60,15 @@ def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
 
     decoder = manifest["graphs"]["decoder"]
     names = [i["name"] for i in decoder["inputs"]]
-    assert names[:6] == ["input_ids", "past_lengths", "source_lengths", "logit_rows", "past_key.0", "past_value.0"]
+    assert names[:7] == [
+        "input_ids",
+        "past_lengths",
+        "source_lengths",
+        "logit_rows",
+        "total_length",
+        "past_key.0",
+        "past_value.0",
+    ]
     assert names[-2:] == ["cross_key.2", "cross_value.2"]
     shapes = {i["name"]: i["shape"] for i in decoder["inputs"] + decoder["outputs"]}
     assert shapes["past_key.0"] == shapes["present_value.2"] == ["batch", 3, "buffer", 16]
@@ -122,3 +138,34 @@ def test_cli_export_takes_precision_before_or_after_the_directory(tmp_path, orde
 def test_cli_export_refuses_what_it_cannot_read(argv, message):
     result = subprocess.run([sys.executable, "-m", "cli", *argv], capture_output=True, text=True)
     assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def op_counts(path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in onnx.load(str(path)).graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def test_serving_graphs_run_attention_as_fused_ops_in_every_precision(exported, minilm_dir, numbers_dir):
+    """The encoder's self-attention and the decoder's cross-attention are one com.microsoft.MultiHeadAttention
+    node each, the decoder's self-attention one GroupQueryAttention, in every graph set: no Softmax is left
+    for ONNX Runtime to run as separate kernels. The attention-map graph keeps the plain form (it returns the
+    weights)."""
+    dirs = [m.dir for m in exported.values()] + [minilm_dir, numbers_dir]
+    checked = 0
+    for model_dir in dirs:
+        manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
+        c = manifest["config"]
+        for graph_set in exported_precisions(manifest):
+            files = graph_files(manifest["task"], graph_set)
+            encoder = op_counts(model_dir / files["encoder"])
+            assert encoder.get("MultiHeadAttention") == c["n_encoder_layers"] and "Softmax" not in encoder
+            if manifest["task"] == "seq2seq":
+                decoder = op_counts(model_dir / files["decoder"])
+                assert decoder.get("MultiHeadAttention") == decoder.get("GroupQueryAttention") == c["n_decoder_layers"]
+                assert "Softmax" not in decoder
+            checked += 1
+        attention = op_counts(model_dir / ATTENTION_FILE)
+        assert "MultiHeadAttention" not in attention and attention["Softmax"] >= c["n_encoder_layers"]
+    assert checked >= len(dirs) + 6  # float16 and both int8 sets of the bundled two

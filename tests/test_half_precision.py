@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from model.eval_numbers import evaluate
-from model.export import export_model_dir, greedy_logits_torch
+from model.export import export_model_dir
+from model.parity import greedy_logits_torch
 from model.random_model import random_model_dir
 from model.weights import load_model_dir
 from modeldir.files import open_model_dir
@@ -118,3 +119,13 @@ def test_a_precision_that_was_not_exported_is_refused_with_the_command(tmp_path)
         Exception, match=r"no fp16 graphs \(exported: fp32\); export them with attnserve export .* --precision fp16"
     ):
         open_model_dir(model_dir, precision="fp16")
+
+
+def test_float16_graphs_are_measured_against_pytorch_in_float16(minilm_dir, numbers_dir):
+    """Beside float32 PyTorch, the manifest holds the float16 graphs against PyTorch run in float16: the
+    figures a GPU's float16 answers are read against."""
+    minilm = json.loads((minilm_dir / "manifest.json").read_text())["fp16"]["parity_against_float16"]
+    numbers = json.loads((numbers_dir / "manifest.json").read_text())["fp16"]["parity_against_float16"]
+    assert 0 < minilm["encoder_max_abs_diff"] < 0.05 and set(minilm) == {"encoder_max_abs_diff"}
+    assert 0 < numbers["encoder_max_abs_diff"] < 0.05 and 0 < numbers["decoder_logits_max_abs_diff"] < 0.1
+    assert numbers["first_divergent_step"] is None and numbers["steps"] == 8

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model.config import ModelConfig
-from model.export import DecoderGraph, EncoderGraph, export_model_dir
+from model.export import export_model_dir
+from model.graphs import DecoderGraph, EncoderGraph
 from model.random_model import random_model_dir
 from modeldir.files import decoder_inputs, decoder_outputs, encoder_outputs
 
@@ -63,6 +64,7 @@ def decoder_steps(draw, config: ModelConfig, max_past: int = 300, max_source: in
         lengths.astype(np.int32),
         lengths_with_padding(rng, batch, source).astype(np.int32),
         logit_rows.astype(np.int64),
+        np.array([lengths.max() + step], np.int32),
         *caches,
     ]
 
@@ -176,6 +178,7 @@ def test_first_step_has_an_empty_past(exported):
         np.zeros(2, dtype=np.int32),
         np.array([5, 3], dtype=np.int32),
         np.array([1, 0], dtype=np.int64),
+        np.array([1], dtype=np.int32),  # the longest row after the step
         *[np.zeros((2, c.n_heads, 4, c.d_head), np.float32)] * (2 * c.n_decoder_layers),
         *[rng.standard_normal((2, c.n_heads, 5, c.d_head)).astype(np.float32) for _ in range(2 * c.n_decoder_layers)],
     ]

@@ -95,6 +95,8 @@ class Seq2SeqRunner:
                             ("source_lengths", source_lengths), ("logit_rows", wanted)):  # fmt: skip
             binding.bind_cpu_input(name, array)
             sent += array.nbytes
+        # GroupQueryAttention reads the longest row's length on the host: bound there, it never travels.
+        binding.bind_cpu_input("total_length", np.array([int(past_lengths.max()) + input_ids.shape[1]], np.int32))
         binding.bind_output("next_token", "cpu")  # bound first: get_outputs() keeps the binding order
         binding.bind_output("logits", "cpu")
         memory.bind_step(binding, self.past_names, self.present_names, self.cross_names, rows)
