@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from modeldir.files import cpu_flags
+
 FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 
 PROBE = """
@@ -34,7 +36,7 @@ print(json.dumps({"gflops": 2 * 1024**3 / statistics.median(times) / 1e9}))
 def cpu() -> dict:
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    flags = cpu_flags()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"cpu": model or platform.processor(), "flags": [f for f in FLAGS if f in flags], "cores": cores}
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from dataclasses import dataclass
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.server_thread import ServerThread
+
+from .waits import wait_until
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,20 @@ def assert_back_to(server: ServerThread, before: Baseline, timeout: float = 60.0
                 out[f"{model.name} reserved"] = s.cache.reserved_tokens
         return out
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def settled() -> bool:
         now = server.call_soon(state)
-        tasks = now.pop("tasks")
-        if not any(now.values()) and tasks <= before.tasks and open_fds() <= before.fds + 2:
-            break
-        time.sleep(0.05)
+        return (
+            not any(v for k, v in now.items() if k != "tasks")
+            and now["tasks"] <= before.tasks
+            and (open_fds() <= before.fds + 2)
+        )
+
+    try:
+        wait_until(settled, timeout)
+    except AssertionError:
+        pass  # the assertions below say what was left
+    now = server.call_soon(state)
+    tasks = now.pop("tasks")
     assert not any(now.values()), now
     assert tasks <= before.tasks, (tasks, before.tasks)
     assert open_fds() <= before.fds + 2, (open_fds(), before.fds)
