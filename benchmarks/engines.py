@@ -69,14 +69,14 @@ def ort_embed(args) -> dict:
     files = open_model_dir(args.model, precision=args.precision)
     settings = SessionSettings(device=args.device, intra_op_threads=args.threads)
     session = create_session(files.encoder, settings, CUDA if args.device == "cuda" else CPU)
-    tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
+    tokenizer = TextTokenizer(files.tokenizer, files.config.max_input_tokens)
     encoded = [e.ids for e in tokenizer.encode(embed_texts(args.count))]
     if args.grouping == "sorted":
         groups = chunks(sorted(encoded, key=len), args.batch)
     else:
         cost = next(f.default for f in dataclasses.fields(ServerConfig) if f.name == "split_cost_tokens")
         groups = [g for batch in chunks(encoded, 16) for g in split_by_length(batch, cost, len)]
-    batches = [pad_batch(group, files.config["pad_id"]) for group in groups]
+    batches = [pad_batch(group, files.config.pad_id) for group in groups]
     session.run(["embedding"], {"input_ids": batches[-1][0], "attention_mask": batches[-1][1]})  # warm-up
     started = time.perf_counter()
     for ids, mask in batches:

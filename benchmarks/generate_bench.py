@@ -53,7 +53,7 @@ def sources(model_dir: Path, batch: int) -> tuple[np.ndarray, np.ndarray]:
     from modeldir.tokenizer import TextTokenizer, pad_batch
 
     files = open_model_dir(model_dir)
-    tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
+    tokenizer = TextTokenizer(files.tokenizer, files.config.max_input_tokens)
     return pad_batch([e.ids for e in tokenizer.encode([source(i, SOURCE_WORDS) for i in range(batch)])], 0)
 
 
@@ -69,7 +69,7 @@ def onnx_engine(model_dir: Path, threads: int, repeats: int) -> dict:
 
     h = RunnerHarness(model_dir, threads)
     out = {}
-    cache = h.cache(*sources(model_dir, 1), h.config["max_positions"])
+    cache = h.cache(*sources(model_dir, 1), h.config.max_positions)
     step = np.array([[7]], np.int64)
     for prefix in (16, LONG_PREFIX):
 
@@ -80,7 +80,7 @@ def onnx_engine(model_dir: Path, threads: int, repeats: int) -> dict:
         out[f"prefix_{prefix}_ms"] = median_seconds(decode, repeats, warmup=10) * 1e3
     out["cache_256_s"], cached = timed(lambda: h.greedy(*sources(model_dir, 1), 256)[0])
     cache = h.cache(*sources(model_dir, 1), 257)
-    tokens = [h.config["bos_id"]]
+    tokens = [h.config.bos_id]
 
     def recompute():
         for _ in range(256):

@@ -83,7 +83,8 @@ def build_models(work: Path, sizes: Sizes) -> dict[str, Path]:
 
 def served_copy(model_dir: Path, dest: Path) -> None:
     """What the server reads to serve the float16 graphs: manifest, config, tokenizer files, onnx/fp16/."""
-    from modeldir.files import CONFIG_FILE, MANIFEST_FILE, graph_files, tokenizer_files
+    from modeldir.config import CONFIG_FILE
+    from modeldir.files import MANIFEST_FILE, graph_files, tokenizer_files
 
     manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
     files = [MANIFEST_FILE, CONFIG_FILE, *tokenizer_files(manifest["config"].get("tokenizer", "tokenizers")),

@@ -112,19 +112,21 @@ def check_numbers_decode(kit: Path, device: str, reference: dict) -> dict:
 
 def check_in_place(kit: Path, device: str) -> dict:
     from service.engine.generation_cache import MIN_SOURCE_CAPACITY
+    from service.runner.cache_memory import CacheGeometry
 
     from .runner_harness import RunnerHarness
 
     harness = RunnerHarness(kit / "models" / "numbers", threads=0 if device == "cuda" else 2, precision="fp16",
                             device=device)  # fmt: skip
     runner, c = harness.runner, harness.config
-    heads, d_head, layers = harness.heads, harness.d_head, c["n_decoder_layers"]
+    heads, d_head, layers = harness.heads, harness.d_head, c.n_decoder_layers
     positions = 1024
     row_bytes = 2 * layers * heads * positions * d_head * 2  # K and V, every layer, float16
     big_rows = GIB // row_bytes
 
     def row_move(rows: int) -> float:  # one row moved, every row of the buffer bound
-        memory = runner.cache_memory(heads, d_head, positions, rows, MIN_SOURCE_CAPACITY)
+        geometry = CacheGeometry(layers, heads, d_head, positions, MIN_SOURCE_CAPACITY, runner.precision)
+        memory = runner.cache_memory(geometry, rows, MIN_SOURCE_CAPACITY)
         return median_seconds(lambda: memory.move_rows(rows, [(0, 1)], []), repeats=7, warmup=1)
 
     move_big, move_small = row_move(big_rows), row_move(2)
@@ -133,7 +135,7 @@ def check_in_place(kit: Path, device: str) -> dict:
     steps = {}
     for target in (64, 1024):
         cache = harness.cache(ids, mask, target)
-        tokens = np.full((64, 1), c["bos_id"], np.int64)
+        tokens = np.full((64, 1), c.bos_id, np.int64)
         steps[target] = median_seconds(lambda: harness.step(cache, tokens), repeats=15, warmup=1)
     move_ratio, step_ratio = move_big / move_small, steps[1024] / steps[64]
     record = {"buffer_bytes": big_rows * row_bytes, "row_move_1gib_ms": 1e3 * move_big,

@@ -34,8 +34,8 @@ def cpu(path: Path) -> ort.InferenceSession:
 
 def encoded(files, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     c = files.config
-    tokenizer = load_tokenizer(c.get("tokenizer", "tokenizers"), files.tokenizer, c["max_input_tokens"])
-    return pad_batch([e.ids for e in tokenizer.encode(texts)], c["pad_id"])
+    tokenizer = load_tokenizer(c.tokenizer, files.tokenizer, c.max_input_tokens)
+    return pad_batch([e.ids for e in tokenizer.encode(texts)], c.pad_id)
 
 
 def minilm(model_dir: Path) -> dict:
@@ -71,11 +71,11 @@ def marian(model_dir: Path, sizes: Sizes) -> dict:
     prompts = texts(sizes.prompts)
     ids, mask = encoded(files, prompts)
     # A checkpoint that forces eos at the last position a request allows (Marian's do) generates one fewer.
-    steps = sizes.new_tokens - 1 if c.get("forced_eos") else sizes.new_tokens
+    steps = sizes.new_tokens - 1 if c.forced_eos else sizes.new_tokens
     tokens, _ = greedy_decode_onnx(
-        cpu(files.encoder), cpu(files.decoder), ids, mask, c["bos_id"], steps, c["n_decoder_layers"], c["eos_id"]
+        cpu(files.encoder), cpu(files.decoder), ids, mask, c.bos_id, steps, c.n_decoder_layers, c.eos_id
     )
-    expected = [row[: row.index(c["eos_id"])] if c["eos_id"] in row else row for row in tokens[:, 1:].tolist()]
+    expected = [row[: row.index(c.eos_id)] if c.eos_id in row else row for row in tokens[:, 1:].tolist()]
     return {"prompts": prompts, "new_tokens": sizes.new_tokens, "tokens": expected}
 
 

@@ -99,7 +99,7 @@ def measure(variant: str, threads: int) -> dict:
     settings = SessionSettings(device="cpu", intra_op_threads=threads)
     out: dict = {}
     files = open_model_dir(MINILM)
-    tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
+    tokenizer = TextTokenizer(files.tokenizer, files.config.max_input_tokens)
     encoder = create_session(folder(variant) / "minilm-encoder.onnx", settings)
     texts = stdlib_sentences(SENTENCES)
     encoded = [e.ids for e in tokenizer.encode(texts)]
@@ -115,11 +115,9 @@ def measure(variant: str, threads: int) -> dict:
     harness.runner.encoder = create_session(folder(variant) / "marian-encoder.onnx", settings)
     harness.runner.decoder = create_session(folder(variant) / "marian-decoder.onnx", settings)
     marian = open_model_dir(MARIAN)
-    marian_tokens = load_tokenizer(
-        marian.config.get("tokenizer", "tokenizers"), marian.tokenizer, marian.config["max_input_tokens"]
-    )
+    marian_tokens = load_tokenizer(marian.config.tokenizer, marian.tokenizer, marian.config.max_input_tokens)
     for rows in (1, 32):
-        ids, mask = pad_batch([e.ids for e in marian_tokens.encode(texts[:rows])], marian.config["pad_id"])
+        ids, mask = pad_batch([e.ids for e in marian_tokens.encode(texts[:rows])], marian.config.pad_id)
         cache = harness.cache(ids, mask, 64)
         step = np.full((rows, 1), 7, np.int64)
 
@@ -129,7 +127,7 @@ def measure(variant: str, threads: int) -> dict:
 
         out[f"marian_step_{rows}_ms"] = median_seconds(decode, 30, warmup=5) * 1e3
     prompts = [e.ids for e in marian_tokens.encode(stdlib_sentences(PROMPTS, 6, 30))]
-    greedy = harness.greedy(*pad_batch(prompts, marian.config["pad_id"]), GREEDY_TOKENS)
+    greedy = harness.greedy(*pad_batch(prompts, marian.config.pad_id), GREEDY_TOKENS)
     (folder(variant) / "marian-greedy.json").write_text(json.dumps(greedy))
     return out
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from modeldir.files import CACHE_GRAPHS, open_model_dir
-from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheGeometry, GenerationCache
+from service.engine.generation_cache import MIN_SOURCE_CAPACITY, GenerationCache
+from service.runner.cache_memory import CacheGeometry
 from service.runner.seq2seq import Seq2SeqRunner
 from service.runner.sessions import SessionSettings, create_session
 
@@ -27,14 +28,16 @@ class RunnerHarness:
         self.sessions = {role: create_session(path, settings) for role, path in files.graphs.items()}
         graphs = {role: self.sessions[role] for role in CACHE_GRAPHS}
         encoder, decoder = self.sessions["encoder"], self.sessions["decoder"]
-        self.runner = Seq2SeqRunner(encoder, decoder, graphs, c["n_decoder_layers"], precision)
-        self.heads, self.d_head = c["n_heads"], c["d_model"] // c["n_heads"]
+        self.runner = Seq2SeqRunner(encoder, decoder, graphs, c.n_decoder_layers, precision)
+        self.heads, self.d_head = c.n_heads, c.d_model // c.n_heads
 
     def cache(self, ids: np.ndarray, mask: np.ndarray, target_tokens: int) -> GenerationCache:
         """A cache of one row per source (right-padded ids and mask), their cross K/V written in."""
         c, rows = self.config, len(ids)
-        geometry = CacheGeometry(c["n_decoder_layers"], self.heads, self.d_head, target_tokens, ids.shape[1])
-        memory = self.runner.cache_memory(self.heads, self.d_head, target_tokens, rows, MIN_SOURCE_CAPACITY)
+        geometry = CacheGeometry(
+            c.n_decoder_layers, self.heads, self.d_head, target_tokens, ids.shape[1], self.runner.precision
+        )
+        memory = self.runner.cache_memory(geometry, rows, MIN_SOURCE_CAPACITY)
         cache = GenerationCache(geometry, rows, memory)
         for length in mask.sum(axis=1).tolist():
             cache.allocate(Row(), length, target_tokens - 1)
@@ -51,7 +54,7 @@ class RunnerHarness:
     def greedy(self, ids: np.ndarray, mask: np.ndarray, steps: int) -> list[list[int]]:
         """Greedy decoding of a batch in lockstep through the cache: -> each row's tokens."""
         cache = self.cache(ids, mask, steps + 1)
-        tokens = np.full((len(ids), 1), self.config["bos_id"], np.int64)
+        tokens = np.full((len(ids), 1), self.config.bos_id, np.int64)
         out = []
         for _ in range(steps):
             tokens = self.step(cache, tokens).next_tokens[:, None]

@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from modeldir.config import ModelConfig
 from modeldir.files import attention_inputs, attention_outputs
 
 from .attention import MultiHeadAttention
-from .config import ModelConfig
 from .decoder_cache import NoCache
 from .transformer import EmbeddingModel, Seq2SeqModel
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from .config import ModelConfig
+from modeldir.config import ModelConfig
 
 # Our exporter names each layer's feed-forward output projection .../feed_forward/w_2/MatMul.
 FEED_FORWARD_OUT = "/feed_forward/w_2/"

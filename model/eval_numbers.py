@@ -24,7 +24,7 @@ class NumbersModel:
     def __init__(self, model_dir: Path, threads: int = 2, precision: str = "fp32"):
         files = open_model_dir(model_dir, precision=precision)
         self.config = files.config
-        self.tokenizer = TextTokenizer(files.tokenizer, self.config["max_input_tokens"])
+        self.tokenizer = TextTokenizer(files.tokenizer, self.config.max_input_tokens)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         self.encoder = ort.InferenceSession(str(files.encoder), options, providers=["CPUExecutionProvider"])
@@ -35,12 +35,12 @@ class NumbersModel:
         out = []
         for start in range(0, len(texts), batch_size):
             encoded = self.tokenizer.encode(texts[start : start + batch_size])
-            ids, mask = pad_batch([e.ids for e in encoded], c["pad_id"])
+            ids, mask = pad_batch([e.ids for e in encoded], c.pad_id)
             tokens, _ = greedy_decode_onnx(
-                self.encoder, self.decoder, ids, mask, c["bos_id"], MAX_NEW_TOKENS, c["n_decoder_layers"], c["eos_id"]
+                self.encoder, self.decoder, ids, mask, c.bos_id, MAX_NEW_TOKENS, c.n_decoder_layers, c.eos_id
             )
             for row in tokens[:, 1:].tolist():
-                ended = row.index(c["eos_id"]) if c["eos_id"] in row else len(row)
+                ended = row.index(c.eos_id) if c.eos_id in row else len(row)
                 out.append(self.tokenizer.decode(row[:ended]))
         return out
 

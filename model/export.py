@@ -30,9 +30,9 @@ from pathlib import Path
 import onnx
 import torch
 
+from modeldir.config import CONFIG_FILE, ModelConfig
 from modeldir.files import (
     ATTENTION_FILE,
-    CONFIG_FILE,
     ENCODER_INPUTS,
     GRAPH_SETS,
     MANIFEST_FILE,
@@ -49,7 +49,6 @@ from modeldir.files import (
 
 from .attention_graph import export_attention, measure_attention_parity
 from .cache_graphs import CACHE_GRAPHS
-from .config import ModelConfig
 from .eight_bit import eight_bit
 from .graphs import DecoderGraph, EncoderGraph, example_decoder_inputs, example_encoder_inputs
 from .half_precision import half_decoder, half_encoder

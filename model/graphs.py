@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from .config import ModelConfig
+from modeldir.config import ModelConfig
+
 from .decoder_cache import BufferCache
 from .transformer import EmbeddingModel, Seq2SeqModel
 

@@ -16,7 +16,7 @@ import onnx
 from onnxruntime.transformers.float16 import convert_float_to_float16
 from onnxruntime.transformers.optimizer import optimize_model
 
-from .config import ModelConfig
+from modeldir.config import ModelConfig
 
 
 def half_encoder(path: Path, config: ModelConfig) -> onnx.ModelProto:

@@ -14,9 +14,9 @@ from pathlib import Path
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
+from modeldir.config import ModelConfig
 from modeldir.files import TOKENIZER_FILE
 
-from .config import ModelConfig
 from .transformer import EmbeddingModel
 from .weights import save_model_dir
 

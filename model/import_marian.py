@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from modeldir.config import ModelConfig
 from modeldir.files import MARIAN_TARGET_VOCAB_FILE, MARIAN_TOKENIZER_FILES, tokenizer_files
 from modeldir.tokenizer import MarianTokenizer
 
-from .config import ModelConfig
 from .import_bert import HF_ACTIVATIONS as BERT_ACTIVATIONS
 from .transformer import Seq2SeqModel, sinusoid_table
 from .weights import save_model_dir

@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from modeldir.config import ModelConfig
 from modeldir.files import TOKENIZER_FILE
 
-from .config import ModelConfig
 from .transformer import build_model
 from .weights import save_model_dir
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from modeldir.config import ModelConfig
 from modeldir.files import TOKENIZER_FILE
 
-from .config import ModelConfig
 from .numbers import TrainSettings, build_tokenizer, pair, sample_number
 from .transformer import Seq2SeqModel
 from .weights import save_model_dir

@@ -8,8 +8,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from modeldir.config import ModelConfig
+
 from .attention import KeysValues, MultiHeadAttention
-from .config import ModelConfig
 from .decoder_cache import ConcatCache
 
 ACTIVATIONS = {

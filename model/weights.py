@@ -7,9 +7,9 @@ from pathlib import Path
 
 from safetensors.torch import load_model, save_model
 
+from modeldir.config import ModelConfig, load_config, save_config
 from modeldir.files import TOKENIZER_FILE, WEIGHTS_FILE
 
-from .config import ModelConfig, load_config, save_config
 from .transformer import EmbeddingModel, Seq2SeqModel, build_model
 
 

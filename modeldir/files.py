@@ -9,6 +9,8 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import ModelConfig
+
 # 4: the decoder step's total_length, from the host; attention as fused contrib ops. (3: half-precision
 # graphs beside the float32 ones; the cache graphs; next_token, logit_rows and source_lengths. 2: the
 # decoder step on cache buffers.)
@@ -16,7 +18,6 @@ MANIFEST_FORMAT = "attnserve.manifest/4"
 OPSET = 18
 CACHE_IR_VERSION = 8  # of the cache graphs, as the exporter writes the others
 MANIFEST_FILE = "manifest.json"
-CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 # Marian's tokenizer: a sentencepiece model per language and one vocabulary mapping pieces to ids.
 MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
@@ -177,7 +178,7 @@ class ModelFiles:
     root: Path
     name: str
     task: str
-    config: dict  # ModelConfig fields
+    config: ModelConfig
     manifest: dict
     tokenizer: Path  # tokenizer.json, or the directory that holds Marian's tokenizer files
     precision: str  # of the serving graphs
@@ -213,7 +214,8 @@ def open_model_dir(
             f"{manifest_path}: no {chosen} graphs{which} (exported: {', '.join(exported_precisions(manifest))}); "
             f"export them with attnserve export {root} --precision {precision}"
         )
-    tokenizer_kind = manifest["config"].get("tokenizer", "tokenizers")
+    config = ModelConfig.from_dict(manifest["config"])
+    tokenizer_kind = config.tokenizer
     graphs = graph_files(task, chosen)
     served = [*tokenizer_files(tokenizer_kind), *graphs.values()]
     if attention:
@@ -240,7 +242,7 @@ def open_model_dir(
         root=root,
         name=manifest["name"],
         task=task,
-        config=manifest["config"],
+        config=config,
         manifest=manifest,
         tokenizer=root if tokenizer_kind in MARIAN_KINDS else root / TOKENIZER_FILE,
         precision=precision,

@@ -42,6 +42,18 @@ class DeadlineExceeded(ServiceError):
     """The request ran out of time on the server's side (a stream whose client stopped reading)."""
 
 
+class Unauthenticated(ServiceError):
+    """The call carries no valid credentials (a bearer token, when the server requires one)."""
+
+
+class RequestTooLarge(InvalidArgument):
+    """The request is larger than the server reads (max_message_bytes)."""
+
+
+class Internal(ServiceError):
+    """The server failed while handling the request (what failed is in its log, not in the message)."""
+
+
 def invalid(field: str, problem: str) -> InvalidArgument:
     """An InvalidArgument whose message starts with the field: 'inputs[3]: empty text'."""
     return InvalidArgument(f"{field}: {problem}", field)

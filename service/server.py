@@ -67,8 +67,8 @@ class Server:
         self.config = config
         self.metrics = Metrics()
         self.core = ServingCore(core_settings(config), self.metrics)
-        self.grpc = GrpcServer(config, self.core, self.metrics)
-        self.http = HttpServer(config, self.core, self.metrics) if config.http_port >= 0 else None
+        self.grpc = GrpcServer(config, self.core)
+        self.http = HttpServer(config, self.core) if config.http_port >= 0 else None
         self.metrics_server: MetricsServer | None = None
         self.port = 0
 

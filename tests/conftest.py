@@ -11,10 +11,10 @@ import onnxruntime as ort
 import pytest
 from hypothesis import HealthCheck, settings
 
-from model.config import ModelConfig
 from model.export import export_model_dir
 from model.random_model import random_model_dir
 from model.weights import load_model_dir
+from modeldir.config import ModelConfig
 from modeldir.files import open_model_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from model.config import CONFIG_FORMAT, ModelConfig, load_config, save_config
+from modeldir.config import CONFIG_FORMAT, ModelConfig, load_config, save_config
 
 from .conftest import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS
 

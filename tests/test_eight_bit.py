@@ -39,14 +39,14 @@ def session(path) -> ort.InferenceSession:
 
 def embeddings(model_dir, precision: str, texts: list[str], graph_set: str | None = None) -> np.ndarray:
     files = open_model_dir(model_dir, precision=precision, graph_set=graph_set)
-    tokenizer = load_tokenizer("tokenizers", files.tokenizer, files.config["max_input_tokens"])
+    tokenizer = load_tokenizer("tokenizers", files.tokenizer, files.config.max_input_tokens)
     encoder = session(files.encoder)
     encoded = tokenizer.encode(texts)
     order = sorted(range(len(texts)), key=lambda i: len(encoded[i].ids))  # batches of similar lengths
-    out = np.zeros((len(texts), files.config["d_model"]), np.float32)
+    out = np.zeros((len(texts), files.config.d_model), np.float32)
     for start in range(0, len(order), 64):
         rows = order[start : start + 64]
-        ids, mask = pad_batch([encoded[i].ids for i in rows], files.config["pad_id"])
+        ids, mask = pad_batch([encoded[i].ids for i in rows], files.config.pad_id)
         out[rows] = encoder.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
@@ -86,14 +86,14 @@ def test_random_marian_int8_greedy_agrees_with_fp32(tmp_path, shape):
     export_model_dir(ours, progress_stream=io.StringIO(), reduced=("int8",))
     files = open_model_dir(ours)
     c = files.config
-    tokenizer = load_tokenizer(c["tokenizer"], files.tokenizer, c["max_input_tokens"])
+    tokenizer = load_tokenizer(c.tokenizer, files.tokenizer, c.max_input_tokens)
     sources = stdlib_sentences(100)
-    ids, mask = pad_batch([e.ids for e in tokenizer.encode(sources)], c["pad_id"])
+    ids, mask = pad_batch([e.ids for e in tokenizer.encode(sources)], c.pad_id)
     outputs = {}
     for precision in ("fp32", "int8"):
         files = open_model_dir(ours, precision=precision)
         outputs[precision], _ = greedy_decode_onnx(
-            session(files.encoder), session(files.decoder), ids, mask, c["bos_id"], 24, c["n_decoder_layers"]
+            session(files.encoder), session(files.decoder), ids, mask, c.bos_id, 24, c.n_decoder_layers
         )
     same = sum(a == b for a, b in zip(outputs["fp32"].tolist(), outputs["int8"].tolist()))
     assert same >= MARIAN_BAR, same
@@ -127,6 +127,6 @@ def test_int8_graphs_serve(minilm_dir, numbers_dir):
             )
             assert float(vectors.vectors[0] @ vectors.vectors[1]) == pytest.approx(0.7728268, abs=0.02)
         cache = server.server.core.registry.models["numbers"].scheduler.cache
-        assert cache.memory.shape.dtype == np.float32 and cache.geometry.bytes_per_value == 4  # a float32 cache
+        assert cache.memory.dtype == np.float32 and cache.geometry.bytes_per_value == 4  # a float32 cache
     finally:
         server.close()

@@ -10,9 +10,9 @@ import sys
 import onnx
 import pytest
 
-from model.config import ModelConfig
 from model.export import export_model_dir
 from model.random_model import random_model_dir
+from modeldir.config import ModelConfig
 from modeldir.files import (
     ATTENTION_FILE,
     DECODER_FILE,

@@ -3,6 +3,8 @@ model's cache graphs, as on CUDA); and the text stream's hold-back."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -10,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from model.cache_graphs import CACHE_GRAPHS
-from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheFull, CacheGeometry, GenerationCache
+from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheFull, GenerationCache
 from service.engine.text_stream import TextStream
-from service.runner.cache_memory import CacheMemory, CacheShape
+from service.runner.cache_memory import CacheGeometry, CacheMemory
 
 GEOMETRY = CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=40)
 SESSIONS = {
@@ -32,9 +34,8 @@ class Holder:
 
 
 def new_cache(rows: int, precision: str = "fp32") -> GenerationCache:
-    g = GEOMETRY
-    shape = CacheShape(g.n_layers, g.n_heads, g.d_head, g.target_tokens, rows, precision)
-    return GenerationCache(g, rows, CacheMemory(shape, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY))
+    g = dataclasses.replace(GEOMETRY, precision=precision)
+    return GenerationCache(g, rows, CacheMemory(g, rows, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY))
 
 
 def views(cache: GenerationCache) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -43,8 +43,8 @@ def sessions(model_dir, precision: str):
 
 def test_minilm_fp16_matches_sentence_transformers(minilm_dir, reference_embeddings):  # noqa: F811
     files, encoder, _ = sessions(minilm_dir, "fp16")
-    tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
-    ids, mask = pad_batch([e.ids for e in tokenizer.encode(TEXTS)], files.config["pad_id"])
+    tokenizer = TextTokenizer(files.tokenizer, files.config.max_input_tokens)
+    ids, mask = pad_batch([e.ids for e in tokenizer.encode(TEXTS)], files.config.pad_id)
     (pooled,) = encoder.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
     assert pooled.dtype == np.float32  # the float16 graph keeps its float outputs float32
     ours = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
@@ -92,7 +92,7 @@ def test_fp16_graphs_serve_through_the_device_buffer_runner(minilm_dir, numbers_
     server = ServerThread([minilm_dir, numbers_dir], precision="fp16")
     try:
         models = server.server.core.registry.models
-        assert models["numbers"].scheduler.cache.memory.shape.precision == "fp16"
+        assert models["numbers"].scheduler.cache.memory.geometry.precision == "fp16"
         assert models["numbers"].scheduler.cache.geometry.bytes_per_value == 2
         with Client(server.target) as client:
             assert client.generate("312405").text == "three hundred and twelve thousand, four hundred and five"

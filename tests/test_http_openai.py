@@ -89,7 +89,7 @@ def test_dimensions_keep_the_leading_values_normalised_again(served, sdk):
     "kwargs, status, param, words",
     [
         ({"input": TEXTS, "dimensions": 385}, 400, "dimensions", "385; 1 to 384 for model 'minilm'"),
-        ({"input": TEXTS, "dimensions": 0}, 400, "dimensions", "0; at least 1"),
+        ({"input": TEXTS, "dimensions": 0}, 400, "dimensions", "0; 1 to 384 for model 'minilm'"),
         ({"input": TEXTS, "model": "nope"}, 404, "model", "'nope' is not served here"),
         ({"input": TEXTS, "model": "numbers"}, 400, "model", "'numbers' is a seq2seq model"),
         ({"input": []}, 400, "input", "input: empty; send 1 to 32 texts"),

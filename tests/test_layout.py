@@ -29,6 +29,9 @@ RULES = [
     ("service/errors.py", FRONT_DOOR_LIBRARIES, "domain errors name no status code"),
     ("service/grpc_api", ("service.http_api", "fastapi", "starlette", "uvicorn"), "one front door, not the other"),
     ("service/http_api", ("service.grpc_api", "grpc", "google.protobuf"), "one front door, not the other"),
+    ("service/grpc_api", ("service.engine", "service.runner"), "a front door sees the core's types only"),
+    ("service/http_api", ("service.engine", "service.runner"), "a front door sees the core's types only"),
+    ("cli", ("service.engine", "service.runner", "service.core"), "the CLI starts servers; it is no front door"),
 ]
 # onnxruntime: the runner is the only serving module that knows the device.
 ONNXRUNTIME_ALLOWED = ("service/runner",)
@@ -73,11 +76,56 @@ def violations(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("where, forbidden, why", RULES, ids=[r[0] for r in RULES])
+@pytest.mark.parametrize("where, forbidden, why", RULES, ids=[f"{r[0]}-{i}" for i, r in enumerate(RULES)])
 def test_import_rule(where, forbidden, why):
     files = python_files(where)
     assert files, where
     assert violations(files, forbidden) == [], why
+
+
+def uses(path: Path) -> tuple[set[str], set[str]]:
+    """(names called, attributes read) in a file."""
+    called, attributes = set(), set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            called.add(node.func.id)
+        elif isinstance(node, ast.Attribute):
+            attributes.add(node.attr)
+    return called, attributes
+
+
+def test_one_call_lifecycle():
+    """A call's record is opened and admission asked in one place (core/calls.py): no door makes a
+    CallRecord, counts a request in the metrics itself, or touches admission."""
+    found = []
+    for path in python_files("service"):
+        where = str(path.relative_to(ROOT))
+        called, attributes = uses(path)
+        if "CallRecord" in called and where != "service/core/calls.py":
+            found.append(f"{where} makes a CallRecord")
+        if where.startswith(("service/grpc_api", "service/http_api")):
+            found += [f"{where} reads .{name}" for name in ("admission", "requests") if name in attributes]
+    assert found == []
+
+
+def test_one_schema_for_a_models_config_and_one_for_its_cache():
+    """ModelConfig is the model directory's (modeldir/config.py), read typed: nothing serving reads a
+    config as a dict; the cache's geometry and element types are said once (runner/cache_memory.py)."""
+    defined = {}
+    for path in [*python_files("service"), *python_files("modeldir"), *python_files("model")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and node.name in ("ModelConfig", "CacheGeometry", "CacheShape"):
+                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert defined == {"ModelConfig": ["modeldir/config.py"], "CacheGeometry": ["service/runner/cache_memory.py"]}
+    dict_reads = []
+    for path in python_files("service"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            target = node.value if isinstance(node, ast.Subscript) else None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+                target = node.func.value
+            if isinstance(target, ast.Attribute) and target.attr == "config":
+                dict_reads.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert dict_reads == []
 
 
 def test_only_the_runner_imports_onnxruntime():

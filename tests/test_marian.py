@@ -105,7 +105,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Checkpoint]:
 def our_tokenizers(checkpoints) -> dict:
     """The served tokenizer of each TOKENIZER_CHECKPOINTS model, loaded once (hypothesis runs many examples)."""
     return {
-        name: load_tokenizer(open_model_dir(checkpoints[name].dir).config["tokenizer"], checkpoints[name].dir, 512)
+        name: load_tokenizer(open_model_dir(checkpoints[name].dir).config.tokenizer, checkpoints[name].dir, 512)
         for name in TOKENIZER_CHECKPOINTS
     }
 
@@ -182,18 +182,18 @@ def test_separate_vocabularies_decode_through_the_target_one(checkpoints):
 def test_imported_config(checkpoints):
     files = open_model_dir(checkpoints["marian-relu-h8"].dir)
     c = files.config
-    assert (c["positions"], c["norm_placement"], c["activation"]) == ("sinusoidal_split", "post", "relu")
+    assert (c.positions, c.norm_placement, c.activation) == ("sinusoidal_split", "post", "relu")
     # Untied in transformers v5: encoder, decoder and output each have a table of their own.
-    assert c["scale_embeddings"] and c["output_bias"] and not c["share_embeddings"] and not c["tie_output"]
+    assert c.scale_embeddings and c.output_bias and not c.share_embeddings and not c.tie_output
     tied = open_model_dir(checkpoints["marian-swish-h4"].dir).config
     assert tied["share_embeddings"] and tied["tie_output"] and tied["activation"] == "silu"
-    pad = c["vocab_size"] - 1
-    assert (c["pad_id"], c["bos_id"], c["eos_id"]) == (pad, pad, 0)
-    assert c["suppressed_ids"] == [pad] and c["forced_eos"] and c["renormalize_logits"]
-    assert (c["num_beams"], c["tokenizer"]) == (3, "marian")
+    pad = c.vocab_size - 1
+    assert (c.pad_id, c.bos_id, c.eos_id) == (pad, pad, 0)
+    assert c.suppressed_ids == (pad,) and c.forced_eos and c.renormalize_logits
+    assert (c.num_beams, c.tokenizer) == (3, "marian")
     assert {"source.spm", "target.spm", "vocab.json"} <= set(files.manifest["sha256"])
     separate = open_model_dir(checkpoints["marian-separate-h4"].dir)
-    assert separate.config["tokenizer"] == "marian_separate_vocabs" and not separate.config["share_embeddings"]
+    assert separate.config.tokenizer == "marian_separate_vocabs" and not separate.config.share_embeddings
     assert {"source.spm", "target.spm", "vocab.json", "target_vocab.json"} <= set(separate.manifest["sha256"])
 
 
@@ -246,10 +246,10 @@ def test_logits_match_transformers_at_every_step(checkpoints, name):
     batch = checkpoint.hf_tokenizer(INPUTS[:16], return_tensors="pt", padding=True)
     ids, mask = batch["input_ids"].numpy(), batch["attention_mask"].numpy()
     c = files.config
-    tokens, logits = greedy_decode_onnx(encoder, decoder, ids, mask, c["bos_id"], MAX_NEW, c["n_decoder_layers"])
+    tokens, logits = greedy_decode_onnx(encoder, decoder, ids, mask, c.bos_id, MAX_NEW, c.n_decoder_layers)
     with torch.no_grad():
         expected = checkpoint.hf(**batch, decoder_input_ids=torch.from_numpy(tokens[:, :-1])).logits.numpy()
-    assert logits.shape == expected.shape == (16, MAX_NEW, c["vocab_size"])
+    assert logits.shape == expected.shape == (16, MAX_NEW, c.vocab_size)
     assert np.abs(logits - expected).max() <= 1e-4
 
 

@@ -31,10 +31,10 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def onnx_embeddings(minilm_dir):
     files = open_model_dir(minilm_dir)
-    tokenizer = TextTokenizer(files.tokenizer, files.config["max_input_tokens"])
+    tokenizer = TextTokenizer(files.tokenizer, files.config.max_input_tokens)
     session = ort.InferenceSession(str(files.encoder), providers=["CPUExecutionProvider"])
     encoded = tokenizer.encode(TEXTS)
-    ids, mask = pad_batch([e.ids for e in encoded], files.config["pad_id"])
+    ids, mask = pad_batch([e.ids for e in encoded], files.config.pad_id)
     _, pooled = session.run(None, {"input_ids": ids, "attention_mask": mask})
     return encoded, pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 

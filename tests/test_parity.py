@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.config import ModelConfig
 from model.export import export_model_dir
 from model.graphs import DecoderGraph, EncoderGraph
 from model.random_model import random_model_dir
+from modeldir.config import ModelConfig
 from modeldir.files import decoder_inputs, decoder_outputs, encoder_outputs
 
 from .conftest import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS, Exported

@@ -9,7 +9,8 @@ import pytest
 
 from modeldir.files import CACHE_GRAPHS, open_model_dir
 from modeldir.tokenizer import TextTokenizer, pad_batch
-from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheGeometry, GenerationCache
+from service.engine.generation_cache import MIN_SOURCE_CAPACITY, GenerationCache
+from service.runner.cache_memory import CacheGeometry
 from service.runner.seq2seq import Seq2SeqRunner
 from service.runner.sessions import CPU, CUDA, SessionSettings, cpu_fallbacks, create_session, placements
 
@@ -27,11 +28,11 @@ def generation(model_dir, rows: int, target_tokens: int) -> tuple[Seq2SeqRunner,
     c = files.config
     graphs = {role: create_session(files.graphs[role], SETTINGS) for role in CACHE_GRAPHS}
     runner = Seq2SeqRunner(create_session(files.encoder, SETTINGS), create_session(files.decoder, SETTINGS), graphs,
-                           c["n_decoder_layers"], "fp32")  # fmt: skip
-    d_head = c["d_model"] // c["n_heads"]
-    geometry = CacheGeometry(c["n_decoder_layers"], c["n_heads"], d_head, target_tokens, c["max_input_tokens"])
-    memory = runner.cache_memory(c["n_heads"], d_head, target_tokens, rows, MIN_SOURCE_CAPACITY)
-    return runner, GenerationCache(geometry, rows, memory), TextTokenizer(files.tokenizer, c["max_input_tokens"])
+                           c.n_decoder_layers, "fp32")  # fmt: skip
+    d_head = c.d_model // c.n_heads
+    geometry = CacheGeometry(c.n_decoder_layers, c.n_heads, d_head, target_tokens, c.max_input_tokens)
+    memory = runner.cache_memory(geometry, rows, MIN_SOURCE_CAPACITY)
+    return runner, GenerationCache(geometry, rows, memory), TextTokenizer(files.tokenizer, c.max_input_tokens)
 
 
 def admit_and_step(runner, cache, tokenizer, texts: list[str], steps: int, logit_rows=()) -> list:
@@ -68,7 +69,7 @@ def test_a_greedy_step_moves_o_rows_bytes_whatever_the_cache_holds(numbers_dir, 
 def test_rows_that_sample_or_search_fetch_their_logits_and_no_others(numbers_dir):
     runner, cache, tokenizer = generation(numbers_dir, 8, 16)
     counts = admit_and_step(runner, cache, tokenizer, ["12", "345", "6789"], steps=3, logit_rows=[2, 0])
-    vocab = open_model_dir(numbers_dir).config["vocab_size"]
+    vocab = open_model_dir(numbers_dir).config.vocab_size
     assert counts == [(3 * 16 + 2 * 8, 3 * 8 + 2 * vocab * 4)] * 3
 
 

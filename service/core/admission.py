@@ -4,8 +4,6 @@ maximum_concurrent_rpcs would turn away health checks too)."""
 
 from __future__ import annotations
 
-import contextlib
-
 from ..errors import Overloaded, Unavailable
 
 
@@ -31,12 +29,3 @@ class Admission:
 
     def leave(self) -> None:
         self.in_flight -= 1
-
-    @contextlib.contextmanager
-    def call(self):
-        """Admitted for the block's duration."""
-        self.admit()
-        try:
-            yield
-        finally:
-            self.leave()

@@ -10,19 +10,24 @@ import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+import numpy as np
+
 from modeldir.tokenizer import Encoded
 
 from ..engine.sequence import GenerationParams
 from ..errors import FailedPrecondition, Overloaded, invalid
 from ..ops.call_record import CallRecord
 from ..ops.metrics import ModelMetrics
-from ..runner.attention_maps import CROSS, DECODER_SELF, ENCODER_SELF, AttentionMapsRunner, Maps
+from ..runner import attention_maps
+from ..runner.attention_maps import AttentionMapsRunner, Maps
 from .generation import refuse_when_full
 from .models import Architecture, ServedModel
 from .registry import ModelRegistry
 from .tokenization import Tokenization
 from .validation import check_text
 
+# The kinds of attention a model has, as every front door names them (the runner's names for them).
+ENCODER_SELF, DECODER_SELF, CROSS = attention_maps.ENCODER_SELF, attention_maps.DECODER_SELF, attention_maps.CROSS
 BYTES_PER_WEIGHT = 4  # float32
 
 
@@ -108,7 +113,9 @@ class AttentionResult:
     model: str
     source: Encoded
     source_special: list[bool]
-    maps: Maps
+    weights: dict[str, np.ndarray]  # kind -> (layers, heads, queries, keys) float32, C order
+    layers: dict[str, list[int]]  # kind -> the model layer of each index of the first axis
+    predicted_ids: list[int]  # seq2seq: the argmax token at each decoder position
     target_ids: list[int] | None  # seq2seq: the decoder's tokens, the start token first
     target_tokens: list[str]
     target_special: list[bool]
@@ -208,7 +215,8 @@ class Attention:
         special = model.special.of(model.task == "seq2seq")
         tokens = model.tokenizer.tokens
         return AttentionResult(
-            model=model.name, source=source, source_special=[i in special for i in source.ids], maps=maps,
+            model=model.name, source=source, source_special=[i in special for i in source.ids], weights=maps.weights,
+            layers=maps.layers, predicted_ids=maps.predicted_ids,
             target_ids=target_ids, target_tokens=tokens(target_ids) if target_ids is not None else [],
             target_special=[i in special for i in target_ids or ()],
             predicted_tokens=tokens(maps.predicted_ids) if target_ids is not None else [],

@@ -20,7 +20,7 @@ class EmbedRequest:
     inputs: list[str]
     normalize: bool | None = None  # None: the model's default (L2-normalised unless it says otherwise)
     truncate: bool = True  # cut texts longer than the model takes; False: refuse them
-    dimensions: int = 0  # keep the first n values of each vector (Matryoshka), normalised after; 0: all
+    dimensions: int | None = None  # keep the first n values of each vector (Matryoshka), normalised after; None: all
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,49 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from ..engine.sequence import Event, Hypothesis, Usage
+from ..engine import sequence
 from ..errors import QueueFull, ServiceError, invalid
 from ..ops.call_record import CallRecord
 from .models import Seq2SeqModel
 from .registry import ModelRegistry
 from .tokenization import Tokenization
 from .validation import GenerationOptions, check_text, generation_params
+
+# Why a generation ended, as every front door reports it (the engine's names for them).
+LENGTH, EOS, STOP, CANCELLED = sequence.LENGTH, sequence.EOS, sequence.STOP, sequence.CANCELLED
+
+
+@dataclass(frozen=True)
+class GenerationUsage:
+    prompt_tokens: int
+    generated_tokens: int
+    queue_seconds: float  # from arrival to admission
+    time_to_first_token: float  # from arrival to the first token
+
+    @staticmethod
+    def of(usage: sequence.Usage) -> GenerationUsage:
+        return GenerationUsage(usage.prompt_tokens, usage.generated_tokens, usage.queue_seconds,
+                               usage.time_to_first_token)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BestAnswer:
+    """One of a beam search's best finished hypotheses."""
+
+    text: str
+    token_ids: list[int]  # without the eos token
+    finish_reason: str
+    score: float  # what it was ranked by: sum(log p) / generated_length ** length_penalty
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """New text and token ids of one generation; the last event has finish_reason and usage."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+    usage: GenerationUsage | None = None
 
 
 @dataclass(frozen=True)
@@ -29,17 +65,17 @@ class GenerateResult:
     text: str
     token_ids: list[int]
     finish_reason: str
-    usage: Usage
-    hypotheses: tuple[Hypothesis, ...]  # beam search: the n best, best first
+    usage: GenerationUsage
+    hypotheses: tuple[BestAnswer, ...]  # beam search: the n best, best first
 
 
 @dataclass(frozen=True)
 class GenerationStream:
     model: str
-    events: AsyncIterator[Event]  # the last one has finish_reason and usage
+    events: AsyncIterator[StreamEvent]  # the last one has finish_reason and usage
 
 
-async def refuse_when_full(model: Seq2SeqModel, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+async def refuse_when_full(model: Seq2SeqModel, events: AsyncIterator[sequence.Event]) -> AsyncIterator[sequence.Event]:
     """The scheduler's events; its queue-full refusal (which comes when the first is asked for) names the
     model."""
     try:
@@ -49,7 +85,7 @@ async def refuse_when_full(model: Seq2SeqModel, events: AsyncIterator[Event]) ->
         raise QueueFull(f"model {model.name!r}: {error}; retry later") from None
 
 
-def record_usage(call: CallRecord, last: Event) -> None:
+def record_usage(call: CallRecord, last: sequence.Event) -> None:
     u = last.usage
     call.figures.update(
         prompt_tokens=u.prompt_tokens, generated_tokens=u.generated_tokens, finish_reason=last.finish_reason,
@@ -77,9 +113,9 @@ class Generation:
         if len(inputs) > limit:
             raise invalid("inputs", f"{len(inputs)} texts; at most {limit} per call (max_client_batch_size)")
 
-    async def stream(self, request: GenerateRequest, call: CallRecord, streaming: bool = True) -> GenerationStream:
-        """Validate, tokenize and queue the request; its events follow (token by token when streaming,
-        else one at the end). The call's record gets the usage when the last event passes."""
+    async def _queue(self, request: GenerateRequest, call: CallRecord, streaming: bool):
+        """Validate, tokenize and queue the request: -> its model, and the engine's events (token by token
+        when streaming, else one at the end)."""
         model = self.registry.get(request.model, "seq2seq", call.rpc)
         call.use_model(model.name)
         check_text("input", request.input)
@@ -88,24 +124,34 @@ class Generation:
         if encoded.truncated:
             raise invalid("input", f"more than {model.max_input_tokens} tokens, the most model {model.name!r} takes")
         model.metrics.prompt(len(encoded.ids))
+        return model, refuse_when_full(model, model.scheduler.generate(encoded.ids, params))
 
-        async def events() -> AsyncIterator[Event]:
-            async for event in refuse_when_full(model, model.scheduler.generate(encoded.ids, params)):
-                if event.finish_reason is not None:
-                    record_usage(call, event)
-                yield event
+    async def stream(self, request: GenerateRequest, call: CallRecord) -> GenerationStream:
+        """The request checked and queued; its events follow token by token. The call's record gets the
+        usage when the last one passes."""
+        model, queued = await self._queue(request, call, streaming=True)
+
+        async def events() -> AsyncIterator[StreamEvent]:
+            async for e in queued:
+                if e.finish_reason is None:
+                    yield StreamEvent(e.text, e.token_ids)
+                else:
+                    record_usage(call, e)
+                    yield StreamEvent(e.text, e.token_ids, e.finish_reason, GenerationUsage.of(e.usage))
 
         return GenerationStream(model.name, events())
 
     async def generate(self, request: GenerateRequest, call: CallRecord) -> GenerateResult:
         """The whole answer at once."""
-        stream = await self.stream(request, call, streaming=False)
+        model, queued = await self._queue(request, call, streaming=False)
         text, token_ids = [], []
-        async for event in stream.events:
+        async for event in queued:
             text.append(event.text)
             token_ids.extend(event.token_ids)
+        record_usage(call, event)
+        hypotheses = tuple(BestAnswer(h.text, h.token_ids, h.finish_reason, h.score) for h in event.hypotheses)
         return GenerateResult(
-            stream.model, "".join(text), token_ids, event.finish_reason, event.usage, event.hypotheses
+            model.name, "".join(text), token_ids, event.finish_reason, GenerationUsage.of(event.usage), hypotheses
         )
 
     async def generate_all(
@@ -132,6 +178,15 @@ class Generation:
             generated_tokens=sum(r.usage.generated_tokens for r in results),
         )  # fmt: skip
         return results
+
+    async def stream_one(
+        self, model: str, inputs: list[str], options: GenerationOptions, call: CallRecord
+    ) -> GenerationStream:
+        """The stream of a request whose answer has room for one input's events (no index says which)."""
+        if len(inputs) != 1:
+            raise invalid("inputs", f"{len(inputs)} texts; a streamed request takes 1")
+        (stream,) = await self.stream_all(model, inputs, options, call)
+        return stream
 
     async def stream_all(
         self, model: str, inputs: list[str], options: GenerationOptions, call: CallRecord

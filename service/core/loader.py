@@ -17,11 +17,12 @@ from modeldir.files import CACHE_GRAPHS, ModelFiles, open_model_dir, read_manife
 from modeldir.tokenizer import load_tokenizer
 
 from ..engine.batcher import BatchLimits, EmbeddingBatcher
-from ..engine.generation_cache import MIN_SOURCE_CAPACITY, CacheGeometry, GenerationCache
+from ..engine.generation_cache import MIN_SOURCE_CAPACITY, GenerationCache
 from ..engine.scheduler import Scheduler
 from ..engine.token_choice import GenerationRules, TokenChoice
 from ..ops.metrics import Metrics
 from ..runner.attention_maps import AttentionMapsRunner
+from ..runner.cache_memory import CacheGeometry
 from ..runner.device_memory import cuda_memory, cuda_memory_used
 from ..runner.embedding import EmbeddingRunner
 from ..runner.seq2seq import Seq2SeqRunner
@@ -44,7 +45,6 @@ log = logging.getLogger("attnserve.loader")
 
 CPU_CACHE_BYTES = 1 << 30  # what kv_cache_bytes 0 (auto) gives a model on the CPU
 DEVICE_SHARE = 0.9  # of the device memory left once every session is loaded, that auto gives the caches
-BYTES_PER_VALUE = {"fp32": 4, "fp16": 2, "int8": 4}  # of the cache: int8 graphs quantize weights only
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class CacheSettings:
             d_head=architecture.d_model // architecture.n_heads,
             target_tokens=1 + new_tokens,
             source_tokens=max_input_tokens,
-            bytes_per_value=BYTES_PER_VALUE[precision],
+            precision=precision,
         )
 
     @property
@@ -118,16 +118,14 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
     precision = settings.precision_on(provider)
     files = open_model_dir(model_dir, attention=settings.attention_maps, precision=precision)
     c = files.config
-    architecture = Architecture(
-        c["n_encoder_layers"], c["n_decoder_layers"], c["n_heads"], c["d_model"], c["max_positions"]
-    )
+    architecture = Architecture(c.n_encoder_layers, c.n_decoder_layers, c.n_heads, c.d_model, c.max_positions)
     geometry = None
     if files.task == "seq2seq":
-        geometry = settings.cache.geometry(architecture, c["max_input_tokens"], precision)
+        geometry = settings.cache.geometry(architecture, c.max_input_tokens, precision)
         if not (settings.cache.auto and provider == CUDA):  # a cache of no row serves nothing: refuse early
             _rows(files.name, settings.cache, geometry)
-    tokenizer = load_tokenizer(c.get("tokenizer", "tokenizers"), files.tokenizer, c["max_input_tokens"])
-    special = SpecialTokens(c["bos_id"], c["eos_id"], c["pad_id"], frozenset(tokenizer.special_ids))
+    tokenizer = load_tokenizer(c.tokenizer, files.tokenizer, c.max_input_tokens)
+    special = SpecialTokens(c.bos_id, c.eos_id, c.pad_id, frozenset(tokenizer.special_ids))
     encoder = create_session(files.encoder, settings.sessions, provider)
     rows = 0
     if files.task == "embedding":
@@ -137,7 +135,7 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
         small = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
         cache_graphs = {role: create_session(files.graphs[role], small, provider) for role in CACHE_GRAPHS}
         decoder = create_session(files.decoder, settings.sessions, provider)
-        runner = Seq2SeqRunner(encoder, decoder, cache_graphs, c["n_decoder_layers"], precision)
+        runner = Seq2SeqRunner(encoder, decoder, cache_graphs, c.n_decoder_layers, precision)
         left = cuda_memory() if provider == CUDA and settings.cache.auto else None
         auto_bytes = int(left[0] * DEVICE_SHARE / seq2seq_left) if left else CPU_CACHE_BYTES
         rows = _rows(files.name, settings.cache, geometry, auto_bytes)
@@ -186,35 +184,35 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
     health = ModelHealth(settings.fault_threshold, on_health_change)
     common = dict(
         name=files.name, provider=opened.provider, opset=files.manifest["opset"], architecture=opened.architecture,
-        max_input_tokens=c["max_input_tokens"], special=opened.special, tokenizer=opened.tokenizer, health=health,
+        max_input_tokens=c.max_input_tokens, special=opened.special, tokenizer=opened.tokenizer, health=health,
         metrics=model_metrics,
         attention=AttentionGraph(opened.attention, executor, model_metrics) if opened.attention else None,
     )  # fmt: skip
     metrics.model_info.labels(files.name, files.task, opened.provider, str(files.manifest["opset"])).set(1)
     if files.task == "embedding":
         batcher = EmbeddingBatcher(
-            opened.runner.embed, c["pad_id"], settings.batching, executor, files.name, model_metrics,
+            opened.runner.embed, c.pad_id, settings.batching, executor, files.name, model_metrics,
             make_run_options=opened.runner.run_options, health=health,
             release_memory=opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
         )  # fmt: skip
         model_metrics.watch_queue(lambda: batcher.queue_depth)
         return EmbeddingModel(**common, runner=opened.runner, batcher=batcher,
-                              normalize_by_default=bool(c.get("normalize", True)))  # fmt: skip
+                              normalize_by_default=c.normalize)  # fmt: skip
     g = opened.geometry
-    memory = opened.runner.cache_memory(g.n_heads, g.d_head, g.target_tokens, opened.rows, MIN_SOURCE_CAPACITY)
+    memory = opened.runner.cache_memory(g, opened.rows, MIN_SOURCE_CAPACITY)
     cache = GenerationCache(g, opened.rows, memory)
     rules = GenerationRules(
-        eos_id=c["eos_id"], suppressed_ids=tuple(c.get("suppressed_ids", ())), forced_eos=c.get("forced_eos", False),
-        renormalize_logits=c.get("renormalize_logits", False),
+        eos_id=c.eos_id, suppressed_ids=c.suppressed_ids, forced_eos=c.forced_eos,
+        renormalize_logits=c.renormalize_logits,
     )  # fmt: skip
     scheduler = Scheduler(
-        opened.runner, cache, opened.tokenizer.decode, TokenChoice(rules), c["bos_id"], c["pad_id"], executor,
+        opened.runner, cache, opened.tokenizer.decode, TokenChoice(rules), c.bos_id, c.pad_id, executor,
         settings.cache.max_waiting, files.name, model_metrics, health, settings.batching.split_cost_tokens,
         opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
     )  # fmt: skip
     model_metrics.watch_queue(lambda: len(scheduler.waiting))
     model_metrics.watch_cache(lambda: cache.usage_ratio, cache.capacity_tokens)
-    defaults = GenerationDefaults(c.get("num_beams", 1), c.get("length_penalty", 1.0), c.get("early_stopping", "false"))
+    defaults = GenerationDefaults(c.num_beams, c.length_penalty, c.early_stopping)
     limits = GenerationLimits(max_new_tokens=opened.geometry.target_tokens - 1, cache_rows=cache.rows)
     model_metrics.watch_cache_bytes(lambda: memory.nbytes)
     log.info(
@@ -246,7 +244,7 @@ async def load_models(
     for model_dir in model_dirs:
         opened.append(await loop.run_in_executor(executor, _open, model_dir, settings, provider, seq2seq))
         seq2seq -= opened[-1].files.task == "seq2seq"
-    longest = max(o.files.config["max_input_tokens"] for o in opened)
+    longest = max(o.files.config.max_input_tokens for o in opened)
     if longest > settings.batching.max_batch_tokens:
         raise ValueError(
             f"max_batch_tokens {settings.batching.max_batch_tokens} is less than the longest input a model "

@@ -43,11 +43,12 @@ class SpecialTokens:
 
 @dataclass(frozen=True)
 class GenerationDefaults:
-    """The checkpoint's choices for what a request leaves unset (transformers' generation config)."""
+    """The checkpoint's choices for what a request leaves unset (its ModelConfig's, as its generation
+    config states them)."""
 
-    num_beams: int = 1
-    length_penalty: float = 1.0
-    early_stopping: str = "false"
+    num_beams: int
+    length_penalty: float
+    early_stopping: str
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,22 @@
-"""The serving core: what every front door calls. Admission, the loaded models, one object per
-capability (embeddings, generation, tokenize, models, attention maps), and the lifecycle (load, health
-probes, drain, stop). It knows no transport: plain dataclasses in and out, domain errors raised."""
+"""The serving core: what every front door calls. Each call's lifecycle (calls.py) and admission, the
+loaded models, one object per capability (embeddings, generation, tokenize, models, attention maps), and
+the server's lifecycle (load, health probes, drain, stop). It knows no transport: plain dataclasses in and out, domain errors raised."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import Unavailable, invalid
+from ..errors import ServiceError, Unavailable, invalid
 from ..ops.metrics import Metrics
 from .admission import Admission
 from .attention import Attention, AttentionLimits
+from .calls import Call, Refusal, Status, StatusTable, refused, run_call
 from .embeddings import Embeddings
 from .generation import Generation
 from .health import probe
@@ -92,14 +94,32 @@ class ServingCore:
         log.info("serving %s", ", ".join(f"{m.name} ({m.task}, {m.provider})" for m in registry.models.values()))
         self._readiness_changed()
 
+    def call(
+        self, rpc: str, request_id: str, table: StatusTable[Status], names: Mapping[str, str] | None = None,
+        cancelled: Callable[[], str] | None = None,
+    ) -> AbstractAsyncContextManager[Call[Status]]:  # fmt: skip
+        """`async with core.call(...) as call:` one call of a front door, admitted and recorded; a refusal
+        leaves the block as calls.Refused, in the door's statuses, its fields named by `names`."""
+        return run_call(self.admission, self.metrics, rpc, request_id, table, names or {}, cancelled)
+
+    def refuse(
+        self, rpc: str, request_id: str, table: StatusTable[Status], error: ServiceError,
+        names: Mapping[str, str] | None = None,
+    ) -> Refusal[Status]:  # fmt: skip
+        """A call a door turns away before admission, recorded like any other."""
+        return refused(self.metrics, rpc, request_id, table, error, names)
+
     def models(self) -> list[ModelInfo]:
         return self.registry.infos()
 
-    def model(self, name: str) -> ModelInfo:
-        """One served model by name (NotFound names the served ones)."""
+    def model(self, name: str, stream: bool = False) -> ModelInfo:
+        """One served model by name (NotFound names the served ones); with `stream`, one whose answers
+        stream."""
         if not name:
             raise invalid("model", f"empty; name a model ({', '.join(m.name for m in self.models())})")
         found = self.registry.find(name)
+        if stream and found.task != "seq2seq":
+            raise invalid("stream", f"model {found.name!r} is an embedding model; only seq2seq models stream")
         return next(m for m in self.registry.infos() if m.name == found.name)
 
     def model_ready(self, name: str) -> bool:

@@ -3,6 +3,7 @@ door refuses the same things with the same field names and limits (InvalidArgume
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -36,11 +37,13 @@ def check_texts(texts: list[str], limit: int) -> list[str]:
     return texts
 
 
-def check_dimensions(dimensions: int, model_dimensions: int, model_name: str) -> int:
-    """How many leading values of each vector to keep: 0 (unset) is all of them."""
-    if not 0 <= dimensions <= model_dimensions:
+def check_dimensions(dimensions: int | None, model_dimensions: int, model_name: str) -> int:
+    """How many leading values of each vector to keep: None (unset) is all of them."""
+    if dimensions is None:
+        return model_dimensions
+    if not 1 <= dimensions <= model_dimensions:
         raise invalid("dimensions", f"{dimensions}; 1 to {model_dimensions} for model {model_name!r}")
-    return dimensions or model_dimensions
+    return dimensions
 
 
 @dataclass(frozen=True)
@@ -59,10 +62,35 @@ class GenerationOptions:
     length_penalty: float | None = None
     early_stopping: str | None = None  # one of EARLY_STOPPING_VALUES, else refused
     num_return_sequences: int = 0
+    answers: int | None = None  # answers per input (OpenAI's n): more than 1 are the best beams of as many
+
+
+def with_answers(p: GenerationOptions) -> GenerationOptions:
+    """`answers` checked, and more than one turned into a beam search returning that many."""
+    if p.answers is None or p.answers == 1:
+        return p
+    if p.answers < 1:
+        raise invalid("params.answers", f"{p.answers}; at least 1")
+    if p.temperature:
+        raise invalid(
+            "params.answers", "more than 1 returns the n best beams, which does not sample: set temperature to 0"
+        )
+    return dataclasses.replace(
+        p, num_beams=p.num_beams or p.answers, num_return_sequences=p.num_return_sequences or p.answers
+    )
+
+
+def check_counts(p: GenerationOptions) -> None:
+    """Counts that a wire format may carry as negative numbers; 0 leaves each unset."""
+    for name in ("max_new_tokens", "top_k", "num_beams", "num_return_sequences"):
+        if getattr(p, name) < 0:
+            raise invalid(f"params.{name}", f"{getattr(p, name)}; at least 0 (0: unset)")
 
 
 def generation_params(model: Seq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int) -> GenerationParams:
     """The options checked against the model's limits, unset ones filled from its defaults."""
+    p = with_answers(p)
+    check_counts(p)
     limit = model.limits.max_new_tokens
     max_new_tokens = p.max_new_tokens or limit
     if max_new_tokens > limit:

@@ -19,33 +19,12 @@ A holder is any object with a `row` attribute (int or None), which the cache kee
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..runner.cache_memory import CacheGeometry
+
 MIN_SOURCE_CAPACITY = 16
-
-
-@dataclass(frozen=True)
-class CacheGeometry:
-    n_layers: int
-    n_heads: int
-    d_head: int
-    target_tokens: int  # decoder positions a row holds: the start token + max new tokens
-    source_tokens: int  # the longest source a row holds
-    bytes_per_value: int = 4  # float32; 2 for float16 graphs
-
-    @property
-    def bytes_per_token(self) -> int:
-        return self.n_layers * 2 * self.n_heads * self.d_head * self.bytes_per_value  # keys and values
-
-    @property
-    def tokens_per_row(self) -> int:
-        return self.target_tokens + self.source_tokens
-
-    @property
-    def bytes_per_row(self) -> int:
-        return self.tokens_per_row * self.bytes_per_token
 
 
 class CacheFull(Exception):

@@ -1,17 +1,15 @@
-"""How every call on the gRPC port (attnserve.v1 and the Open Inference Protocol) is handled: a record
-opened, admission asked, the handler awaited, and domain errors mapped to gRPC status codes, here and
-nowhere else. Requests that do not parse get INVALID_ARGUMENT, not grpcio's INTERNAL."""
+"""The gRPC port's part of every call (attnserve.v1 and the Open Inference Protocol): its table of status
+codes, requests that do not parse refused with INVALID_ARGUMENT (not grpcio's INTERNAL), and a refusal
+sent as the call's status, or as a message on a stream. The lifecycle itself is the core's (core/calls.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
-import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import grpc
 
+from ..core.calls import Call, Refused, StatusTable
 from ..core.serving import ServingCore
 from ..errors import (
     DeadlineExceeded,
@@ -20,29 +18,31 @@ from ..errors import (
     NotFound,
     Overloaded,
     ServiceError,
+    Unauthenticated,
     Unavailable,
-    renamed,
 )
-from ..ops.call_record import CallRecord, request_id
-from ..ops.metrics import Metrics
+from ..ops.call_record import request_id
 
-log = logging.getLogger("attnserve.grpc")
-
-STATUS_CODES = {
-    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
-    NotFound: grpc.StatusCode.NOT_FOUND,
-    Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,  # QueueFull too
-    Unavailable: grpc.StatusCode.UNAVAILABLE,
-    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
-    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
-}
+STATUSES = StatusTable(
+    ok="OK",
+    cancelled="CANCELLED",
+    statuses={
+        InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+        NotFound: grpc.StatusCode.NOT_FOUND,
+        Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,  # QueueFull too
+        Unavailable: grpc.StatusCode.UNAVAILABLE,
+        FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+        DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+        Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    },
+    internal=grpc.StatusCode.INTERNAL,
+    code=lambda status: status.name,
+    passes=(grpc.aio.AbortError,),  # a handler's own abort
+)
 
 
 def status_code(error: ServiceError) -> grpc.StatusCode:
-    for kind in type(error).__mro__:
-        if kind in STATUS_CODES:
-            return STATUS_CODES[kind]
-    return grpc.StatusCode.INTERNAL
+    return STATUSES.status(error)
 
 
 class UnparsedRequest:
@@ -80,97 +80,43 @@ def register(add_to_server, servicer, server: grpc.aio.Server) -> None:
     add_to_server(servicer, Registrar())
 
 
-class CallContext:
-    """What a servicer method gets: the call's record and its gRPC context."""
+def call_of(core: ServingCore, context: grpc.aio.ServicerContext, rpc: str, names: Mapping[str, str]):
+    """The core's lifecycle for one gRPC call; a caller gone after its deadline is DEADLINE_EXCEEDED."""
 
-    def __init__(self, record: CallRecord, context: grpc.aio.ServicerContext):
-        self.record, self.context = record, context
-
-
-@contextlib.asynccontextmanager
-async def run_call(
-    core: ServingCore, metrics: Metrics, context: grpc.aio.ServicerContext, name: str, names: dict[str, str]
-):
-    """Admission first; then a domain error becomes its status (its field named as this service's callers
-    name it: `names` maps the core's field names to theirs), anything else INTERNAL. Every call,
-    admitted or not, ends with one record: counted, timed and logged. A refused call's record closes
-    before its status goes out (abort sends it at once), so a client that sees the error and then
-    scrapes /metrics or reads the log finds the call there."""
-    record = CallRecord(name, request_id(context.invocation_metadata()), metrics)
-    admitted = False
-
-    def end() -> None:  # once per call, whichever path gets here first
-        if not record.closed:
-            if admitted:
-                core.admission.leave()
-            record.close()
-
-    try:
-        core.admission.admit()
-        admitted = True
-        yield CallContext(record, context)
-    except ServiceError as error:
-        code = status_code(error)
-        record.code = code.name
-        end()
-        await context.abort(code, renamed(error, names)[1])
-    except (asyncio.CancelledError, GeneratorExit):
+    def cancelled() -> str:
         remaining = context.time_remaining()
-        expired = remaining is not None and remaining <= 0
-        record.code = "DEADLINE_EXCEEDED" if expired else "CANCELLED"
-        raise
-    except grpc.aio.AbortError:
-        raise
-    except Exception:
-        record.code = "INTERNAL"
-        log.exception("%s failed", name)
-        end()
-        await context.abort(grpc.StatusCode.INTERNAL, f"{name}: internal error (see the server log)")
-    finally:
-        end()
+        return "DEADLINE_EXCEEDED" if remaining is not None and remaining <= 0 else "CANCELLED"
+
+    return core.call(rpc, request_id(context.invocation_metadata()), STATUSES, names, cancelled)
 
 
 def handler(method):
-    """A servicer method behind run_call, its request parsed or refused; errors name fields as the
-    servicer's `field_names` says."""
+    """A servicer method(request, context, call) run as one call of the core (its request parsed or
+    refused); a refusal is the call's status, its fields named as the servicer's `field_names` says."""
 
     @functools.wraps(method)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
-        names = getattr(self, "field_names", {})
-        async with run_call(self.core, self.metrics, context, method.__name__, names) as call:
-            if isinstance(request, UnparsedRequest):
-                raise InvalidArgument(f"request: not a valid message for {method.__name__}: {request.error}", "request")
-            return await method(self, request, call)
+        try:
+            async with call_of(self.core, context, method.__name__, getattr(self, "field_names", {})) as call:
+                if isinstance(request, UnparsedRequest):
+                    message = f"request: not a valid message for {method.__name__}: {request.error}"
+                    raise InvalidArgument(message, "request")
+                return await method(self, request, context, call)
+        except Refused as refused:
+            await context.abort(refused.refusal.status, refused.refusal.message)
 
     return wrapper
 
 
 async def answer_on_stream(
-    core: ServingCore, metrics: Metrics, context: grpc.aio.ServicerContext, name: str, names: dict[str, str],
-    work: Callable[[CallContext], Awaitable[None]],
+    core: ServingCore, context: grpc.aio.ServicerContext, rpc: str, names: Mapping[str, str],
+    work: Callable[[Call], Awaitable[None]],
 ) -> str | None:  # fmt: skip
-    """One request of a stream of requests, handled as a call of its own (admitted, recorded, its errors
-    mapped), except that a refusal or failure is returned as its message for the stream to carry, instead
-    of ending the stream and the other requests on it."""
-    record = CallRecord(name, request_id(context.invocation_metadata()), metrics)
-    admitted = False
+    """One request of a stream of requests, run as a call of its own; its refusal is returned as the
+    message for the stream to carry, instead of ending the stream and the other requests on it."""
     try:
-        core.admission.admit()
-        admitted = True
-        await work(CallContext(record, context))
-        return None
-    except ServiceError as error:
-        record.code = status_code(error).name
-        return renamed(error, names)[1]
-    except asyncio.CancelledError:
-        if record.code == "OK":  # else the stream gave it up, and said why (DEADLINE_EXCEEDED)
-            record.code = "CANCELLED"
-        raise
-    except Exception:
-        record.code = "INTERNAL"
-        log.exception("%s failed", name)
-        return f"{name}: internal error (see the server log)"
-    finally:
-        if admitted:
-            core.admission.leave()
-        record.close()
+        async with call_of(core, context, rpc, names) as call:
+            await work(call)
+    except Refused as refused:
+        return refused.refusal.message
+    return None

@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 import grpc
 import numpy as np
 
+from ..core.calls import Call
 from ..core.embeddings import EmbedRequest
 from ..core.generation import GenerateResult
 from ..core.registry import ModelInfo
@@ -18,8 +19,7 @@ from ..core.streaming import StreamStalled
 from ..core.validation import GenerationOptions
 from ..errors import NotFound, invalid
 from ..ops.call_record import CallRecord
-from ..ops.metrics import Metrics
-from .call_handling import CallContext, UnparsedRequest, answer_on_stream, handler, status_code
+from .call_handling import UnparsedRequest, answer_on_stream, handler, status_code
 from .open_inference_wire import (
     TEXT,
     Tensor,
@@ -45,6 +45,7 @@ STREAM_PARAMETER = {"stream": bool}  # ModelStreamInfer: answer a seq2seq reques
 # The core's field names, as this protocol's callers name them.
 FIELD_NAMES = {
     "model": "model_name", "inputs": TEXT, "input": TEXT, "dimensions": "parameters.dimensions",
+    "stream": "parameters.stream",
     **{f"params.{name}": f"parameters.{name}" for name in GENERATION_PARAMETERS},
 }  # fmt: skip
 OUTPUTS = {"embedding": ["embedding"], "seq2seq": [TEXT, "token_ids", "finish_reason"]}
@@ -117,8 +118,8 @@ def generation_tensors(results: list[GenerateResult], n_best: int) -> list[Tenso
 class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     field_names = FIELD_NAMES
 
-    def __init__(self, core: ServingCore, metrics: Metrics):
-        self.core, self.metrics = core, metrics
+    def __init__(self, core: ServingCore):
+        self.core = core
 
     # Liveness and readiness answer without admission, as health checks do: false, not an error, while
     # the server starts or drains.
@@ -133,11 +134,11 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelReadyResponse(ready=ready and self.core.model_ready(request.name))
 
     @handler
-    async def ServerMetadata(self, request, call: CallContext) -> pb.ServerMetadataResponse:
+    async def ServerMetadata(self, request, context, call: Call) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(name="attnserve", version=SERVER_VERSION, extensions=["model_configuration"])
 
     @handler
-    async def ModelMetadata(self, request, call: CallContext) -> pb.ModelMetadataResponse:
+    async def ModelMetadata(self, request, context, call: Call) -> pb.ModelMetadataResponse:
         model = self.core.model(request.name)
         check_version(model, request.version)
         inputs, outputs = tensor_metadata(model)
@@ -146,31 +147,27 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         )
 
     @handler
-    async def ModelConfig(self, request, call: CallContext) -> pb.ModelConfigResponse:
+    async def ModelConfig(self, request, context, call: Call) -> pb.ModelConfigResponse:
         model = self.core.model(request.name)
         check_version(model, request.version)
         return pb.ModelConfigResponse(config=model_config(model))
 
     @handler
-    async def ModelInfer(self, request: pb.ModelInferRequest, call: CallContext) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: pb.ModelInferRequest, context, call: Call) -> pb.ModelInferResponse:
         return await self._infer(request, call)
 
     def _read(self, request: pb.ModelInferRequest, stream: bool = False) -> tuple[ModelInfo, list[str], TextInput]:
         """The request's model (of a task that streams, if `stream`), the outputs it wants, and its texts."""
-        model = self.core.model(request.model_name)
+        model = self.core.model(request.model_name, stream=stream)
         check_version(model, request.model_version)
-        if stream and model.task != "seq2seq":
-            raise invalid(
-                "parameters.stream", f"model {model.name!r} is an embedding model; only seq2seq models stream"
-            )
         return model, requested(request, OUTPUTS[model.task]), read_text_input(request)
 
-    async def _infer(self, request: pb.ModelInferRequest, call: CallContext) -> pb.ModelInferResponse:
+    async def _infer(self, request: pb.ModelInferRequest, call: Call) -> pb.ModelInferResponse:
         model, wanted, text = self._read(request)
         if model.task == "embedding":
             options = read_parameters(request.parameters, EMBEDDING_PARAMETERS)
             embed = EmbedRequest(model.name, text.texts, options.get("normalize"), options.get("truncate", True),
-                                 options.get("dimensions", 0))  # fmt: skip
+                                 options.get("dimensions"))  # fmt: skip
             result = await self.core.embeddings.embed(embed, call.record)
             tensors = [numbers_tensor("embedding", "FP32", result.vectors)]
             usage = {"prompt_tokens": result.usage.prompt_tokens}
@@ -197,7 +194,7 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             await answers.put(pb.ModelStreamInferResponse(infer_response=response))
 
         async def take(request) -> None:
-            async def work(call: CallContext) -> None:
+            async def work(call: Call) -> None:
                 if isinstance(request, UnparsedRequest):
                     raise invalid("request", f"not a valid ModelInferRequest: {request.error}")
                 calls.add(call.record)
@@ -206,7 +203,7 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 finally:
                     calls.discard(call.record)
 
-            error = await answer_on_stream(self.core, self.metrics, context, "ModelStreamInfer", FIELD_NAMES, work)
+            error = await answer_on_stream(self.core, context, "ModelStreamInfer", FIELD_NAMES, work)
             if error is not None:
                 await answers.put(pb.ModelStreamInferResponse(error_message=error, infer_response=failed(request)))
 
@@ -239,7 +236,7 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         finally:
             stop()
 
-    async def _answer_on_stream(self, request: pb.ModelInferRequest, call: CallContext, emit) -> None:
+    async def _answer_on_stream(self, request: pb.ModelInferRequest, call: Call, emit) -> None:
         plain = pb.ModelInferRequest()
         plain.CopyFrom(request)
         streamed = False
@@ -252,10 +249,8 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return await emit(response)
 
         model, wanted, text = self._read(plain, stream=True)
-        if len(text.texts) != 1:
-            raise invalid(TEXT, f"{len(text.texts)} texts; a streamed request takes 1")
         options = generation_options(read_parameters(plain.parameters, GENERATION_PARAMETERS))
-        (stream,) = await self.core.generation.stream_all(model.name, text.texts, options, call.record)
+        stream = await self.core.generation.stream_one(model.name, text.texts, options, call.record)
         async for event in stream.events:
             tensors = [
                 bytes_tensor(TEXT, [event.text], (1,)),

@@ -7,9 +7,12 @@ from pathlib import Path
 
 import grpc
 
+from ..core.serving import ServingCore
+from ..errors import Unauthenticated
 from ..ops.auth import REQUIRED, bearer_allowed
+from ..ops.call_record import request_id
 from ..ops.config import ServerConfig
-from ..ops.metrics import Metrics
+from .call_handling import STATUSES
 
 OPEN_SERVICES = ("/grpc.health.v1.Health/",)
 
@@ -24,10 +27,11 @@ def server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Calls must carry 'authorization: Bearer <token>' with one of the configured tokens."""
+    """Calls must carry 'authorization: Bearer <token>' with one of the configured tokens; one that does not
+    is refused as a call of its own (recorded and logged)."""
 
-    def __init__(self, tokens: list[bytes], metrics: Metrics):
-        self.tokens, self.metrics = tokens, metrics
+    def __init__(self, tokens: list[bytes], core: ServingCore):
+        self.tokens, self.core = tokens, core
 
     def _allowed(self, metadata) -> bool:
         authorization = next((value for key, value in metadata or () if key == "authorization"), None)
@@ -37,15 +41,14 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if details.method.startswith(OPEN_SERVICES) or handler is None or self._allowed(details.invocation_metadata):
             return handler
-        rpc = details.method.rsplit("/", 1)[-1]
-        self.metrics.requests.labels(rpc, "", "UNAUTHENTICATED").inc()
-        message = REQUIRED
+        rpc, metadata = details.method.rsplit("/", 1)[-1], details.invocation_metadata
 
         async def refuse(request, context):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+            refusal = self.core.refuse(rpc, request_id(metadata), STATUSES, Unauthenticated(REQUIRED))
+            await context.abort(refusal.status, refusal.message)
 
         async def refuse_stream(request, context):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+            await refuse(request, context)
             yield  # an async generator, as a streaming handler must be
 
         kind = {

@@ -14,7 +14,6 @@ from grpc_reflection.v1alpha import reflection
 from ..core.serving import ServingCore
 from ..ops.auth import read_tokens
 from ..ops.config import ServerConfig
-from ..ops.metrics import Metrics
 from .call_handling import register
 from .open_inference import OpenInferenceServicer
 from .pb import inference_pb2, inference_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
@@ -28,10 +27,10 @@ SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.Health
 
 
 class GrpcServer:
-    def __init__(self, config: ServerConfig, core: ServingCore, metrics: Metrics):
-        self.config, self.core, self.metrics = config, core, metrics
-        self.servicer = InferenceServicer(core, metrics)
-        self.open_inference = OpenInferenceServicer(core, metrics)
+    def __init__(self, config: ServerConfig, core: ServingCore):
+        self.config, self.core = config, core
+        self.servicer = InferenceServicer(core)
+        self.open_inference = OpenInferenceServicer(core)
         self.health = health_aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.port = 0
@@ -46,7 +45,7 @@ class GrpcServer:
         ]
         interceptors = []
         if self.config.auth_token_file:
-            interceptors.append(BearerTokenInterceptor(read_tokens(self.config.auth_token_file), self.metrics))
+            interceptors.append(BearerTokenInterceptor(read_tokens(self.config.auth_token_file), self.core))
         server = grpc.aio.server(options=options, interceptors=interceptors)
         register(inference_pb2_grpc.add_InferenceServicer_to_server, self.servicer, server)
         register(open_inference_pb2_grpc.add_GRPCInferenceServiceServicer_to_server, self.open_inference, server)

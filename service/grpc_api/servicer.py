@@ -3,15 +3,13 @@ validation, limits and policy are the core's, and status codes are call_handling
 
 from __future__ import annotations
 
-from ..core.attention import AttentionRequest, AttentionResult
+from ..core.attention import CROSS, DECODER_SELF, ENCODER_SELF, AttentionRequest, AttentionResult
+from ..core.calls import Call
 from ..core.embeddings import EmbedRequest
-from ..core.generation import GenerateRequest
+from ..core.generation import CANCELLED, EOS, LENGTH, STOP, GenerateRequest, GenerationUsage
 from ..core.serving import ServingCore
 from ..core.validation import GenerationOptions
-from ..engine.sequence import CANCELLED, EOS, LENGTH, STOP, Usage
-from ..ops.metrics import Metrics
-from ..runner.attention_maps import CROSS, DECODER_SELF, ENCODER_SELF
-from .call_handling import CallContext, handler
+from .call_handling import handler
 from .pb import inference_pb2 as pb
 from .pb import inference_pb2_grpc as pb_grpc
 
@@ -44,7 +42,7 @@ def generate_request(request: pb.GenerateRequest) -> GenerateRequest:
     return GenerateRequest(request.model, request.input, generation_options(request.params))
 
 
-def usage_message(usage: Usage | None) -> pb.GenerateUsage | None:
+def usage_message(usage: GenerationUsage | None) -> pb.GenerateUsage | None:
     if usage is None:
         return None
     return pb.GenerateUsage(
@@ -58,8 +56,8 @@ def attention_response(r: AttentionResult) -> pb.AttentionResponse:
         model=r.model, source_tokens=r.source.tokens, source_ids=r.source.ids, source_special=r.source_special,
         attentions=[
             pb.AttentionWeights(kind=ATTENTION_KINDS[kind], shape=weights.shape, data=weights.astype("<f4").tobytes(),
-                                layers=r.maps.layers[kind])
-            for kind, weights in r.maps.weights.items()
+                                layers=r.layers[kind])
+            for kind, weights in r.weights.items()
         ],
     )  # fmt: skip
     if r.target_ids is not None:
@@ -67,17 +65,17 @@ def attention_response(r: AttentionResult) -> pb.AttentionResponse:
         response.target_ids.extend(r.target_ids)
         response.target_special.extend(r.target_special)
         response.predicted_tokens.extend(r.predicted_tokens)
-        response.predicted_ids.extend(r.maps.predicted_ids)
+        response.predicted_ids.extend(r.predicted_ids)
         response.target_text = r.target_text
     return response
 
 
 class InferenceServicer(pb_grpc.InferenceServicer):
-    def __init__(self, core: ServingCore, metrics: Metrics):
-        self.core, self.metrics = core, metrics
+    def __init__(self, core: ServingCore):
+        self.core = core
 
     @handler
-    async def Embed(self, request: pb.EmbedRequest, call: CallContext) -> pb.EmbedResponse:
+    async def Embed(self, request: pb.EmbedRequest, context, call: Call) -> pb.EmbedResponse:
         normalize = request.normalize if request.HasField("normalize") else None
         truncate = request.truncate if request.HasField("truncate") else True
         result = await self.core.embeddings.embed(
@@ -92,13 +90,13 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         return pb.EmbedResponse(model=result.model, embeddings=embeddings, usage=usage)
 
     @handler
-    async def Tokenize(self, request: pb.TokenizeRequest, call: CallContext) -> pb.TokenizeResponse:
+    async def Tokenize(self, request: pb.TokenizeRequest, context, call: Call) -> pb.TokenizeResponse:
         result = await self.core.tokenization.tokenize(request.model, list(request.inputs), call.record)
         tokenized = [pb.TokenizedInput(ids=e.ids, tokens=e.tokens, truncated=e.truncated) for e in result.encoded]
         return pb.TokenizeResponse(model=result.model, tokenized=tokenized)
 
     @handler
-    async def Generate(self, request: pb.GenerateRequest, call: CallContext) -> pb.GenerateResponse:
+    async def Generate(self, request: pb.GenerateRequest, context, call: Call) -> pb.GenerateResponse:
         r = await self.core.generation.generate(generate_request(request), call.record)
         return pb.GenerateResponse(
             model=r.model, text=r.text, token_ids=r.token_ids, finish_reason=FINISH_REASONS[r.finish_reason],
@@ -108,7 +106,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         )  # fmt: skip
 
     @handler
-    async def GenerateStream(self, request: pb.GenerateRequest, call: CallContext) -> None:
+    async def GenerateStream(self, request: pb.GenerateRequest, context, call: Call) -> None:
         """Messages are written as the core's stream policy says: one at a time, each within
         stream_write_timeout, so a client that stops reading holds one message, and is given up after the
         timeout (DEADLINE_EXCEEDED; its sequence stops and frees its cache row)."""
@@ -119,10 +117,10 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                 finish_reason=FINISH_REASONS.get(event.finish_reason, pb.FINISH_REASON_UNSPECIFIED),
                 usage=usage_message(event.usage),
             )  # fmt: skip
-            await self.core.streams.send(call.context.write(message), [call.record])
+            await self.core.streams.send(context.write(message), [call.record])
 
     @handler
-    async def ListModels(self, request: pb.ListModelsRequest, call: CallContext) -> pb.ListModelsResponse:
+    async def ListModels(self, request: pb.ListModelsRequest, context, call: Call) -> pb.ListModelsResponse:
         return pb.ListModelsResponse(
             models=[
                 pb.ModelInfo(name=m.name, task=TASKS[m.task], dimensions=m.dimensions,
@@ -133,7 +131,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         )  # fmt: skip
 
     @handler
-    async def Attention(self, request: pb.AttentionRequest, call: CallContext) -> pb.AttentionResponse:
+    async def Attention(self, request: pb.AttentionRequest, context, call: Call) -> pb.AttentionResponse:
         target = request.target if request.HasField("target") else None
         attention = AttentionRequest(
             request.model, request.input, target, request.max_new_tokens, tuple(request.layers)

@@ -1,15 +1,15 @@
-"""How every HTTP API call is handled: a record opened, admission asked, and domain errors mapped to HTTP
-statuses and OpenAI's error shape, here and nowhere else. The core names fields as the gRPC API does
-("params.max_new_tokens"); an error here names the field as this front door's caller sent it ("max_tokens")."""
+"""The HTTP port's part of every call: its table of statuses and OpenAI's error shape, and a refusal sent
+as that. The lifecycle itself is the core's (core/calls.py). The core names fields as the gRPC API does
+("params.max_new_tokens"); a refusal here names the field as this front door's caller sent it ("max_tokens")."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..core.calls import Call, Refusal, Refused, StatusTable
 from ..core.serving import ServingCore
 from ..errors import (
     DeadlineExceeded,
@@ -17,39 +17,46 @@ from ..errors import (
     InvalidArgument,
     NotFound,
     Overloaded,
-    ServiceError,
+    RequestTooLarge,
+    Unauthenticated,
     Unavailable,
-    renamed,
 )
-from ..ops.call_record import REQUEST_ID_HEADER, CallRecord, request_id
-from ..ops.metrics import Metrics
-
-log = logging.getLogger("attnserve.http")
+from ..ops.call_record import REQUEST_ID_HEADER, request_id
 
 # HTTP status and OpenAI's error type for each kind of domain error.
-STATUSES = {
-    InvalidArgument: (400, "invalid_request_error"),
-    NotFound: (404, "invalid_request_error"),
-    Overloaded: (429, "rate_limit_error"),  # QueueFull too
-    Unavailable: (503, "server_error"),
-    FailedPrecondition: (400, "invalid_request_error"),
-    DeadlineExceeded: (504, "server_error"),
-}
+STATUSES = StatusTable(
+    ok="200",
+    cancelled="499",  # the client closed the connection (nginx's code)
+    statuses={
+        InvalidArgument: (400, "invalid_request_error"),
+        RequestTooLarge: (413, "invalid_request_error"),
+        NotFound: (404, "invalid_request_error"),
+        Overloaded: (429, "rate_limit_error"),  # QueueFull too
+        Unavailable: (503, "server_error"),
+        FailedPrecondition: (400, "invalid_request_error"),
+        DeadlineExceeded: (504, "server_error"),
+        Unauthenticated: (401, "authentication_error"),
+    },
+    internal=(500, "server_error"),
+    code=lambda status: str(status[0]),
+)
 
 
-def status_of(error: ServiceError) -> tuple[int, str]:
-    for kind in type(error).__mro__:
-        if kind in STATUSES:
-            return STATUSES[kind]
-    return 500, "server_error"
+def rpc_name(path: str) -> str:
+    """A route's name in call records and metrics: /v1/embeddings -> http.embeddings."""
+    return f"http.{path.rsplit('/', 1)[-1]}"
 
 
-def error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+def error_body(refusal: Refusal) -> dict:
+    return {"error": {"message": refusal.message, "type": refusal.status[1], "param": refusal.field,
+                      "code": refusal.kind}}  # fmt: skip
 
 
-def error_response(status: int, message: str, kind: str, param: str | None = None, code: str | None = None):
-    return JSONResponse(error_body(message, kind, param, code), status_code=status)
+def error_response(refusal: Refusal, call_id: str | None = None) -> JSONResponse:
+    response = JSONResponse(error_body(refusal), status_code=refusal.status[0])
+    if call_id:
+        response.headers[REQUEST_ID_HEADER] = call_id
+    return response
 
 
 class BodyTooLarge(Exception):
@@ -59,59 +66,27 @@ class BodyTooLarge(Exception):
         super().__init__(size, limit)
         self.size, self.limit = size, limit
 
-
-def too_large_response(error: BodyTooLarge) -> JSONResponse:
-    message = f"request body: {error.size} bytes or more; at most {error.limit} (max_message_bytes)"
-    return error_response(413, message, "invalid_request_error", None, "RequestTooLarge")
+    def error(self) -> RequestTooLarge:
+        return RequestTooLarge(f"request body: {self.size} bytes or more; at most {self.limit} (max_message_bytes)")
 
 
-class HttpCall:
-    """An admitted call's record, and the field names of its endpoint."""
-
-    def __init__(self, core: ServingCore, record: CallRecord, names: dict[str, str]):
-        self.core, self.record, self.names = core, record, names
-        self.admitted = False
-        self.streaming = False  # a streamed answer closes the call when the stream ends (close())
-
-    def error(self, error: ServiceError) -> JSONResponse:
-        status, kind = status_of(error)
-        param, message = renamed(error, self.names)
-        self.record.code = str(status)
-        return error_response(status, message, kind, param, type(error).__name__)
-
-    def gave_up(self, error: ServiceError) -> None:
-        """A streamed answer ended by the server after its status went out: the record says why."""
-        self.record.code = str(status_of(error)[0])
-
-    def close(self) -> None:
-        """Once per call, whichever path gets here first."""
-        if self.record.closed:
-            return
-        if self.admitted:
-            self.core.admission.leave()
-        self.record.close()
+def refuse(core: ServingCore, headers: Mapping[str, str], path: str, error) -> JSONResponse:
+    """A request turned away before its route runs (no valid token, a body too large or not valid), as
+    a call of its own: recorded and logged."""
+    call_id = request_id(headers.items())
+    return error_response(core.refuse(rpc_name(path), call_id, STATUSES, error), call_id)
 
 
-async def handle(core: ServingCore, metrics: Metrics, request: Request, name: str, names: dict[str, str],
-                 work: Callable[[HttpCall], Awaitable[Response]]) -> Response:  # fmt: skip
-    """Admission first, then work(call); a domain error becomes its status, anything else 500. Every call,
-    admitted or not, ends with one record (its code: the HTTP status), as on the gRPC port; a call whose
-    answer streams is closed by its stream."""
-    call = HttpCall(core, CallRecord(name, request_id(request.headers.items()), metrics, code="200"), names)
+async def handle(core: ServingCore, request: Request, names: Mapping[str, str],
+                 work: Callable[[Call], Awaitable[Response]]) -> Response:  # fmt: skip
+    """work(call) as one call of the core; a refusal is its status and OpenAI's error body. A call whose
+    answer streams (call.hold()) is closed by its stream."""
+    rpc = rpc_name(request.url.path)
+    call_id = request_id(request.headers.items())
     try:
-        core.admission.admit()
-        call.admitted = True
-        response = await work(call)
-    except ServiceError as error:
-        call.streaming = False
-        response = call.error(error)
-    except Exception:
-        log.exception("%s failed", name)
-        call.streaming = False
-        call.record.code = "500"
-        response = error_response(500, f"{name}: internal error (see the server log)", "server_error")
-    finally:
-        if not call.streaming:
-            call.close()
-    response.headers[REQUEST_ID_HEADER] = call.record.id
+        async with core.call(rpc, call_id, STATUSES, names) as call:
+            response = await work(call)
+    except Refused as refused:
+        response = error_response(refused.refusal)
+    response.headers[REQUEST_ID_HEADER] = call_id
     return response

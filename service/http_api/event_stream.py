@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from starlette.responses import StreamingResponse
 from starlette.types import Scope, Send
 
+from ..core.calls import Call
 from ..core.streaming import StreamPolicy, StreamStalled
-from .call_handling import HttpCall
 
 # Drops a request's connection at once, unsent bytes and all (HttpServer.abort_connection): a client that
 # stopped reading would otherwise keep the socket, and what waits in it, until it goes.
@@ -23,7 +23,7 @@ def sse(payload: dict | str) -> bytes:
 
 
 class PacedEventStream(StreamingResponse):
-    def __init__(self, events: AsyncIterator[bytes], call: HttpCall, policy: StreamPolicy, abort: Callable[[], None]):
+    def __init__(self, events: AsyncIterator[bytes], call: Call, policy: StreamPolicy, abort: Callable[[], None]):
         super().__init__(events, media_type="text/event-stream")
         self.events, self.call, self.policy, self.abort = events, call, policy, abort
 
@@ -36,7 +36,7 @@ class PacedEventStream(StreamingResponse):
                 await self.policy.send(send(message), [self.call.record])
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except StreamStalled as error:
-            self.call.gave_up(error)
+            self.call.refuse(error)  # the status went out: the record says why it ended
             self.abort()
             await asyncio.sleep(0)  # the connection's loss is handled before uvicorn looks at the response
         finally:

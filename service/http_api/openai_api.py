@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import json
 import logging
 import time
 import uuid
@@ -18,14 +17,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.responses import JSONResponse, Response
 
+from ..core.calls import Call, failure
 from ..core.embeddings import EmbedRequest
+from ..core.generation import LENGTH
 from ..core.serving import ServingCore
 from ..core.streaming import merged
 from ..core.validation import GenerationOptions
-from ..engine.sequence import LENGTH
 from ..errors import ServiceError, invalid
-from ..ops.metrics import Metrics
-from .call_handling import BodyTooLarge, HttpCall, error_body, error_response, handle, too_large_response
+from .call_handling import STATUSES, BodyTooLarge, error_body, handle, refuse
 from .event_stream import AbortConnection, PacedEventStream, sse
 from .openai_types import CompletionsRequest, EmbeddingsRequest
 
@@ -36,7 +35,7 @@ COMPLETION_NAMES = {
     "input": "prompt", "inputs": "prompt", "params.max_new_tokens": "max_tokens", "params.temperature": "temperature",
     "params.top_p": "top_p", "params.top_k": "top_k", "params.seed": "seed", "params.stop": "stop",
     "params.repetition_penalty": "repetition_penalty", "params.ignore_eos": "ignore_eos", "params.num_beams": "n",
-    "params.num_return_sequences": "n",
+    "params.num_return_sequences": "n", "params.answers": "n",
 }  # fmt: skip
 
 
@@ -52,20 +51,15 @@ def embedding_values(vector: np.ndarray, encoding: str):
 
 def generation_options(body: CompletionsRequest) -> GenerationOptions:
     """n = 1 leaves the number of beams to the checkpoint's default, as an unset num_beams does on gRPC."""
-    if body.n > 1 and body.temperature:
-        raise invalid("n", "more than 1 returns the n best beams, which does not sample: set temperature to 0")
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     return GenerationOptions(
         max_new_tokens=body.max_tokens or 0, temperature=body.temperature or 0.0, top_k=body.top_k or 0,
         top_p=body.top_p or 0.0, repetition_penalty=body.repetition_penalty or 0.0, seed=body.seed, stop=stop,
-        ignore_eos=body.ignore_eos, num_beams=body.n if body.n > 1 else 0,
-        num_return_sequences=body.n if body.n > 1 else 0,
+        ignore_eos=body.ignore_eos, answers=body.n,
     )  # fmt: skip
 
 
 def prompts_of(body: CompletionsRequest) -> list[str]:
-    if body.n < 1:
-        raise invalid("n", f"{body.n}; at least 1")
     return [body.prompt] if isinstance(body.prompt, str) else body.prompt
 
 
@@ -78,7 +72,7 @@ def field_of(loc) -> str:
     return str(parts[0]) + "".join(f"[{p}]" for p in parts[1:] if isinstance(p, int))
 
 
-def create_app(core: ServingCore, metrics: Metrics, abort_connection: AbortConnection) -> FastAPI:
+def create_app(core: ServingCore, abort_connection: AbortConnection) -> FastAPI:
     """The API; abort_connection(scope) drops the connection of a request whose stream is given up."""
     app = FastAPI(title="attnserve", summary="OpenAI-compatible embeddings and completions", docs_url="/docs")
 
@@ -86,11 +80,11 @@ def create_app(core: ServingCore, metrics: Metrics, abort_connection: AbortConne
     async def refuse_invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
         first = (error.errors() or [{"loc": (), "msg": "not a valid request"}])[0]
         field = field_of(first.get("loc", ()))
-        return error_response(400, f"{field}: {first.get('msg')}", "invalid_request_error", field, "InvalidArgument")
+        return refuse(core, request.headers, request.url.path, invalid(field, str(first.get("msg"))))
 
     @app.exception_handler(BodyTooLarge)
     async def refuse_large_body(request: Request, error: BodyTooLarge) -> JSONResponse:
-        return too_large_response(error)
+        return refuse(core, request.headers, request.url.path, error.error())
 
     @app.get("/health")
     async def health() -> Response:
@@ -99,22 +93,20 @@ def create_app(core: ServingCore, metrics: Metrics, abort_connection: AbortConne
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        async def listing(call: HttpCall) -> Response:
+        async def listing(call: Call) -> Response:
             data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "task": m.task}
                     for m in core.models()]  # fmt: skip
             return JSONResponse({"object": "list", "data": data})
 
-        return await handle(core, metrics, request, "http.models", {}, listing)
+        return await handle(core, request, {}, listing)
 
     @app.post("/v1/embeddings")
     async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
-        async def embed(call: HttpCall) -> Response:
+        async def embed(call: Call) -> Response:
             texts = [body.input] if isinstance(body.input, str) else body.input
             if any(not isinstance(t, str) for t in texts):
                 raise invalid("input", "token-id arrays are not served here; send text")
-            if body.dimensions is not None and body.dimensions < 1:
-                raise invalid("dimensions", f"{body.dimensions}; at least 1")
-            embed = EmbedRequest(body.model, texts, dimensions=body.dimensions or 0)
+            embed = EmbedRequest(body.model, texts, dimensions=body.dimensions)
             result = await core.embeddings.embed(embed, call.record)
             data = [{"object": "embedding", "index": i, "embedding": embedding_values(v, body.encoding_format)}
                     for i, v in enumerate(result.vectors)]  # fmt: skip
@@ -122,11 +114,11 @@ def create_app(core: ServingCore, metrics: Metrics, abort_connection: AbortConne
             return JSONResponse({"object": "list", "data": data, "model": result.model,
                                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
 
-        return await handle(core, metrics, request, "http.embeddings", EMBEDDING_NAMES, embed)
+        return await handle(core, request, EMBEDDING_NAMES, embed)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionsRequest, request: Request) -> Response:
-        async def complete(call: HttpCall) -> Response:
+        async def complete(call: Call) -> Response:
             unsupported = body.unsupported()
             if unsupported:
                 raise invalid(unsupported, "not served by attnserve")
@@ -137,12 +129,12 @@ def create_app(core: ServingCore, metrics: Metrics, abort_connection: AbortConne
                 return await stream_completions(core, call, body, prompts, options, abort)
             return await whole_completions(core, call, body, prompts, options)
 
-        return await handle(core, metrics, request, "http.completions", COMPLETION_NAMES, complete)
+        return await handle(core, request, COMPLETION_NAMES, complete)
 
     return app
 
 
-async def whole_completions(core, call: HttpCall, body, prompts: list[str], options) -> JSONResponse:
+async def whole_completions(core, call: Call, body, prompts: list[str], options) -> JSONResponse:
     """Every prompt generated at once (the scheduler batches them), answered in order."""
     results = await core.generation.generate_all(body.model, prompts, options, call.record)
     choices = []
@@ -164,16 +156,16 @@ def completion(model: str, choices: list[dict], prompt_tokens: int, completion_t
     }  # fmt: skip
 
 
-async def stream_completions(core, call: HttpCall, body, prompts: list[str], options, abort) -> PacedEventStream:
+async def stream_completions(core, call: Call, body, prompts: list[str], options, abort) -> PacedEventStream:
     """Server-sent events: each prompt's text as it comes (its choice index says which), then [DONE]. The
     requests are checked and queued before the answer starts, so a refusal is a plain error status."""
     streams = await core.generation.stream_all(body.model, prompts, options, call.record)
-    call.streaming = True
+    call.hold()
     include_usage = bool((body.stream_options or {}).get("include_usage"))
     return PacedEventStream(events(call, streams, include_usage), call, core.streams, abort)
 
 
-async def events(call: HttpCall, streams: list, include_usage: bool) -> AsyncIterator[bytes]:
+async def events(call: Call, streams: list, include_usage: bool) -> AsyncIterator[bytes]:
     """The prompts' events merged as they come; the call closes when the last ends, fails or the client goes."""
     model, completion_id = streams[0].model, f"cmpl-{uuid.uuid4().hex}"
     usage = {"prompt_tokens": 0, "completion_tokens": 0}
@@ -189,14 +181,13 @@ async def events(call: HttpCall, streams: list, include_usage: bool) -> AsyncIte
             yield sse({**chunk(completion_id, model, []), "usage": {**usage, "total_tokens": sum(usage.values())}})
         yield sse("[DONE]")
     except asyncio.CancelledError:  # the client went away: its sequences stop with the merge
-        call.record.code = "499"
+        call.record.code = STATUSES.cancelled
         raise
     except ServiceError as error:  # after the answer started: the error goes as the last event
-        yield sse(json.loads(call.error(error).body))
+        yield sse(error_body(call.refuse(error)))
     except Exception:
         log.exception("completions stream failed")
-        call.record.code = "500"
-        yield sse(error_body("completions: internal error (see the server log)", "server_error"))
+        yield sse(error_body(call.refuse(failure(call.record.rpc))))
     finally:
         call.close()
 

@@ -9,38 +9,39 @@ import ssl
 import struct
 
 import uvicorn
-from starlette.types import ASGIApp, Receive, Scope, Send
+from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 
 from ..core.serving import ServingCore
+from ..errors import Unauthenticated
 from ..ops.auth import REQUIRED, bearer_allowed, read_tokens
 from ..ops.config import ServerConfig
 from ..ops.listen import address_text, listening_sockets
-from ..ops.metrics import Metrics
-from .call_handling import BodyTooLarge, error_response, too_large_response
+from .call_handling import BodyTooLarge, refuse
 from .openai_api import create_app
 
 OPEN_PATHS = ("/health",)  # probes and load balancers need no secret
 
 
 class Guard:
-    """Bearer tokens (when configured) and the size of request bodies, before a request reaches the API."""
+    """Bearer tokens (when configured) and the size of request bodies, before a request reaches the API. A
+    request turned away here is a call of its own (recorded and logged), named by its route."""
 
-    def __init__(self, app: ASGIApp, tokens: list[bytes] | None, max_body_bytes: int, metrics: Metrics):
-        self.app, self.tokens, self.max_body_bytes, self.metrics = app, tokens, max_body_bytes, metrics
+    def __init__(self, app: FastAPI, tokens: list[bytes] | None, max_body_bytes: int, core: ServingCore):
+        self.app, self.tokens, self.max_body_bytes, self.core = app, tokens, max_body_bytes, core
+        self.routes = {route.path for route in app.routes}  # other paths are named alike: no unbounded labels
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        path = scope["path"]
+        path = scope["path"] if scope["path"] in self.routes else "/unknown"
         if self.tokens and path not in OPEN_PATHS and not bearer_allowed(headers.get("authorization"), self.tokens):
-            self.metrics.requests.labels(f"http.{path.rsplit('/', 1)[-1]}", "", "401").inc()  # as handle() names it
-            return await error_response(401, REQUIRED, "authentication_error", None, "Unauthenticated")(
-                scope, receive, send
-            )
+            return await refuse(self.core, headers, path, Unauthenticated(REQUIRED))(scope, receive, send)
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_body_bytes:
-            return await self.too_large(int(length))(scope, receive, send)
+            error = BodyTooLarge(int(length), self.max_body_bytes).error()
+            return await refuse(self.core, headers, path, error)(scope, receive, send)
         received = 0
 
         async def counted() -> dict:  # a body sent without a length (chunked) is counted as it comes
@@ -53,9 +54,6 @@ class Guard:
 
         await self.app(scope, counted, send)  # the API answers BodyTooLarge with 413
 
-    def too_large(self, size: int):
-        return too_large_response(BodyTooLarge(size, self.max_body_bytes))
-
 
 def ssl_settings(config: ServerConfig) -> dict:
     if not config.tls_cert:
@@ -67,8 +65,8 @@ def ssl_settings(config: ServerConfig) -> dict:
 
 
 class HttpServer:
-    def __init__(self, config: ServerConfig, core: ServingCore, metrics: Metrics):
-        self.config, self.core, self.metrics = config, core, metrics
+    def __init__(self, config: ServerConfig, core: ServingCore):
+        self.config, self.core = config, core
         self.server: uvicorn.Server | None = None
         self._ticks: asyncio.Task | None = None
         self.port = 0
@@ -78,8 +76,8 @@ class HttpServer:
         """Listen (the API answers 503 until the core is ready). -> the port."""
         c = self.config
         tokens = read_tokens(c.auth_token_file) if c.auth_token_file else None
-        api = create_app(self.core, self.metrics, self.abort_connection)
-        app = Guard(api, tokens, c.max_message_bytes, self.metrics)
+        api = create_app(self.core, self.abort_connection)
+        app = Guard(api, tokens, c.max_message_bytes, self.core)
         settings = uvicorn.Config(
             app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c)
         )

@@ -13,44 +13,67 @@ import onnxruntime as ort
 
 from modeldir.files import cache_names
 
-ELEMENT_TYPES = {"fp32": np.float32, "fp16": np.float16, "int8": np.float32}  # int8 graphs keep a float32 cache
+# The cache's element type for each precision of the graphs: int8 graphs quantize weights only, and keep
+# a float32 cache.
+ELEMENT_TYPES = {"fp32": np.float32, "fp16": np.float16, "int8": np.float32}
 
 
 @dataclass(frozen=True)
-class CacheShape:
+class CacheGeometry:
+    """What one row of a model's cache holds, and in how many bytes."""
+
     n_layers: int
     n_heads: int
     d_head: int
-    target_tokens: int  # decoder positions a row holds
-    rows: int
-    precision: str
+    target_tokens: int  # decoder positions a row holds: the start token + max new tokens
+    source_tokens: int  # the longest source a row holds
+    precision: str = "fp32"  # of the graphs (ELEMENT_TYPES)
 
     @property
     def dtype(self):
         return ELEMENT_TYPES[self.precision]
 
+    @property
+    def bytes_per_value(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.n_layers * 2 * self.n_heads * self.d_head * self.bytes_per_value  # keys and values
+
+    @property
+    def tokens_per_row(self) -> int:
+        return self.target_tokens + self.source_tokens
+
+    @property
+    def bytes_per_row(self) -> int:
+        return self.tokens_per_row * self.bytes_per_token
+
 
 class CacheMemory:
-    def __init__(self, shape: CacheShape, device: str, graphs: dict[str, ort.InferenceSession], capacity: int):
+    def __init__(
+        self, geometry: CacheGeometry, rows: int, device: str, graphs: dict[str, ort.InferenceSession], capacity: int
+    ):
         """device: "cpu" or "cuda"; graphs: the cache_moves, cache_cross and cache_resize sessions on it;
         capacity: the cross buffers' first source capacity."""
-        self.shape, self.device, self.graphs = shape, device, graphs
-        s = shape
-        self.self_names = cache_names("self", s.n_layers)
-        self.cross_names = cache_names("cross", s.n_layers)
-        self.self_buffers = [self._zeros((s.rows, s.n_heads, s.target_tokens, s.d_head)) for _ in self.self_names]
+        self.geometry, self.rows, self.device, self.graphs = geometry, rows, device, graphs
+        self.dtype = geometry.dtype
+        g = geometry
+        self.self_names = cache_names("self", g.n_layers)
+        self.cross_names = cache_names("cross", g.n_layers)
+        self.self_buffers = [self._zeros((rows, g.n_heads, g.target_tokens, g.d_head)) for _ in self.self_names]
         self.capacity = capacity
         self.cross_buffers = [self._zeros(self._cross_shape(capacity)) for _ in self.cross_names]
 
     def _cross_shape(self, capacity: int, rows: int | None = None) -> tuple[int, ...]:
-        s = self.shape
-        return (s.rows if rows is None else rows, s.n_heads, capacity, s.d_head)
+        g = self.geometry
+        return (self.rows if rows is None else rows, g.n_heads, capacity, g.d_head)
 
     def _zeros(self, shape: tuple[int, ...]) -> ort.OrtValue:
-        zeros = np.zeros(shape, self.shape.dtype)  # calloc'ed: its pages take memory only once written
+        zeros = np.zeros(shape, self.dtype)  # calloc'ed: its pages take memory only once written
         if self.device == "cpu":
             return ort.OrtValue.ortvalue_from_numpy(zeros)  # wraps the array (and keeps it)
-        value = ort.OrtValue.ortvalue_from_shape_and_type(shape, self.shape.dtype, self.device, 0)
+        value = ort.OrtValue.ortvalue_from_shape_and_type(shape, self.dtype, self.device, 0)
         value.update_inplace(zeros)
         return value
 
@@ -61,9 +84,9 @@ class CacheMemory:
     def bind(self, binding: ort.IOBinding, name: str, value: ort.OrtValue, rows: int, output: str | None = None):
         """Bind the leading `rows` rows of a buffer (contiguous) as input `name`, and as `output` too."""
         shape = [rows, *value.shape()[1:]]
-        binding.bind_input(name, self.device, 0, self.shape.dtype, shape, value.data_ptr())
+        binding.bind_input(name, self.device, 0, self.dtype, shape, value.data_ptr())
         if output is not None:
-            binding.bind_output(output, self.device, 0, self.shape.dtype, shape, value.data_ptr())
+            binding.bind_output(output, self.device, 0, self.dtype, shape, value.data_ptr())
 
     def bind_step(self, binding: ort.IOBinding, past_names, present_names, cross_names, rows: int) -> None:
         """A decoder step's cache: each self-attention buffer as its layer's past and present at once (the
@@ -93,7 +116,7 @@ class CacheMemory:
         binding.bind_cpu_input("rows", np.array(rows, np.int64).reshape(-1, 1))
         binding.bind_cpu_input("sources", np.array(sources, np.int64))
         for name, encoded_name, value, source in zip(
-            self.cross_names, cache_names("encoded", self.shape.n_layers), self.cross_buffers, encoded
+            self.cross_names, cache_names("encoded", self.geometry.n_layers), self.cross_buffers, encoded
         ):
             self.bind(binding, name, value, used, output=f"written_{name}")
             binding.bind_ortvalue_input(encoded_name, source)
@@ -112,6 +135,6 @@ class CacheMemory:
         for name, before, after in zip(self.cross_names, old, self.cross_buffers):
             self.bind(binding, name, before, used)
             binding.bind_output(
-                f"resized_{name}", self.device, 0, self.shape.dtype, self._cross_shape(capacity, used), after.data_ptr()
+                f"resized_{name}", self.device, 0, self.dtype, self._cross_shape(capacity, used), after.data_ptr()
             )
         session.run_with_iobinding(binding)

@@ -12,7 +12,7 @@ import onnxruntime as ort
 
 from modeldir.files import cache_names
 
-from .cache_memory import CacheMemory, CacheShape
+from .cache_memory import CacheGeometry, CacheMemory
 from .sessions import DEVICE_TYPES, provider_of, shrink_options
 
 
@@ -58,10 +58,11 @@ class Seq2SeqRunner:
         self.cross_names = cache_names("cross", n_layers)
         self.transfers = Transfers({})
 
-    def cache_memory(self, n_heads: int, d_head: int, target_tokens: int, rows: int, capacity: int) -> CacheMemory:
-        """The cache's buffers on this runner's device, in this runner's precision."""
-        shape = CacheShape(self.n_layers, n_heads, d_head, target_tokens, rows, self.precision)
-        return CacheMemory(shape, self.device, self.cache_graphs, capacity)
+    def cache_memory(self, geometry: CacheGeometry, rows: int, capacity: int) -> CacheMemory:
+        """The cache's buffers on this runner's device (of this runner's precision: the geometry's)."""
+        if geometry.precision != self.precision or geometry.n_layers != self.n_layers:
+            raise ValueError(f"a cache of {geometry} does not fit {self.n_layers} {self.precision} decoder layers")
+        return CacheMemory(geometry, rows, self.device, self.cache_graphs, capacity)
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[ort.OrtValue]:
         """(B, S) twice -> each layer's cross-attention K/V (B, H, S, Dh) in layer order, left on the device

@@ -1,4 +1,5 @@
-"""ModelConfig: every architectural choice of a model, and the file it lives in (config.json)."""
+"""ModelConfig: every architectural choice of a model, and the file it lives in (config.json): the schema
+the build side writes and the server reads (the manifest carries the same fields)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from modeldir.files import CONFIG_FILE
+CONFIG_FILE = "config.json"
 
 CONFIG_FORMAT = "attnserve.model/1"
 
