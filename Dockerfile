@@ -12,9 +12,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY cli/ cli/
 COPY modeldir/ modeldir/
-COPY model/ model/
+COPY modelbuild/ modelbuild/
 COPY service/ service/
-COPY models/ models/
+COPY checkpoints/ checkpoints/
 # The project pins what matters (torch==2.13.0) in pyproject.toml.
 # hadolint ignore=DL3013
 RUN pip install '.[export]' \
@@ -34,7 +34,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY cli/ cli/
 COPY modeldir/ modeldir/
-COPY model/ model/
+COPY modelbuild/ modelbuild/
 COPY service/ service/
 # The serving dependencies only: onnxruntime-gpu, grpcio, tokenizers, numpy, prometheus-client; no torch.
 # hadolint ignore=DL3013

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MODELS := build/models
 
-.PHONY: run test test-deps models proto peers perf-analyzer device-kit clean
+.PHONY: run test test-fast test-deps models proto peers perf-analyzer device-kit clean
 
 # Stamps record which extra is installed; they are remade when pyproject.toml changes.
 $(VENV)/.export: pyproject.toml
@@ -31,6 +31,11 @@ test-deps:
 
 test: $(VENV)/.dev test-deps perf-analyzer
 	$(BIN)/python -m pytest
+
+# For local work: the tests that export no model and start no server (tests/conftest.py marks the others
+# slow). `make test`, and CI, run everything.
+test-fast: $(VENV)/.dev
+	$(BIN)/python -m pytest -m "not slow" -q
 
 proto: $(VENV)/.dev
 	$(BIN)/python protos/generate.py

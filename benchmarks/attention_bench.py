@@ -26,13 +26,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from model.export import export_model_dir
-from model.random_model import BASE_SEQ2SEQ, random_model_dir
+from modelbuild.export import export_model_dir
+from modelbuild.random_model import BASE_SEQ2SEQ, random_model_dir
 from service.grpc_api.client import Client
+from testing.server_process import ServerProcess
 
 from .common import median_seconds, print_table, write_results
 from .machine import describe, print_machine
-from .server_process import ServerProcess
 from .stream_clients import source
 
 TRUCK = "The delivery truck, which was late, blocked the narrow street."

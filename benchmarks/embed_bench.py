@@ -35,12 +35,12 @@ import numpy as np
 from modeldir.config import ModelConfig
 from modeldir.files import open_model_dir
 from modeldir.tokenizer import TextTokenizer
+from testing.server_process import ServerProcess
 
 from .common import print_table, write_results
 from .load_clients import SENTENCES
 from .machine import describe, print_machine, share_of_probe
 from .peer_servers import InfinityServer, peers_installed
-from .server_process import ServerProcess
 
 ST_NAME = "sentence-transformers encode (batch 32)"
 

@@ -28,9 +28,10 @@ import time
 
 import numpy as np
 
+from testing.server_process import ServerProcess
+
 from .common import print_table, write_results
 from .machine import describe, print_machine
-from .server_process import ServerProcess
 
 PROMPTS = 32
 

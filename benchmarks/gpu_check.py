@@ -24,10 +24,11 @@ import time
 import traceback
 from pathlib import Path
 
+from testing.server_process import ServerProcess
+
 from . import gpu_phases, gpu_preflight
 from .gpu_plan import PHASES
 from .gpu_sizes import Sizes
-from .server_process import ServerProcess
 
 STATE = Path("/tmp/attnserve-gpu-results.json")
 

@@ -22,7 +22,7 @@ CARRIED = (
 )  # fmt: skip
 # The image's own, at its versions, that the serve path imports: the rehearsal installs these.
 IMAGE_SERVE = ("numpy", "tokenizers", "sentencepiece", "safetensors", "packaging", "flatbuffers")
-PROJECT_PACKAGES = ("benchmarks", "cli", "model", "modeldir", "service", "tests")
+PROJECT_PACKAGES = ("benchmarks", "cli", "modelbuild", "modeldir", "service", "testing", "tests")
 
 
 def normalized(name: str) -> str:

@@ -22,12 +22,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from model.random_marian import MarianShape
+from modelbuild.random_marian import MarianShape
 from modeldir.files import GRAPH_SETS
+from testing.server_process import ServerProcess
 
 from .common import print_table, write_results
 from .machine import describe, print_machine, share_of_probe
-from .server_process import ServerProcess
 
 MARIAN_BASE = MarianShape(
     d_model=512, heads=8, encoder_layers=6, decoder_layers=6, d_ff=2048, activation="swish", vocab_size=32000,
@@ -40,9 +40,9 @@ SOURCE_TOKENS = 30  # about, per sentence of benchmarks/translation_load.py
 def build() -> tuple[Path, Path, Path]:
     """The Hugging Face checkpoint, our model directory (float32 and int8) and the CTranslate2 model (made
     once, then reused)."""
-    from model.export import export_model_dir
-    from model.import_marian import import_marian
-    from model.random_marian import random_marian_checkpoint
+    from modelbuild.export import export_model_dir
+    from modelbuild.import_marian import import_marian
+    from modelbuild.random_marian import random_marian_checkpoint
 
     hf, ours, ct2 = WORK / "hf", WORK / "attnserve", WORK / "ct2"
     if not (hf / "model.safetensors").exists():

@@ -13,10 +13,10 @@ import statistics
 import time
 
 from service.grpc_api.client import Client
+from testing.server_process import ServerProcess
 
 from .common import print_table, write_results
 from .machine import describe, print_machine
-from .server_process import ServerProcess
 
 SETTINGS = {"arena, released when idle (default)": (), "no arena": ("--no-cpu-mem-arena",)}
 

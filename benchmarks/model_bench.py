@@ -15,14 +15,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from model.export import export_model_dir
-from model.import_bert import import_sentence_transformer
-from model.random_model import BASE_SEQ2SEQ, random_model_dir
+from modelbuild.export import export_model_dir
+from modelbuild.import_bert import import_sentence_transformer
+from modelbuild.random_model import BASE_SEQ2SEQ, random_model_dir
 
 from .common import print_table, write_results
 from .machine import describe, print_machine
 
-CHECKPOINTS = Path(__file__).resolve().parent.parent / "models"
+CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 
 
 def models() -> dict:

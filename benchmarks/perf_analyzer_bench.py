@@ -22,9 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from testing.server_process import ServerProcess
+
 from .common import print_table, sentences, write_results
 from .machine import describe, print_machine
-from .server_process import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 PERF_ANALYZER = ROOT / "benchmarks" / "perf_analyzer.sh"

@@ -16,10 +16,10 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.grpc_api.pb import inference_pb2 as pb
-from service.server_thread import ServerThread
+from testing.server_process import ServerProcess
+from testing.server_thread import ServerThread
 
 from .common import print_table, write_results
-from .server_process import ServerProcess
 
 MODELS = ["build/models/minilm", "build/models/numbers"]
 

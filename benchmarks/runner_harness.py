@@ -38,10 +38,10 @@ class RunnerHarness:
             c.n_decoder_layers, self.heads, self.d_head, target_tokens, ids.shape[1], self.runner.precision
         )
         memory = self.runner.cache_memory(geometry, rows, MIN_SOURCE_CAPACITY)
-        cache = GenerationCache(geometry, rows, memory)
+        cache = GenerationCache(memory)
         for length in mask.sum(axis=1).tolist():
             cache.allocate(Row(), length, target_tokens - 1)
-        cache.write_cross(self.runner.encode(ids, mask), [(row, row) for row in range(rows)])
+        cache.write_cross(self.runner.encode(ids, mask).cross, [(row, row) for row in range(rows)])
         return cache
 
     def step(self, cache: GenerationCache, tokens: np.ndarray):

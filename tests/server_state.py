@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 from .waits import wait_until
 
@@ -24,7 +24,7 @@ def open_fds() -> int:
 
 
 def baseline(server: ServerThread) -> Baseline:
-    return Baseline(server.call_soon(lambda: len(asyncio.all_tasks())), open_fds())
+    return Baseline(server.call_and_wait(lambda: len(asyncio.all_tasks())), open_fds())
 
 
 def assert_back_to(server: ServerThread, before: Baseline, timeout: float = 60.0) -> None:
@@ -43,7 +43,7 @@ def assert_back_to(server: ServerThread, before: Baseline, timeout: float = 60.0
         return out
 
     def settled() -> bool:
-        now = server.call_soon(state)
+        now = server.call_and_wait(state)
         return (
             not any(v for k, v in now.items() if k != "tasks")
             and now["tasks"] <= before.tasks
@@ -54,7 +54,7 @@ def assert_back_to(server: ServerThread, before: Baseline, timeout: float = 60.0
         wait_until(settled, timeout)
     except AssertionError:
         pass  # the assertions below say what was left
-    now = server.call_soon(state)
+    now = server.call_and_wait(state)
     tasks = now.pop("tasks")
     assert not any(now.values()), now
     assert tasks <= before.tasks, (tasks, before.tasks)

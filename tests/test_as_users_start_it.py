@@ -16,10 +16,10 @@ import numpy as np
 import openai
 import pytest
 
-from benchmarks.server_process import ServerProcess
 from service.grpc_api.client import Client
 from service.ops.config import ServerConfig
-from service.server_thread import ServerThread
+from testing.server_process import ServerProcess
+from testing.server_thread import ServerThread
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ServerConfig()
@@ -27,7 +27,7 @@ DEFAULT = ServerConfig()
 PROBE = (
     "import atexit, sys;"
     "atexit.register(lambda: print('build side loaded:', sorted(m for m in sys.modules "
-    "if m == 'torch' or m.split('.')[0] == 'model'), file=sys.stderr, flush=True));"
+    "if m == 'torch' or m.split('.')[0] == 'modelbuild'), file=sys.stderr, flush=True));"
     "from cli.main import main; main()"
 )
 ADDRESSES = {"127.0.0.1": "127.0.0.1", "::1": "[::1]", "localhost": "localhost"}

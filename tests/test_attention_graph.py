@@ -11,9 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.attention import KeysValues, attention
-from model.attention_graph import AttentionGraph, check_weights, weight_masks
-from model.weights import load_model_dir
+from modelbuild.attention import KeysValues, attention
+from modelbuild.attention_graph import AttentionGraph, check_weights, weight_masks
+from modelbuild.weights import load_model_dir
 from modeldir.files import ATTENTION_FILE, attention_inputs, attention_outputs
 from service.runner.sessions import SessionSettings, create_session
 
@@ -161,13 +161,9 @@ def test_the_manifest_lists_the_graph_with_its_parity(exported):
 
 
 @pytest.fixture(scope="module")
-def marian(tmp_path_factory):
-    """A random MarianMT checkpoint imported and exported (tests/test_marian.py builds it)."""
-    pytest.importorskip("transformers")
-    from .test_marian import SHAPES, Checkpoint
-
-    shape = SHAPES["marian-relu-h8"]  # untied output, a logits bias, beam search by default
-    return Checkpoint(tmp_path_factory.mktemp("marian"), "marian-relu-h8", shape, seed=2)
+def marian(marian_checkpoints):
+    """The random MarianMT checkpoint with an untied output, a logits bias and beam search by default."""
+    return marian_checkpoints["marian-relu-h8"]
 
 
 def test_marian_matches_pytorch_and_never_predicts_a_suppressed_token(marian):
@@ -183,7 +179,7 @@ def test_marian_matches_pytorch_and_never_predicts_a_suppressed_token(marian):
 
 def test_marian_attention_over_grpc(marian):
     from service.grpc_api.client import Client
-    from service.server_thread import ServerThread
+    from testing.server_thread import ServerThread
 
     server = ServerThread([marian.dir], attention_maps=True, max_new_tokens=12)
     try:

@@ -22,7 +22,7 @@ from service.grpc_api.pb import open_inference_pb2 as oip
 from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
 from service.http_api.call_handling import STATUSES as HTTP
 from service.ops.metrics import Metrics
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 
 def counted(metrics: Metrics, rpc: str, code: str, model: str = "") -> tuple[float, float]:
@@ -196,13 +196,6 @@ def test_bodies_refused_before_their_route_runs_are_calls_too(guarded, caplog):
 
 
 # Every door refuses alike.
-
-
-@pytest.fixture(scope="module")
-def served(minilm_dir, numbers_dir):
-    server = ServerThread([minilm_dir, numbers_dir])
-    yield server
-    server.close()
 
 
 def kserve_refusal(served, model: str, text: bytes, **parameters) -> str:

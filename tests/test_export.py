@@ -10,8 +10,8 @@ import sys
 import onnx
 import pytest
 
-from model.export import export_model_dir
-from model.random_model import random_model_dir
+from modelbuild.export import export_model_dir
+from modelbuild.random_model import random_model_dir
 from modeldir.config import ModelConfig
 from modeldir.files import (
     ATTENTION_FILE,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import open_inference_pb2 as oip
 from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 from .server_state import assert_back_to, baseline
 
@@ -31,7 +31,7 @@ floats = st.floats(width=32, allow_nan=True, allow_infinity=True)
 
 
 @pytest.fixture(scope="module")
-def served(minilm_dir, numbers_dir):
+def small_limits_server(minilm_dir, numbers_dir):
     # Small limits keep each accepted call cheap, so that 10,000 of them fit in a CI run.
     server = ServerThread([minilm_dir, numbers_dir], max_new_tokens=16, max_client_batch_size=8)
     before = baseline(server)
@@ -42,9 +42,9 @@ def served(minilm_dir, numbers_dir):
 
 
 @pytest.fixture(scope="module")
-def stub(served):
+def stub(small_limits_server):
     """One channel for all the examples: a channel per call would make the suite time connections."""
-    return served.stub()
+    return small_limits_server.stub()
 
 
 def code(call) -> grpc.StatusCode:
@@ -137,8 +137,8 @@ def infer_requests(draw) -> oip.ModelInferRequest:
 
 @FUZZ
 @given(request=infer_requests())
-def test_model_infer(served, request):
-    stub = oip_grpc.GRPCInferenceServiceStub(raw_channel(served))
+def test_model_infer(small_limits_server, request):
+    stub = oip_grpc.GRPCInferenceServiceStub(raw_channel(small_limits_server))
     assert code(lambda: stub.ModelInfer(request, timeout=30)) in ALLOWED
 
 
@@ -159,9 +159,9 @@ def raw_channel(server) -> grpc.Channel:
     ),
     data=st.binary(max_size=200),
 )
-def test_raw_bytes(served, method, data):
+def test_raw_bytes(small_limits_server, method, data):
     """Bytes that may not even parse as the request message; ListModels takes any of its (empty) messages."""
-    channel = raw_channel(served)
+    channel = raw_channel(small_limits_server)
     rpc = f"/{method}"
     if method.endswith("GenerateStream"):
         result = code(lambda: list(channel.unary_stream(rpc)(data, timeout=30)))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model.cache_graphs import CACHE_GRAPHS
+from modelbuild.cache_graphs import CACHE_GRAPHS
 from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheFull, GenerationCache
 from service.engine.text_stream import TextStream
 from service.runner.cache_memory import CacheGeometry, CacheMemory
@@ -35,7 +35,7 @@ class Holder:
 
 def new_cache(rows: int, precision: str = "fp32") -> GenerationCache:
     g = dataclasses.replace(GEOMETRY, precision=precision)
-    return GenerationCache(g, rows, CacheMemory(g, rows, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY))
+    return GenerationCache(CacheMemory(g, rows, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY))
 
 
 def views(cache: GenerationCache) -> tuple[list[np.ndarray], list[np.ndarray]]:

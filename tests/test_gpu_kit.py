@@ -22,8 +22,8 @@ import pytest
 from benchmarks.gpu_image import CARRIED, audit, audited, normalized
 from benchmarks.gpu_plan import PHASES, calls
 from benchmarks.gpu_rehearsal import clean_env, image_environment, unpack_kit
-from benchmarks.server_process import ServerProcess
 from service.grpc_api.client import Client
+from testing.server_process import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = "three hundred and twelve thousand, four hundred and five"
@@ -171,13 +171,14 @@ def test_what_the_check_runs_on_the_device_imports_only_the_image_and_the_kit():
     from importlib.metadata import packages_distributions
 
     device_side = ["gpu_check", "gpu_phases", "gpu_preflight", "gpu_references", "gpu_unpack", "gpu_image",
-                   "gpu_plan", "gpu_sizes", "runner_harness", "server_process", "engines", "load_clients",
+                   "gpu_plan", "gpu_sizes", "runner_harness", "engines", "load_clients",
                    "stream_clients", "translation_load", "common"]  # fmt: skip
     files = [ROOT / f"benchmarks/{name}.py" for name in device_side]
-    files += [ROOT / "model/random_marian.py", ROOT / "model/number_sentences.py"]
+    files += [ROOT / "modelbuild/random_marian.py", ROOT / "modelbuild/number_sentences.py"]
+    files += [ROOT / "testing/server_process.py"]
     owners = packages_distributions()
     tops = {top for path in files for top in imports_of(path)} - set(sys.stdlib_module_names)
-    tops -= {"benchmarks", "cli", "model", "modeldir", "service"}
+    tops -= {"benchmarks", "cli", "modelbuild", "modeldir", "service", "testing"}
     # Imported inside the functions that only run here: engines.py's CTranslate2 baseline (marian_bench) and
     # load_clients.py's --openai and --triton callers (the device's use --target).
     tops -= {"ctranslate2", "openai", "tritonclient"}

@@ -14,20 +14,20 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from model.eval_numbers import evaluate
-from model.export import export_model_dir
-from model.parity import greedy_logits_torch
-from model.random_model import random_model_dir
-from model.weights import load_model_dir
+from modelbuild.eval_numbers import evaluate
+from modelbuild.export import export_model_dir
+from modelbuild.parity import greedy_logits_torch
+from modelbuild.random_model import random_model_dir
+from modelbuild.weights import load_model_dir
 from modeldir.files import open_model_dir
 from modeldir.reference_decoder import greedy_decode_onnx
 from modeldir.tokenizer import TextTokenizer, pad_batch
 from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 from .conftest import SEQ2SEQ_CONFIGS
-from .test_minilm import TEXTS, reference_embeddings  # noqa: F401 (a fixture)
+from .minilm_texts import TEXTS
 
 # Largest |logit difference| between float16 graphs and PyTorch float32 along greedy decodes of the random
 # configs below: measured 0.0017-0.0042 (their logits' standard deviation is 0.6-1.1; the numbers model's
@@ -41,7 +41,7 @@ def sessions(model_dir, precision: str):
     return files, make(files.encoder), make(files.decoder) if files.decoder else None
 
 
-def test_minilm_fp16_matches_sentence_transformers(minilm_dir, reference_embeddings):  # noqa: F811
+def test_minilm_fp16_matches_sentence_transformers(minilm_dir, reference_embeddings):
     files, encoder, _ = sessions(minilm_dir, "fp16")
     tokenizer = TextTokenizer(files.tokenizer, files.config.max_input_tokens)
     ids, mask = pad_batch([e.ids for e in tokenizer.encode(TEXTS)], files.config.pad_id)

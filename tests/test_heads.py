@@ -14,7 +14,7 @@ from matplotlib.image import imread
 from cli.heads import format_table, summarize
 from cli.heads_figure import DPI, GAP, figure_size_px
 from service.grpc_api.client import Client
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 TRUCK = "The delivery truck, which was late, blocked the narrow street."
 
@@ -58,7 +58,7 @@ def test_cross_attention_has_no_positions_to_compare():
 
 
 @pytest.fixture(scope="module")
-def served(minilm_dir, numbers_dir):
+def attention_server(minilm_dir, numbers_dir):
     server = ServerThread([minilm_dir, numbers_dir], attention_maps=True)
     yield server
     server.close()
@@ -74,13 +74,13 @@ def parse_table(stdout: str) -> list[list[str]]:
     return [line.split() for line in lines[start + 1 :]]
 
 
-def test_minilm_heads_png_and_summary(served, tmp_path):
+def test_minilm_heads_png_and_summary(attention_server, tmp_path):
     out = tmp_path / "minilm.png"
-    result = heads(TRUCK, "--model", "minilm", "--out", str(out), "--target", served.target)
+    result = heads(TRUCK, "--model", "minilm", "--out", str(out), "--target", attention_server.target)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("minilm, encoder self-attention: 6 layers x 12 heads, 15 x 15 tokens")
 
-    with Client(served.target) as client:
+    with Client(attention_server.target) as client:
         maps = client.attention(TRUCK, model="minilm")
     rows = parse_table(result.stdout)
     assert [(int(r[0]), int(r[1])) for r in rows] == [(layer, head) for layer in range(6) for head in range(12)]
@@ -103,7 +103,7 @@ def test_minilm_heads_png_and_summary(served, tmp_path):
     fewer = tmp_path / "two-layers.png"
     assert (
         heads(
-            TRUCK, "--model", "minilm", "--layers", "0", "5", "--out", str(fewer), "--target", served.target
+            TRUCK, "--model", "minilm", "--layers", "0", "5", "--out", str(fewer), "--target", attention_server.target
         ).returncode
         == 0
     )
@@ -112,9 +112,9 @@ def test_minilm_heads_png_and_summary(served, tmp_path):
     assert layout.panel == 150 and DPI == 100  # 10 pixels a token
 
 
-def test_numbers_cross_attention_is_the_default_for_seq2seq(served, tmp_path):
+def test_numbers_cross_attention_is_the_default_for_seq2seq(attention_server, tmp_path):
     out = tmp_path / "numbers.png"
-    result = heads("312405", "--model", "numbers", "--out", str(out), "--target", served.target)
+    result = heads("312405", "--model", "numbers", "--out", str(out), "--target", attention_server.target)
     assert result.returncode == 0, result.stderr
     first = result.stdout.splitlines()[0]
     assert first == ("numbers, cross-attention: 3 layers x 4 heads, 11 x 8 tokens; "
@@ -122,12 +122,12 @@ def test_numbers_cross_attention_is_the_default_for_seq2seq(served, tmp_path):
     rows = parse_table(result.stdout)
     assert len(rows) == 12 and all(r[3] == r[5] == r[6] == "-" for r in rows)
     assert all(0 <= float(r[4]) <= 1 for r in rows)
-    with Client(served.target) as client:
+    with Client(attention_server.target) as client:
         maps = client.attention("312405", model="numbers")
     layout = figure_size_px(3, 4, maps.predicted_tokens, maps.source_tokens)
     assert imread(out).shape[:2] == (layout.height, layout.width)
 
-    decoder = heads("312405", "--model", "numbers", "--kind", "decoder", "--target", served.target)
+    decoder = heads("312405", "--model", "numbers", "--kind", "decoder", "--target", attention_server.target)
     assert decoder.returncode == 0 and decoder.stdout.startswith(
         "numbers, decoder self-attention: 3 layers x 4 heads, 11 x 11"
     )
@@ -135,11 +135,11 @@ def test_numbers_cross_attention_is_the_default_for_seq2seq(served, tmp_path):
         assert float(row[6]) >= 1 / 11 - 1e-3
 
 
-def test_errors_are_reported_plainly(served, numbers_dir):
-    result = heads("x", "--model", "minilm", "--kind", "cross", "--target", served.target)
+def test_errors_are_reported_plainly(attention_server, numbers_dir):
+    result = heads("x", "--model", "minilm", "--kind", "cross", "--target", attention_server.target)
     assert result.returncode == 1 and "--kind cross: model 'minilm' has no cross-attention" in result.stderr
-    result = heads("x", "--model", "nope", "--target", served.target)
-    assert result.returncode == 1 and result.stderr.startswith("NOT_FOUND: model: 'nope' is not served here")
+    result = heads("x", "--model", "nope", "--target", attention_server.target)
+    assert result.returncode == 1 and result.stderr.startswith("NOT_FOUND: model: 'nope' is not attention_server here")
     off = ServerThread([numbers_dir])
     try:
         result = heads("5", "--target", off.target)

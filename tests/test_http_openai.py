@@ -14,18 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.grpc_api.client import Client
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 from .waits import wait_until
 
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill."]
-
-
-@pytest.fixture(scope="module")
-def served(minilm_dir, numbers_dir):
-    server = ServerThread([minilm_dir, numbers_dir])
-    yield server
-    server.close()
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from model.import_bert import rename
-from model.weights import load_model_dir
+from modelbuild.import_bert import rename
+from modelbuild.weights import load_model_dir
 
 
 def test_names_map_onto_our_modules():
@@ -35,7 +35,7 @@ def test_every_minilm_weight_arrives_unchanged(minilm_dir):
 
 
 def test_pickle_only_checkpoints_are_refused(tmp_path):
-    from model.import_bert import import_sentence_transformer
+    from modelbuild.import_bert import import_sentence_transformer
 
     (tmp_path / "pytorch_model.bin").write_bytes(b"not loaded")
     with pytest.raises(FileNotFoundError, match="pickled pytorch_model.bin checkpoints are not loaded"):

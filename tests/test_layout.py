@@ -19,9 +19,9 @@ FRONT_DOOR_LIBRARIES = (
 
 # (files, forbidden module prefixes, why)
 RULES = [
-    ("model", ("service", "cli"), "the build side never imports the serving side or the CLI"),
-    ("modeldir", ("model", "service", "cli", "torch"), "the model-directory contract imports neither side"),
-    ("service", ("model", "cli", "torch"), "the serving side never imports the build side, the CLI or torch"),
+    ("modelbuild", ("service", "cli"), "the build side never imports the serving side or the CLI"),
+    ("modeldir", ("modelbuild", "service", "cli", "torch"), "the model-directory contract imports neither side"),
+    ("service", ("modelbuild", "cli", "torch"), "the serving side never imports the build side, the CLI or torch"),
     ("service/core", FRONT_DOOR_LIBRARIES, "the core knows no transport"),
     ("service/engine", (*FRONT_DOOR_LIBRARIES, "service.core"), "the engine knows no transport and no core"),
     ("service/runner", (*FRONT_DOOR_LIBRARIES, "service.core", "service.engine"), "the runner is the bottom"),
@@ -112,7 +112,7 @@ def test_one_schema_for_a_models_config_and_one_for_its_cache():
     """ModelConfig is the model directory's (modeldir/config.py), read typed: nothing serving reads a
     config as a dict; the cache's geometry and element types are said once (runner/cache_memory.py)."""
     defined = {}
-    for path in [*python_files("service"), *python_files("modeldir"), *python_files("model")]:
+    for path in [*python_files("service"), *python_files("modeldir"), *python_files("modelbuild")]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ClassDef) and node.name in ("ModelConfig", "CacheGeometry", "CacheShape"):
                 defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
@@ -126,6 +126,40 @@ def test_one_schema_for_a_models_config_and_one_for_its_cache():
             if isinstance(target, ast.Attribute) and target.attr == "config":
                 dict_reads.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert dict_reads == []
+
+
+# The device kit lives in benchmarks/ and runs on the device; its test is the one that imports it.
+KIT_TEST = "tests/test_gpu_kit.py"
+
+
+def test_no_test_module_imports_another_or_the_benchmarks():
+    """Shared test code is a helper module (tests/waits.py, ...), a conftest fixture or testing/; the
+    benchmarks are no library of the tests."""
+    found = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        where = str(path.relative_to(ROOT))
+        forbidden = ("tests.test_",) if where == KIT_TEST else ("tests.test_", "benchmarks")
+        found += violations([path], forbidden)
+    assert found == []
+
+
+def test_one_served_fixture():
+    """The default server is conftest.py's `served`; a module that needs settings of its own names its
+    fixture by them."""
+    defined = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").glob("*.py"))
+               if re.search(r"^def served\(", p.read_text(), re.M)]  # fmt: skip
+    assert defined == ["tests/conftest.py"]
+
+
+def test_the_test_harness_is_not_shipped():
+    """testing/ (ServerThread, ServerProcess, churn) is for tests and benchmarks: not a package the wheel
+    installs, and nothing shipped imports it."""
+    import tomllib
+
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert not [p for p in packages if p.split(".")[0] in ("testing", "tests", "benchmarks")]
+    shipped = [*python_files("service"), *python_files("cli"), *python_files("modeldir"), *python_files("modelbuild")]
+    assert violations(shipped, ("testing", "tests", "benchmarks")) == []
 
 
 def test_only_the_runner_imports_onnxruntime():
@@ -152,14 +186,14 @@ def test_the_checker_finds_imports_of_every_kind(tmp_path, monkeypatch):
     ]
 
 
-BUILD_SIDE = "[m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'model']"
+BUILD_SIDE = "[m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'modelbuild']"
 
 
 def test_serving_loads_neither_torch_nor_the_build_side():
     """What is imported at run time, not only what the source says: the server, the CLI's parser and
     `attnserve serve --help` (a real serve start is checked in test_as_users_start_it.py)."""
     probe = (
-        "import sys, cli.main, service.server, service.server_thread;"
+        "import sys, cli.main, service.server, testing.server_thread;"
         f"cli.main.build_parser(); bad = {BUILD_SIDE}; assert not bad, bad"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
@@ -185,7 +219,7 @@ def test_no_serving_module_is_longer_than_350_lines():
 def test_architecture_doc_names_only_files_that_exist():
     """docs/architecture.md must match the code: every file it names is there."""
     text = (ROOT / "docs" / "architecture.md").read_text()
-    named = set(re.findall(r"\b((?:service|model|modeldir|cli|tests)/[\w/]+\.py)\b", text))
+    named = set(re.findall(r"\b((?:service|modelbuild|modeldir|checkpoints|cli|tests)/[\w/]+\.py)\b", text))
     short = set(re.findall(r"`((?:grpc_api|http_api|core|engine|runner|ops)/\w+\.py)`", text))
     assert len(named) > 10 and len(short) > 10
     missing = sorted(p for p in named if not (ROOT / p).is_file())
@@ -216,7 +250,10 @@ def test_docs_name_only_modules_and_files_that_exist():
         for dotted in set(re.findall(r"`((?:service|modeldir|cli|benchmarks)(?:\.\w+)+)", text)):
             missing += [] if names_something(dotted.removesuffix(".py")) else [dotted]
         for path in set(
-            re.findall(r"\b((?:service|model|modeldir|cli|tests|benchmarks|deploy|protos)/[\w/.-]+\.\w+)\b", text)
+            re.findall(
+                r"\b((?:service|modelbuild|modeldir|checkpoints|cli|tests|benchmarks|deploy|protos)/[\w/.-]+\.\w+)\b",
+                text,
+            )
         ):
             if not (ROOT / path).exists():
                 missing.append(path)

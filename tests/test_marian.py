@@ -1,11 +1,10 @@
-"""MarianMT checkpoints: import, tokenization, parity with transformers, greedy and beam search served over gRPC.
+"""MarianMT checkpoints: import, tokenization, parity with transformers, greedy and beam search marian_server over gRPC.
 
-No checkpoint can be downloaded here: transformers builds random MarianMTModels (model/random_marian.py)
+No checkpoint can be downloaded here: transformers builds random MarianMTModels (modelbuild/random_marian.py)
 with a sentencepiece model trained on the spot, in three shapes, saved as opus-mt directories are."""
 
 from __future__ import annotations
 
-import io
 import json
 import random
 import shutil
@@ -23,87 +22,33 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model.export import export_model_dir
-from model.import_marian import MarianImportError, import_marian
-from model.number_sentences import sentences
-from model.random_marian import MarianShape, random_marian_checkpoint
+from modelbuild.import_marian import MarianImportError, import_marian
+from modelbuild.number_sentences import sentences
 from modeldir.files import open_model_dir
 from modeldir.reference_decoder import greedy_decode_onnx
 from modeldir.tokenizer import MarianTokenizer, load_tokenizer, pad_batch
 from service.engine.generation_cache import reorder_beams
 from service.engine.sequence import BeamRow
 from service.grpc_api.pb import inference_pb2 as pb
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
+from .marian_checkpoints import MAX_NEW, SHAPES, Checkpoint
 from .waits import wait_until
 
 transformers = pytest.importorskip("transformers")
 
-SHAPES = {
-    "marian-swish-h4": MarianShape(d_model=32, heads=4, encoder_layers=2, decoder_layers=2, activation="swish"),
-    "marian-gelu-h2": MarianShape(d_model=32, heads=2, encoder_layers=1, decoder_layers=3, d_ff=48, activation="gelu"),
-    "marian-relu-h8": MarianShape(
-        d_model=64,
-        heads=8,
-        encoder_layers=3,
-        decoder_layers=1,
-        activation="relu",
-        num_beams=3,
-        renormalize_logits=True,
-        tied=False,
-        eos_bias=11.0,
-    ),
-    # Source and target vocabularies of their own (tokenizer_config.json: separate_vocabs).
-    "marian-separate-h4": MarianShape(
-        d_model=32, heads=4, encoder_layers=2, decoder_layers=2, activation="gelu", tied=False, separate_vocabs=True
-    ),
-}
 TOKENIZER_CHECKPOINTS = ["marian-swish-h4", "marian-separate-h4"]  # one vocabulary; two
 INPUTS = sentences(50, seed=2026)
-MAX_NEW = 24
-
-
-class Checkpoint:
-    def __init__(self, root: Path, name: str, shape: MarianShape, seed: int):
-        self.source = random_marian_checkpoint(root / f"{name}-hf", shape, seed=seed)
-        self.dir = import_marian(self.source, root / name, name)
-        export_model_dir(self.dir, progress_stream=io.StringIO())
-        self.name, self.shape = name, shape
-        self.hf = transformers.MarianMTModel.from_pretrained(self.source).eval()
-        self.hf_tokenizer = transformers.MarianTokenizer.from_pretrained(self.source)
-
-    def hf_generate(self, texts: list[str], **kwargs) -> list[list[int]]:
-        """transformers' output ids after the start token, without the padding of shorter rows."""
-        batch = self.hf_tokenizer(texts, return_tensors="pt", padding=True)
-        with torch.no_grad():
-            out = self.hf.generate(**batch, max_new_tokens=MAX_NEW, **kwargs)
-        return [self._unpadded(row) for row in out]
-
-    def hf_n_best(self, texts: list[str], n: int, **kwargs) -> list[list[tuple[list[int], float]]]:
-        """Per text, transformers' n best beam-search hypotheses (ids as hf_generate) with their scores."""
-        batch = self.hf_tokenizer(texts, return_tensors="pt", padding=True)
-        with torch.no_grad():
-            out = self.hf.generate(
-                **batch, max_new_tokens=MAX_NEW, num_return_sequences=n, output_scores=True,
-                return_dict_in_generate=True, **kwargs,
-            )  # fmt: skip
-        hypotheses = [(self._unpadded(row), float(score)) for row, score in zip(out.sequences, out.sequences_scores)]
-        return [hypotheses[i : i + n] for i in range(0, len(hypotheses), n)]
-
-    def _unpadded(self, row: torch.Tensor) -> list[int]:
-        pad = self.hf.config.pad_token_id
-        return [t for t in row[1:].tolist() if t != pad]
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, Checkpoint]:
-    root = tmp_path_factory.mktemp("marian")
-    return {name: Checkpoint(root, name, shape, seed) for seed, (name, shape) in enumerate(SHAPES.items())}
+def checkpoints(marian_checkpoints) -> dict[str, Checkpoint]:
+    return marian_checkpoints
 
 
 @pytest.fixture(scope="module")
 def our_tokenizers(checkpoints) -> dict:
-    """The served tokenizer of each TOKENIZER_CHECKPOINTS model, loaded once (hypothesis runs many examples)."""
+    """The marian_server tokenizer of each TOKENIZER_CHECKPOINTS model, loaded once (hypothesis runs many examples)."""
     return {
         name: load_tokenizer(open_model_dir(checkpoints[name].dir).config.tokenizer, checkpoints[name].dir, 512)
         for name in TOKENIZER_CHECKPOINTS
@@ -111,7 +56,7 @@ def our_tokenizers(checkpoints) -> dict:
 
 
 @pytest.fixture(scope="module")
-def served(checkpoints):
+def marian_server(checkpoints):
     server = ServerThread([c.dir for c in checkpoints.values()], max_new_tokens=MAX_NEW)
     yield server
     server.close()
@@ -186,7 +131,7 @@ def test_imported_config(checkpoints):
     # Untied in transformers v5: encoder, decoder and output each have a table of their own.
     assert c.scale_embeddings and c.output_bias and not c.share_embeddings and not c.tie_output
     tied = open_model_dir(checkpoints["marian-swish-h4"].dir).config
-    assert tied["share_embeddings"] and tied["tie_output"] and tied["activation"] == "silu"
+    assert tied.share_embeddings and tied.tie_output and tied.activation == "silu"
     pad = c.vocab_size - 1
     assert (c.pad_id, c.bos_id, c.eos_id) == (pad, pad, 0)
     assert c.suppressed_ids == (pad,) and c.forced_eos and c.renormalize_logits
@@ -267,10 +212,10 @@ def concurrently(fn, items):
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_greedy_matches_generate_over_grpc(checkpoints, served, name):
+def test_greedy_matches_generate_over_grpc(checkpoints, marian_server, name):
     checkpoint = checkpoints[name]
     expected = checkpoint.hf_generate(INPUTS, num_beams=1)
-    stub = served.stub()
+    stub = marian_server.stub()
     responses = concurrently(lambda text: generate(stub, name, text, num_beams=1), INPUTS)
     reasons = set()
     for text, response, want in zip(INPUTS, responses, expected):
@@ -296,10 +241,10 @@ SCORE_TOLERANCE = 1e-4  # measured differences are about 2e-7: the same float32 
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_beam_search_matches_transformers(checkpoints, served, name):
+def test_beam_search_matches_transformers(checkpoints, marian_server, name):
     """The best hypothesis, and the n best with their scores, as transformers' beam search gives them."""
     checkpoint = checkpoints[name]
-    stub = served.stub()
+    stub = marian_server.stub()
     differs_from_greedy = 0
     for i, (beams, penalty, early, early_pb, n) in enumerate(BEAM_SETTINGS):
         texts = INPUTS[i :: len(BEAM_SETTINGS)]
@@ -333,11 +278,11 @@ def test_beam_search_matches_transformers(checkpoints, served, name):
     assert differs_from_greedy >= 5  # the test would notice greedy posing as beam search
 
 
-def test_cli_prints_the_n_best_with_scores(served):
+def test_cli_prints_the_n_best_with_scores(marian_server):
     text = INPUTS[3]
-    expected = generate(served.stub(), "marian-swish-h4", text, num_beams=4, num_return_sequences=3).hypotheses
+    expected = generate(marian_server.stub(), "marian-swish-h4", text, num_beams=4, num_return_sequences=3).hypotheses
     result = subprocess.run(
-        [sys.executable, "-m", "cli", "generate", text, "--target", served.target, "--model", "marian-swish-h4",
+        [sys.executable, "-m", "cli", "generate", text, "--target", marian_server.target, "--model", "marian-swish-h4",
          "--max-new-tokens", str(MAX_NEW), "--num-beams", "4", "--num-return-sequences", "3"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -346,15 +291,15 @@ def test_cli_prints_the_n_best_with_scores(served):
     assert "4 beams]" in result.stderr
 
 
-def test_default_num_beams_is_the_models(checkpoints, served):
+def test_default_num_beams_is_the_models(checkpoints, marian_server):
     checkpoint = checkpoints["marian-relu-h8"]  # its generation config says 3 beams
     text = INPUTS[0]
     (expected,) = checkpoint.hf_generate([text])  # transformers uses the checkpoint's defaults too
-    assert list(generate(served.stub(), "marian-relu-h8", text).token_ids) == without_eos(expected)
+    assert list(generate(marian_server.stub(), "marian-relu-h8", text).token_ids) == without_eos(expected)
 
 
-def test_beam_search_errors(served):
-    stub = served.stub()
+def test_beam_search_errors(marian_server):
+    stub = marian_server.stub()
     cases = [
         ({"num_beams": 9}, "params.num_beams: 9; at most 8"),
         ({"num_beams": 2, "temperature": 0.7}, "params.temperature: not with beam search"),
@@ -381,10 +326,10 @@ def test_beam_search_errors(served):
     assert list(stub.GenerateStream(request, timeout=10))[-1].finish_reason != pb.FINISH_REASON_UNSPECIFIED
 
 
-def test_cancelled_beam_search_frees_all_its_rows(served):
-    scheduler = served.server.core.registry.models["marian-swish-h4"].scheduler
-    stub = served.stub()
-    release = served.hold_model_thread()
+def test_cancelled_beam_search_frees_all_its_rows(marian_server):
+    scheduler = marian_server.server.core.registry.models["marian-swish-h4"].scheduler
+    stub = marian_server.stub()
+    release = marian_server.hold_model_thread()
     future = stub.Generate.future(
         pb.GenerateRequest(model="marian-swish-h4", input=INPUTS[0], params=pb.GenerationParams(num_beams=4)),
         timeout=30,
@@ -393,9 +338,13 @@ def test_cancelled_beam_search_frees_all_its_rows(served):
     threading.Timer(0.6, release.set).start()
     with pytest.raises(grpc.FutureCancelledError):
         future.result()
-    wait_until(lambda: served.call_soon(lambda: (scheduler.running, scheduler.cache.used)) == (0, 0),
+    wait_until(lambda: marian_server.call_and_wait(lambda: (scheduler.running, scheduler.cache.used)) == (0, 0),
                what="all the beams' rows are freed")  # fmt: skip
-    assert served.call_soon(lambda: (scheduler.running, scheduler.cache.used, len(scheduler.waiting))) == (0, 0, 0)
+    assert marian_server.call_and_wait(lambda: (scheduler.running, scheduler.cache.used, len(scheduler.waiting))) == (
+        0,
+        0,
+        0,
+    )
 
 
 # The cache rows of a beam search

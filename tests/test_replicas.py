@@ -11,9 +11,9 @@ import threading
 import grpc
 import httpx
 
-from benchmarks.server_process import ServerProcess
 from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
+from testing.server_process import ServerProcess
 
 from .waits import wait_until
 
@@ -86,7 +86,7 @@ class Load:
         self.channel.close()
 
 
-def served(server: ServerProcess) -> float:
+def answered_ok(server: ServerProcess) -> float:
     """Calls the replica answered OK, over both doors."""
     return server.metric("attnserve_requests_total", code="OK") + server.metric("attnserve_requests_total", code="200")
 
@@ -98,12 +98,14 @@ def test_rolling_restart_of_two_replicas_loses_no_call(minilm_dir):
     load = Load(f"ipv4:127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}", [f"http://127.0.0.1:{p}" for p in ports[2:]])
     try:
         for replica in replicas:
-            wait_until(lambda r=replica: served(r) >= 20, what="both replicas taking traffic")
+            wait_until(lambda r=replica: answered_ok(r) >= 20, what="both replicas taking traffic")
         for i in (0, 1):
             assert replicas[i].stop() == 0  # SIGTERM: drains, then exits 0
             replicas[i] = ServerProcess(*flags[i], models=[str(minilm_dir)])  # the same ports again
-            wait_until(lambda r=replicas[i]: served(r) >= 20, what=f"replica {i} taking traffic after its restart")
-        wait_until(lambda: served(replicas[0]) >= 40 and served(replicas[1]) >= 20, what="traffic on both after")
+            wait_until(lambda r=replicas[i]: answered_ok(r) >= 20, what=f"replica {i} taking traffic after its restart")
+        wait_until(
+            lambda: answered_ok(replicas[0]) >= 40 and answered_ok(replicas[1]) >= 20, what="traffic on both after"
+        )
     finally:
         load.stop()
         for replica in replicas:

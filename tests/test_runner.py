@@ -32,7 +32,7 @@ def generation(model_dir, rows: int, target_tokens: int) -> tuple[Seq2SeqRunner,
     d_head = c.d_model // c.n_heads
     geometry = CacheGeometry(c.n_decoder_layers, c.n_heads, d_head, target_tokens, c.max_input_tokens)
     memory = runner.cache_memory(geometry, rows, MIN_SOURCE_CAPACITY)
-    return runner, GenerationCache(geometry, rows, memory), TextTokenizer(files.tokenizer, c.max_input_tokens)
+    return runner, GenerationCache(memory), TextTokenizer(files.tokenizer, c.max_input_tokens)
 
 
 def admit_and_step(runner, cache, tokenizer, texts: list[str], steps: int, logit_rows=()) -> list:
@@ -41,7 +41,7 @@ def admit_and_step(runner, cache, tokenizer, texts: list[str], steps: int, logit
     for text in texts:
         cache.allocate(Holder(), len(tokenizer.encode([text])[0].ids), steps)
     ids, mask = pad_batch([e.ids for e in tokenizer.encode(texts)], 0)
-    cache.write_cross(runner.encode(ids, mask), [(row, row) for row in range(len(texts))])
+    cache.write_cross(runner.encode(ids, mask).cross, [(row, row) for row in range(len(texts))])
     tokens = np.ones((len(texts), 1), np.int64)  # the start token
     counts = []
     for _ in range(steps):
@@ -49,7 +49,7 @@ def admit_and_step(runner, cache, tokenizer, texts: list[str], steps: int, logit
         out = runner.step(tokens, cache.lengths[:n], cache.source_lengths[:n], list(logit_rows), cache.memory, n)
         cache.advance(n)
         tokens = out.next_tokens[:, None]
-        counts.append(runner.transfers.last["decode"])
+        counts.append((out.sent, out.fetched))
     return counts
 
 
@@ -79,7 +79,7 @@ def test_greedy_tokens_of_the_device_argmax_are_the_model_s_translation(numbers_
     for text in texts:
         cache.allocate(Holder(), len(tokenizer.encode([text])[0].ids), 19)
     ids, mask = pad_batch([e.ids for e in tokenizer.encode(texts)], 0)
-    cache.write_cross(runner.encode(ids, mask), [(0, 0), (1, 1)])
+    cache.write_cross(runner.encode(ids, mask).cross, [(0, 0), (1, 1)])
     tokens, out = np.ones((2, 1), np.int64), []
     for _ in range(12):
         step = runner.step(tokens, cache.lengths[:2], cache.source_lengths[:2], [], cache.memory, 2)
@@ -124,7 +124,7 @@ def test_cuda_sessions_get_the_memory_settings_and_the_cpu_gets_none():
 
 def test_an_automatic_cache_takes_1_gib_on_the_cpu_and_counts_2_bytes_a_value_in_fp16():
     from service.core.loader import CPU_CACHE_BYTES, CacheSettings
-    from service.core.models import Architecture
+    from service.core.served_models import Architecture
 
     architecture = Architecture(6, 6, 8, 512, 512)
     auto = CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=0, max_running=1000, max_waiting=10)

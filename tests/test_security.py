@@ -24,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from modeldir.files import MANIFEST_FILE
 from service.grpc_api.client import Client
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,11 +12,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from benchmarks.server_process import ServerProcess
 from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
 from service.ops.config import ConfigError, ServerConfig, add_arguments, from_sources
 from service.runner.sessions import nvidia_driver_present
+from testing.server_process import ServerProcess
 
 from .waits import wait_until
 

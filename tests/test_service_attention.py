@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from model.numbers import pair
+from modelbuild.numbers import pair
 from modeldir.files import ATTENTION_FILE, MANIFEST_FILE, ModelFilesError, open_model_dir
 from service.grpc_api.client import AttentionMaps, Client
 from service.grpc_api.pb import inference_pb2 as pb
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 from .waits import wait_until
 
@@ -26,7 +26,7 @@ LIMITS = dict(attention_max_input_tokens=64, attention_max_response_bytes=1_000_
 
 
 @pytest.fixture(scope="module")
-def served(minilm_dir, numbers_dir):
+def attention_server(minilm_dir, numbers_dir):
     server = ServerThread([minilm_dir, numbers_dir], attention_maps=True, **LIMITS)
     yield server
     server.close()
@@ -53,8 +53,8 @@ def assert_distributions(weights: np.ndarray, causal: bool = False) -> None:
         assert (weights[..., future] == 0).all()  # exactly
 
 
-def test_minilm_encoder_self_attention(served):
-    maps = attention(served, TRUCK, model="minilm")
+def test_minilm_encoder_self_attention(attention_server):
+    maps = attention(attention_server, TRUCK, model="minilm")
     assert maps.model == "minilm" and maps.source_tokens == TRUCK_TOKENS
     assert maps.source_special == [True] + [False] * 13 + [True]
     assert list(maps.weights) == ["encoder_self"] and maps.layers == {"encoder_self": list(range(6))}
@@ -66,8 +66,8 @@ def test_minilm_encoder_self_attention(served):
     assert np.diagonal(weights[0, 2], offset=-1).min() > 0.99
 
 
-def test_numbers_generates_then_returns_all_three_kinds(served):
-    maps = attention(served, "312405", model="numbers")
+def test_numbers_generates_then_returns_all_three_kinds(attention_server):
+    maps = attention(attention_server, "312405", model="numbers")
     words = "three hundred and twelve thousand, four hundred and five"
     assert maps.target_text == words == pair(312405, to_digits=False)[1]
     assert maps.source_tokens == ["▁", "3", "1", "2", "4", "0", "5", "</s>"]
@@ -76,7 +76,7 @@ def test_numbers_generates_then_returns_all_three_kinds(served):
     assert "".join(maps.target_tokens[1:]).replace("▁", " ").strip() == words
     # Greedy: each position predicts the next generated token, and the last one the end.
     assert maps.predicted_tokens == maps.target_tokens[1:] + ["</s>"]
-    with Client(served.target) as client:  # the same tokens as Generate
+    with Client(attention_server.target) as client:  # the same tokens as Generate
         assert list(client.generate("312405", model="numbers").token_ids) == [
             client.tokenize([words], model="numbers").tokenized[0].ids[i] for i in range(10)
         ]
@@ -88,35 +88,35 @@ def test_numbers_generates_then_returns_all_three_kinds(served):
     assert (maps.weights["decoder_self"][:, :, 0, 0] == 1).all()  # the start token sees only itself
 
 
-def test_a_given_target_is_read_as_is(served):
-    maps = attention(served, "312405", model="numbers", target="three hundred and twelve")
+def test_a_given_target_is_read_as_is(attention_server):
+    maps = attention(attention_server, "312405", model="numbers", target="three hundred and twelve")
     assert maps.target_tokens == ["<s>", "▁three", "▁hundred", "▁and", "▁twelve"]
     assert maps.predicted_tokens == ["▁three", "▁hundred", "▁and", "▁twelve", "▁thousand"]
     assert maps.target_text == "three hundred and twelve"
     assert maps.weights["cross"].shape == (3, 4, 5, 8)
     # Teacher forcing reads the target whatever it is; the predictions say what the model would write.
-    wrong = attention(served, "312405", model="numbers", target="seven")
+    wrong = attention(attention_server, "312405", model="numbers", target="seven")
     assert wrong.target_tokens == ["<s>", "▁seven"] and wrong.predicted_tokens[0] == "▁three"
 
 
-def test_generated_and_given_targets_give_the_same_weights(served):
-    generated = attention(served, "4711", model="numbers")
-    given_ = attention(served, "4711", model="numbers", target=generated.target_text)
+def test_generated_and_given_targets_give_the_same_weights(attention_server):
+    generated = attention(attention_server, "4711", model="numbers")
+    given_ = attention(attention_server, "4711", model="numbers", target=generated.target_text)
     assert given_.target_tokens == generated.target_tokens
     for kind in generated.weights:
         np.testing.assert_array_equal(given_.weights[kind], generated.weights[kind])
 
 
-def test_layers_can_be_chosen(served):
-    all_layers = attention(served, "90", model="numbers")
-    some = attention(served, "90", model="numbers", layers=[2, 0])
+def test_layers_can_be_chosen(attention_server):
+    all_layers = attention(attention_server, "90", model="numbers")
+    some = attention(attention_server, "90", model="numbers", layers=[2, 0])
     assert some.layers == {kind: [0, 2] for kind in ("encoder_self", "decoder_self", "cross")}
     for kind, weights in some.weights.items():
         np.testing.assert_array_equal(weights, all_layers.weights[kind][[0, 2]])
 
 
-def test_the_raw_message_carries_shapes_and_little_endian_float32(served):
-    response = served.stub().Attention(pb.AttentionRequest(model="minilm", input="hello world"))
+def test_the_raw_message_carries_shapes_and_little_endian_float32(attention_server):
+    response = attention_server.stub().Attention(pb.AttentionRequest(model="minilm", input="hello world"))
     (weights,) = response.attentions
     assert weights.kind == pb.ATTENTION_KIND_ENCODER_SELF and list(weights.shape) == [6, 12, 4, 4]
     assert len(weights.data) == 4 * 6 * 12 * 4 * 4 and list(weights.layers) == list(range(6))
@@ -124,16 +124,19 @@ def test_the_raw_message_carries_shapes_and_little_endian_float32(served):
     np.testing.assert_allclose(array.sum(-1), 1, atol=1e-5)
 
 
-def test_the_model_thread_runs_the_graph_and_metrics_count_it(served):
-    registry = served.server.core.registry
+def test_the_model_thread_runs_the_graph_and_metrics_count_it(attention_server):
+    registry = attention_server.server.core.registry
     before = registry.models["minilm"].attention.calls
-    metrics = served.server.metrics.registry
+    metrics = attention_server.server.metrics.registry
     labels = {"model": "minilm", "stage": "attention"}
     count = metrics.get_sample_value("attnserve_inference_duration_seconds_count", labels)
-    release = served.hold_model_thread()
+    release = attention_server.hold_model_thread()
     try:
-        future = served.stub().Attention.future(pb.AttentionRequest(model="minilm", input="held"))
-        wait_until(lambda: served.call_soon(lambda: served.server.core.attention.calls) == 1, what="the call arrives")
+        future = attention_server.stub().Attention.future(pb.AttentionRequest(model="minilm", input="held"))
+        wait_until(
+            lambda: attention_server.call_and_wait(lambda: attention_server.server.core.attention_maps.calls) == 1,
+            what="the call arrives",
+        )
         assert not future.done()  # waits for the model thread, like the serving graphs' calls
     finally:
         release.set()
@@ -172,27 +175,27 @@ def long_sentence(tokens: int) -> str:
         (pb.AttentionRequest(model="minilm", input="a\x00b"), "input: contains a NUL character"),
     ],
 )  # fmt: skip
-def test_bad_requests_are_refused_before_any_model_work(served, request_, message):
-    models = served.server.core.registry.models
+def test_bad_requests_are_refused_before_any_model_work(attention_server, request_, message):
+    models = attention_server.server.core.registry.models
     work = (models["minilm"].attention.calls, models["numbers"].attention.calls, models["numbers"].scheduler.steps_run)
-    code, details = status(lambda: served.stub().Attention(request_))
+    code, details = status(lambda: attention_server.stub().Attention(request_))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details, details
     assert (models["minilm"].attention.calls, models["numbers"].attention.calls,
             models["numbers"].scheduler.steps_run) == work  # fmt: skip
 
 
-def test_fewer_layers_fit_where_all_do_not(served):
-    maps = attention(served, long_sentence(60), model="minilm", layers=[0])
+def test_fewer_layers_fit_where_all_do_not(attention_server):
+    maps = attention(attention_server, long_sentence(60), model="minilm", layers=[0])
     assert maps.weights["encoder_self"].shape == (1, 12, 60, 60)  # 172,800 bytes
 
 
-def test_unknown_model_is_not_found(served):
-    code, details = status(lambda: served.stub().Attention(pb.AttentionRequest(model="gpt-99", input="x")))
-    assert code == grpc.StatusCode.NOT_FOUND and "model: 'gpt-99' is not served here" in details
+def test_unknown_model_is_not_found(attention_server):
+    code, details = status(lambda: attention_server.stub().Attention(pb.AttentionRequest(model="gpt-99", input="x")))
+    assert code == grpc.StatusCode.NOT_FOUND and "model: 'gpt-99' is not attention_server here" in details
 
 
-def test_empty_model_means_the_first_one(served):
-    response = served.stub().Attention(pb.AttentionRequest(input="two words"))
+def test_empty_model_means_the_first_one(attention_server):
+    response = attention_server.stub().Attention(pb.AttentionRequest(input="two words"))
     assert response.model == "minilm" and list(response.source_tokens) == ["[CLS]", "two", "words", "[SEP]"]
 
 
@@ -222,7 +225,9 @@ def test_too_many_at_once_is_resource_exhausted(tight):
     release = tight.hold_model_thread()
     try:
         first = tight.stub().Attention.future(pb.AttentionRequest(input="5", max_new_tokens=4))
-        wait_until(lambda: tight.call_soon(lambda: tight.server.core.attention.calls) == 1, what="the call arrives")
+        wait_until(
+            lambda: tight.call_and_wait(lambda: tight.server.core.attention_maps.calls) == 1, what="the call arrives"
+        )
         request = pb.AttentionRequest(input="6", max_new_tokens=4)
         code, details = status(lambda: tight.stub().Attention(request, timeout=5))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -245,7 +250,9 @@ def test_a_caller_that_leaves_holds_its_slot_until_its_graph_has_run(tight):
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 Attention calls are in progress" in details
     finally:
         release.set()
-    wait_until(lambda: tight.call_soon(lambda: tight.server.core.attention.calls) == 0, what="the slot is free")
+    wait_until(
+        lambda: tight.call_and_wait(lambda: tight.server.core.attention_maps.calls) == 0, what="the slot is free"
+    )
     assert maps.calls == runs + 1  # the abandoned call's graph ran, then let its slot go
     assert tight.stub().Attention(request).predicted_tokens == ["▁five", "</s>"]
 
@@ -305,8 +312,8 @@ def test_flags_and_environment_turn_it_on():
 
 @given(number=st.integers(0, 999_999_999))
 @settings(max_examples=15, suppress_health_check=list(HealthCheck))
-def test_shapes_follow_the_tokens(served, number):
-    maps = attention(served, str(number), model="numbers")
+def test_shapes_follow_the_tokens(attention_server, number):
+    maps = attention(attention_server, str(number), model="numbers")
     source, target = len(maps.source_tokens), len(maps.target_tokens)
     assert source == len(str(number)) + 2  # the word-start mark, the digits, </s>
     assert maps.target_text == pair(number, to_digits=False)[1]
@@ -327,8 +334,8 @@ ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode
     layers=st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 6), max_size=4),
 ))  # fmt: skip
 @settings(max_examples=150, suppress_health_check=list(HealthCheck))
-def test_any_request_gets_a_proper_status(served, request):
-    code, details = status(lambda: served.stub().Attention(request, timeout=30))
+def test_any_request_gets_a_proper_status(attention_server, request):
+    code, details = status(lambda: attention_server.stub().Attention(request, timeout=30))
     assert code in ALLOWED, (code, details)
 
 
@@ -340,7 +347,7 @@ def test_entropy_of_a_uniform_head_is_log_keys():
     assert summary.entropy == pytest.approx(math.log(5)) and summary.special == pytest.approx(0.2)
 
 
-def test_unparsable_bytes_are_invalid_argument(served):
-    call = served.channel().unary_unary("/attnserve.v1.Inference/Attention")
+def test_unparsable_bytes_are_invalid_argument(attention_server):
+    call = attention_server.channel().unary_unary("/attnserve.v1.Inference/Attention")
     code, details = status(lambda: call(b"\xff\x00garbage", timeout=10))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a valid message for Attention" in details

@@ -17,7 +17,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 from .waits import wait_until
 
@@ -26,13 +26,6 @@ WORDS = "the quick brown fox jumps over a lazy dog while seven tired engineers d
 
 def sentence(rng: random.Random, low: int, high: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
-
-
-@pytest.fixture(scope="module")
-def served(minilm_dir, numbers_dir):
-    server = ServerThread([minilm_dir, numbers_dir])
-    yield server
-    server.close()
 
 
 def code_and_details(call):
@@ -161,10 +154,10 @@ def test_work_whose_caller_has_gone_is_dropped_before_it_runs(served):
         code, _ = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["deadline"] * 3), timeout=0.3))
         assert code == grpc.StatusCode.DEADLINE_EXCEEDED
         future = stub.Embed.future(pb.EmbedRequest(inputs=["cancelled"] * 2))
-        wait_until(lambda: served.call_soon(lambda: batcher(served).queue_depth) == 2, what="the texts are queued")
+        wait_until(lambda: served.call_and_wait(lambda: batcher(served).queue_depth) == 2, what="the texts are queued")
         future.cancel()
         # nothing left behind
-        wait_until(lambda: served.call_soon(lambda: batcher(served).queue_depth) == 0, what="the queue empties")
+        wait_until(lambda: served.call_and_wait(lambda: batcher(served).queue_depth) == 0, what="the queue empties")
     finally:
         release.set()
     with Client(served.target) as client:
@@ -180,7 +173,7 @@ def test_a_full_queue_answers_resource_exhausted_at_once(minilm_dir):
         # Two of these three form a batch, which waits for the held model thread; one stays queued.
         waiting = stub.Embed.future(pb.EmbedRequest(inputs=["a", "b", "c"]))
         queued = server.server.core.registry.models["minilm"].batcher
-        wait_until(lambda: server.call_soon(lambda: queued.queue_depth) == 1, what="one text stays queued")
+        wait_until(lambda: server.call_and_wait(lambda: queued.queue_depth) == 1, what="one text stays queued")
         # At once: waiting for room would wait for the held model thread (the timeout).
         code, details = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["d", "e", "f", "g"]), timeout=30))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 texts are waiting; the queue holds 4" in details
@@ -196,7 +189,9 @@ def test_calls_beyond_max_concurrent_requests_are_refused_but_health_answers(min
         release = server.hold_model_thread()
         stub = server.stub()
         held = [stub.Embed.future(pb.EmbedRequest(inputs=[f"held {i}"])) for i in range(2)]
-        wait_until(lambda: server.call_soon(lambda: server.server.core.admission.in_flight) == 2, what="2 in flight")
+        wait_until(
+            lambda: server.call_and_wait(lambda: server.server.core.admission.in_flight) == 2, what="2 in flight"
+        )
         code, details = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["one too many"])))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_concurrent_requests 2" in details
         health = health_pb2_grpc.HealthStub(server.channel())
@@ -244,10 +239,10 @@ def test_the_arena_gives_its_memory_back_once_idle_after_large_calls_only(served
     queue = batcher(served)
     with Client(served.target) as client:
         client.embed(["short"] * 4)
-        wait_until(lambda: not served.call_soon(queue.holds_memory), what="an earlier release")
-        before = served.call_soon(lambda: queue.memory_releases)
+        wait_until(lambda: not served.call_and_wait(queue.holds_memory), what="an earlier release")
+        before = served.call_and_wait(lambda: queue.memory_releases)
         client.embed(["small call"] * 4)  # 16 padded tokens: nothing to give back
         client.embed([f"{i} " + "many words in a long text " * 50 for i in range(32)])  # 8,192 padded tokens
-        wait_until(lambda: served.call_soon(lambda: queue.memory_releases) == before + 1, what="one release")
+        wait_until(lambda: served.call_and_wait(lambda: queue.memory_releases) == before + 1, what="one release")
         assert client.embed(["after"]).vectors.shape == (1, 384)  # and the model serves on
-    assert served.call_soon(lambda: queue.memory_releases) == before + 1
+    assert served.call_and_wait(lambda: queue.memory_releases) == before + 1

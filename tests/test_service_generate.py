@@ -11,22 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from model.numbers import pair, sample_number
+from modelbuild.numbers import pair, sample_number
 from service.grpc_api.pb import inference_pb2 as pb
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 from .waits import wait_until
 
 NUMBERS_FULL = (
     "nine hundred and ninety-nine million, nine hundred and ninety-nine thousand, nine hundred and ninety-nine"
 )
-
-
-@pytest.fixture(scope="module")
-def served(minilm_dir, numbers_dir):
-    server = ServerThread([numbers_dir, minilm_dir])
-    yield server
-    server.close()
 
 
 def scheduler(server):
@@ -120,10 +113,10 @@ def test_cancelling_a_stream_frees_its_cache_row(served):
     )
     for _, message in zip(range(5), stream):
         assert message.token_ids
-    assert served.call_soon(lambda: scheduler(served).cache.used) == 1
+    assert served.call_and_wait(lambda: scheduler(served).cache.used) == 1
     stream.cancel()
-    wait_until(lambda: served.call_soon(lambda: scheduler(served).cache.used) == 0, what="the row is freed")
-    assert served.call_soon(lambda: (scheduler(served).cache.used, scheduler(served).running)) == (0, 0)
+    wait_until(lambda: served.call_and_wait(lambda: scheduler(served).cache.used) == 0, what="the row is freed")
+    assert served.call_and_wait(lambda: (scheduler(served).cache.used, scheduler(served).running)) == (0, 0)
 
 
 def test_requests_that_do_not_fit_wait_then_finish(numbers_dir):
@@ -179,9 +172,9 @@ def test_a_full_waiting_queue_answers_resource_exhausted(numbers_dir):
         release = server.hold_model_thread()
         stub = server.stub()
         running = stub.Generate.future(pb.GenerateRequest(input="5"))  # takes the only row
-        wait_until(lambda: server.call_soon(lambda: scheduler(server).cache.used) == 1, what="5 takes the row")
+        wait_until(lambda: server.call_and_wait(lambda: scheduler(server).cache.used) == 1, what="5 takes the row")
         waiting = stub.Generate.future(pb.GenerateRequest(input="6"))  # waits for it
-        wait_until(lambda: server.call_soon(lambda: len(scheduler(server).waiting)) == 1, what="6 waits")
+        wait_until(lambda: server.call_and_wait(lambda: len(scheduler(server).waiting)) == 1, what="6 waits")
         # At once: waiting for room would wait for the held model thread (the timeout).
         code, details = code_and_details(lambda: stub.Generate(pb.GenerateRequest(input="7"), timeout=30))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 requests are waiting; the queue holds 1" in details
@@ -210,6 +203,6 @@ def test_a_deadline_ends_the_call_and_frees_its_row(served):
         assert code == grpc.StatusCode.DEADLINE_EXCEEDED
     finally:
         release.set()
-    wait_until(lambda: served.call_soon(lambda: scheduler(served).cache.used) == 0, what="the row is freed")
-    assert served.call_soon(lambda: (scheduler(served).cache.used, scheduler(served).running)) == (0, 0)
+    wait_until(lambda: served.call_and_wait(lambda: scheduler(served).cache.used) == 0, what="the row is freed")
+    assert served.call_and_wait(lambda: (scheduler(served).cache.used, scheduler(served).running)) == (0, 0)
     assert generate(stub, "8").text == "eight"  # and the server goes on

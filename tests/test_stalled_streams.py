@@ -3,7 +3,7 @@ ModelStreamInfer and the HTTP API's server-sent events. With more answer outstan
 buffers and flow-control windows hold, the server gives each stream up after stream_write_timeout (1 s
 here), records it (DEADLINE_EXCEEDED on gRPC; 504 on HTTP, whose 200 already went, so the connection is
 reset), counts it in attnserve_streams_stalled_total, and releases what it held (running calls, cache
-rows, admission) while the client still holds its end; others are served all along."""
+rows, admission) while the client still holds its end; others are streaming_server all along."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
 from service.grpc_api.pb import open_inference_pb2 as oip
 from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
-from service.server_thread import ServerThread
+from testing.server_thread import ServerThread
 
 from .server_state import assert_back_to, baseline
 from .waits import wait_until
@@ -32,7 +32,7 @@ PROMPTS = 1024  # SSE: 1024 x 63 events of ~190 bytes, 12 MB, three times the 4 
 
 
 @pytest.fixture(scope="module")
-def served(numbers_dir):
+def streaming_server(numbers_dir):
     server = ServerThread(
         [numbers_dir], stream_write_timeout=TIMEOUT, max_client_batch_size=PROMPTS,
         max_waiting_sequences=2 * PROMPTS, max_running_sequences=256,
@@ -41,55 +41,59 @@ def served(numbers_dir):
     server.close()
 
 
-def sample(served, name: str, **labels) -> float:
-    return served.server.metrics.registry.get_sample_value(name, labels) or 0.0
+def sample(streaming_server, name: str, **labels) -> float:
+    return streaming_server.server.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
-def stalled(served, rpc: str) -> float:
-    return sample(served, "attnserve_streams_stalled_total", rpc=rpc, model="numbers")
+def stalled(streaming_server, rpc: str) -> float:
+    return sample(streaming_server, "attnserve_streams_stalled_total", rpc=rpc, model="numbers")
 
 
-def released(served) -> dict:
+def released(streaming_server) -> dict:
     """What stalled streams could hold: calls admitted or running, sequences waiting or holding rows."""
-    scheduler = served.server.core.registry.models["numbers"].scheduler
+    scheduler = streaming_server.server.core.registry.models["numbers"].scheduler
 
     def state() -> dict:
         return {
-            "admitted": served.server.core.admission.in_flight,
-            "running": sample(served, "attnserve_requests_running", model="numbers"),
+            "admitted": streaming_server.server.core.admission.in_flight,
+            "running": sample(streaming_server, "attnserve_requests_running", model="numbers"),
             "sequences": len(scheduler.waiting) + scheduler.running + scheduler.cache.used,
             "reserved tokens": scheduler.cache.reserved_tokens,
         }
 
-    return served.call_soon(state)
+    return streaming_server.call_and_wait(state)
 
 
-def assert_released(served) -> None:
-    wait_until(lambda: not any(released(served).values()), what=f"everything released: {released(served)}")
-
-
-def others_are_served(served) -> None:
-    assert served.stub().Generate(pb.GenerateRequest(input=NUMBERS), timeout=30).text == "999"
-
-
-def test_generate_stream(served):
-    before, already = baseline(served), stalled(served, "GenerateStream")
-    exceeded = sample(
-        served, "attnserve_requests_total", rpc="GenerateStream", model="numbers", code="DEADLINE_EXCEEDED"
+def assert_released(streaming_server) -> None:
+    wait_until(
+        lambda: not any(released(streaming_server).values()), what=f"everything released: {released(streaming_server)}"
     )
-    channel = grpc.insecure_channel(served.target, options=TINY_WINDOW)
+
+
+def others_are_served(streaming_server) -> None:
+    assert streaming_server.stub().Generate(pb.GenerateRequest(input=NUMBERS), timeout=30).text == "999"
+
+
+def test_generate_stream(streaming_server):
+    before, already = baseline(streaming_server), stalled(streaming_server, "GenerateStream")
+    exceeded = sample(
+        streaming_server, "attnserve_requests_total", rpc="GenerateStream", model="numbers", code="DEADLINE_EXCEEDED"
+    )
+    channel = grpc.insecure_channel(streaming_server.target, options=TINY_WINDOW)
     request = pb.GenerateRequest(input=NUMBERS, params=pb.GenerationParams(ignore_eos=True, max_new_tokens=LONGEST))
     # The client's deadline is far off: only the server's giving up can end these in time.
     streams = [pb_grpc.InferenceStub(channel).GenerateStream(request, timeout=300) for _ in range(20)]
-    wait_until(lambda: stalled(served, "GenerateStream") - already == 20, what="20 streams given up")
-    assert_released(served)
-    codes = sample(served, "attnserve_requests_total", rpc="GenerateStream", model="numbers", code="DEADLINE_EXCEEDED")
+    wait_until(lambda: stalled(streaming_server, "GenerateStream") - already == 20, what="20 streams given up")
+    assert_released(streaming_server)
+    codes = sample(
+        streaming_server, "attnserve_requests_total", rpc="GenerateStream", model="numbers", code="DEADLINE_EXCEEDED"
+    )
     assert codes - exceeded == 20
-    others_are_served(served)
+    others_are_served(streaming_server)
     for stream in streams:
         stream.cancel()
     channel.close()
-    assert_back_to(served, before)
+    assert_back_to(streaming_server, before)
 
 
 def stream_infer_requests(count: int):
@@ -103,42 +107,47 @@ def stream_infer_requests(count: int):
         yield request
 
 
-def test_model_stream_infer(served):
+def test_model_stream_infer(streaming_server):
     """Each request on the stream is a call: all 20 in progress are given up with the stream."""
-    before, already = baseline(served), stalled(served, "ModelStreamInfer")
+    before, already = baseline(streaming_server), stalled(streaming_server, "ModelStreamInfer")
     labels = {"rpc": "ModelStreamInfer", "model": "numbers", "code": "DEADLINE_EXCEEDED"}
-    exceeded = sample(served, "attnserve_requests_total", **labels)
-    channel = grpc.insecure_channel(served.target, options=TINY_WINDOW)
+    exceeded = sample(streaming_server, "attnserve_requests_total", **labels)
+    channel = grpc.insecure_channel(streaming_server.target, options=TINY_WINDOW)
     answers = oip_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(stream_infer_requests(20), timeout=300)
-    wait_until(lambda: stalled(served, "ModelStreamInfer") - already == 20, what="the stream's 20 requests given up")
-    assert_released(served)
-    assert sample(served, "attnserve_requests_total", **labels) - exceeded == 20
-    others_are_served(served)
+    wait_until(
+        lambda: stalled(streaming_server, "ModelStreamInfer") - already == 20, what="the stream's 20 requests given up"
+    )
+    assert_released(streaming_server)
+    assert sample(streaming_server, "attnserve_requests_total", **labels) - exceeded == 20
+    others_are_served(streaming_server)
     answers.cancel()
     channel.close()
-    assert_back_to(served, before)
+    assert_back_to(streaming_server, before)
 
 
-def test_server_sent_events(served):
+def test_server_sent_events(streaming_server):
     """A raw socket with a 4 KiB receive buffer asks for 1024 prompts' events and reads none of them."""
-    before, already = baseline(served), stalled(served, "http.completions")
-    given_up = sample(served, "attnserve_requests_total", rpc="http.completions", model="numbers", code="504")
+    before, already = baseline(streaming_server), stalled(streaming_server, "http.completions")
+    given_up = sample(streaming_server, "attnserve_requests_total", rpc="http.completions", model="numbers", code="504")
     body = json.dumps({"model": "numbers", "prompt": [NUMBERS] * PROMPTS, "max_tokens": LONGEST, "ignore_eos": True,
                        "stream": True}).encode()  # fmt: skip
     head = (f"POST /v1/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\n\r\n").encode()  # fmt: skip
     client = socket.socket()
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: it sets the window
-    client.connect(("127.0.0.1", served.server.http.port))
+    client.connect(("127.0.0.1", streaming_server.server.http.port))
     client.sendall(head + body)
-    wait_until(lambda: stalled(served, "http.completions") - already == 1, what="the event stream given up")
-    assert_released(served)
+    wait_until(lambda: stalled(streaming_server, "http.completions") - already == 1, what="the event stream given up")
+    assert_released(streaming_server)
     assert (
-        sample(served, "attnserve_requests_total", rpc="http.completions", model="numbers", code="504") == given_up + 1
+        sample(streaming_server, "attnserve_requests_total", rpc="http.completions", model="numbers", code="504")
+        == given_up + 1
     )
-    with openai.OpenAI(base_url=f"http://127.0.0.1:{served.server.http.port}/v1", api_key="-", max_retries=0) as sdk:
+    with openai.OpenAI(
+        base_url=f"http://127.0.0.1:{streaming_server.server.http.port}/v1", api_key="-", max_retries=0
+    ) as sdk:
         assert sdk.completions.create(model="numbers", prompt=NUMBERS).choices[0].text == "999"
-    others_are_served(served)
+    others_are_served(streaming_server)
     # The server reset the connection (nothing it still held is sent): the client's next reads end in the
     # reset, well short of the whole answer.
     client.settimeout(30)
@@ -150,4 +159,4 @@ def test_server_sent_events(served):
         reset = True
     client.close()
     assert reset and received < PROMPTS * LONGEST * 150, received
-    assert_back_to(served, before)
+    assert_back_to(streaming_server, before)

@@ -69,6 +69,12 @@ class Call(Generic[Status]):
         self.record.code = self.table.code(status)
         return Refusal(status, field, message, type(error).__name__)
 
+    def went_away(self, code: str | None = None) -> None:
+        """The caller left before the answer ended: recorded as `code` (the table's), unless the call
+        already says why it ended."""
+        if self.record.code == self.table.ok:
+            self.record.code = code or self.table.cancelled
+
     def close(self) -> None:
         """Once per call, whichever path gets here first: admission left, the record counted and logged."""
         if self.record.closed:
@@ -112,8 +118,7 @@ async def run_call(
     except ServiceError as error:
         raise _refused(call, error) from None
     except (asyncio.CancelledError, GeneratorExit):
-        if call.record.code == table.ok:
-            call.record.code = cancelled() if cancelled else table.cancelled
+        call.went_away(cancelled() if cancelled else None)
         raise
     except table.passes:
         raise

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from ..engine import sequence
 from ..errors import QueueFull, ServiceError, invalid
 from ..ops.call_record import CallRecord
-from .models import Seq2SeqModel
 from .registry import ModelRegistry
+from .served_models import Seq2SeqModel
 from .tokenization import Tokenization
 from .validation import GenerationOptions, check_text, generation_params
 

@@ -14,7 +14,7 @@ from modeldir.tokenizer import pad_batch
 from ..engine.sequence import GenerationParams
 
 if TYPE_CHECKING:
-    from .models import EmbeddingModel, ServedModel
+    from .served_models import EmbeddingModel, ServedModel
 
 PROBE_TEXT = "1"  # a token or two in every tokenizer
 

@@ -19,6 +19,7 @@ from modeldir.tokenizer import load_tokenizer
 from ..engine.batcher import BatchLimits, EmbeddingBatcher
 from ..engine.generation_cache import MIN_SOURCE_CAPACITY, GenerationCache
 from ..engine.scheduler import Scheduler
+from ..engine.steps import SchedulerSettings
 from ..engine.token_choice import GenerationRules, TokenChoice
 from ..ops.metrics import Metrics
 from ..runner.attention_maps import AttentionMapsRunner
@@ -27,9 +28,10 @@ from ..runner.device_memory import cuda_memory, cuda_memory_used
 from ..runner.embedding import EmbeddingRunner
 from ..runner.seq2seq import Seq2SeqRunner
 from ..runner.sessions import CUDA, SessionSettings, create_session, provider_of, resolve_device
-from .attention import AttentionGraph, select_layers
+from .attention_maps import AttentionGraph, select_layers
 from .health import ModelHealth, probe, run_encoder
-from .models import (
+from .registry import ModelRegistry
+from .served_models import (
     Architecture,
     EmbeddingModel,
     GenerationDefaults,
@@ -38,7 +40,6 @@ from .models import (
     ServedModel,
     SpecialTokens,
 )
-from .registry import ModelRegistry
 
 log = logging.getLogger("attnserve.loader")
 
@@ -200,15 +201,18 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
                               normalize_by_default=c.normalize)  # fmt: skip
     g = opened.geometry
     memory = opened.runner.cache_memory(g, opened.rows, MIN_SOURCE_CAPACITY)
-    cache = GenerationCache(g, opened.rows, memory)
+    cache = GenerationCache(memory)
     rules = GenerationRules(
         eos_id=c.eos_id, suppressed_ids=c.suppressed_ids, forced_eos=c.forced_eos,
         renormalize_logits=c.renormalize_logits,
     )  # fmt: skip
+    scheduling = SchedulerSettings(
+        bos_id=c.bos_id, pad_id=c.pad_id, max_waiting=settings.cache.max_waiting,
+        encode_split_cost=settings.batching.split_cost_tokens, name=files.name,
+    )  # fmt: skip
     scheduler = Scheduler(
-        opened.runner, cache, opened.tokenizer.decode, TokenChoice(rules), c.bos_id, c.pad_id, executor,
-        settings.cache.max_waiting, files.name, model_metrics, health, settings.batching.split_cost_tokens,
-        opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
+        scheduling, opened.runner, cache, opened.tokenizer.decode, TokenChoice(rules), executor, model_metrics,
+        health, opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
     )  # fmt: skip
     model_metrics.watch_queue(lambda: len(scheduler.waiting))
     model_metrics.watch_cache(lambda: cache.usage_ratio, cache.capacity_tokens)

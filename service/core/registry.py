@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import NotFound, invalid
-from .models import ServedModel
+from .served_models import ServedModel
 
 
 @dataclass(frozen=True)

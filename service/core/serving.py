@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import ServiceError, Unavailable, invalid
 from ..ops.metrics import Metrics
 from .admission import Admission
-from .attention import Attention, AttentionLimits
+from .attention_maps import AttentionLimits, AttentionMaps
 from .calls import Call, Refusal, Status, StatusTable, refused, run_call
 from .embeddings import Embeddings
 from .generation import Generation
@@ -52,7 +52,7 @@ class ServingCore:
         self.embeddings: Embeddings | None = None
         self.generation: Generation | None = None
         self.tokenization: Tokenization | None = None
-        self.attention: Attention | None = None
+        self.attention_maps: AttentionMaps | None = None
         self._readiness_listeners: list[Callable[[bool], None]] = []
         self._probes: asyncio.Task | None = None
 
@@ -87,7 +87,7 @@ class ServingCore:
         self.tokenization = Tokenization(registry, self.tokenize_executor, s.max_client_batch_size)
         self.embeddings = Embeddings(registry, self.tokenization, s.max_client_batch_size)
         self.generation = Generation(registry, self.tokenization, s.max_beams, s.max_client_batch_size)
-        self.attention = Attention(registry, self.tokenization, s.attention)
+        self.attention_maps = AttentionMaps(registry, self.tokenization, s.attention)
         self.registry = registry
         self.admission.loaded = True
         self._probes = asyncio.get_running_loop().create_task(self._probe_unhealthy_models(), name="probes")

@@ -8,11 +8,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Iterable
 
-from ..engine.sequence import Event
 from ..errors import DeadlineExceeded
 from ..ops.call_record import CallRecord
 from ..ops.metrics import Metrics
-from .generation import GenerationStream
+from .generation import GenerationStream, StreamEvent
 
 # Events merged ahead of a writer that waits for its client. Beyond, the sequences' own events wait in
 # the scheduler, bounded by their max_new_tokens, until the stream takes them or is given up.
@@ -44,7 +43,7 @@ class StreamPolicy:
             raise StreamStalled(self.write_timeout) from None
 
 
-async def merged(streams: list[GenerationStream]) -> AsyncIterator[tuple[int, Event]]:
+async def merged(streams: list[GenerationStream]) -> AsyncIterator[tuple[int, StreamEvent]]:
     """The streams' events as they come, each with its stream's index, until every stream has ended; the
     first error ends them all. Closing this closes every stream, which frees their cache rows."""
     buffer: asyncio.Queue = asyncio.Queue(maxsize=MERGED_EVENTS)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from modeldir.tokenizer import Encoded
 
 from ..ops.call_record import CallRecord
-from .models import ServedModel
 from .registry import ModelRegistry
+from .served_models import ServedModel
 from .validation import check_texts
 
 # Texts this short are tokenized on the event loop (a sentence: ~65 us); longer ones in the threads.

@@ -11,7 +11,7 @@ from ..engine.beam_search import BeamSettings
 from ..engine.sampling import SamplingParams
 from ..engine.sequence import GenerationParams
 from ..errors import invalid
-from .models import Seq2SeqModel
+from .served_models import Seq2SeqModel
 
 MAX_LENGTH_PENALTY = 10.0
 MAX_STOP_SEQUENCES = 8

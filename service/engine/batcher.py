@@ -26,6 +26,7 @@ from modeldir.tokenizer import pad_batch
 
 from ..errors import QueueFull
 from ..ops.metrics import ModelMetrics
+from .steps import HealthReport
 
 log = logging.getLogger("attnserve.batcher")
 
@@ -117,7 +118,7 @@ class EmbeddingBatcher:
         name: str = "",
         metrics: ModelMetrics | None = None,
         make_run_options: Callable[[], object] | None = None,
-        health=None,
+        health: HealthReport | None = None,
         release_memory: Callable[[], None] | None = None,
     ):
         """embed(input_ids, attention_mask, run_options) -> (B, d), run in `executor`. metrics hears of

@@ -22,7 +22,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..runner.cache_memory import CacheGeometry
+from ..runner.cache_memory import CacheMemory
 
 MIN_SOURCE_CAPACITY = 16
 
@@ -51,9 +51,10 @@ def reorder_beams(beam_rows: list, parents: list[int]) -> tuple[list, list[tuple
 
 
 class GenerationCache:
-    def __init__(self, geometry: CacheGeometry, rows: int, memory):
-        """memory: the buffers on the device and their row operations (runner/cache_memory.py CacheMemory),
-        `rows` rows of this geometry, source capacity MIN_SOURCE_CAPACITY."""
+    def __init__(self, memory: CacheMemory):
+        """memory: the buffers on the device and their row operations (runner/cache_memory.py), its rows of
+        its geometry, source capacity MIN_SOURCE_CAPACITY."""
+        geometry, rows = memory.geometry, memory.rows
         if rows < 1:
             raise ValueError(f"the cache must hold at least one row of {geometry.bytes_per_row} bytes")
         self.geometry, self.rows, self.memory = geometry, rows, memory

@@ -30,6 +30,7 @@ from .batcher import RELEASE_AFTER_TOKENS, RELEASE_IDLE_SECONDS, split_by_length
 from .beam_search import BeamSearch
 from .generation_cache import GenerationCache
 from .sequence import EOS, LENGTH, STOP, BeamRow, Event, GenerationParams, Hypothesis, Sequence, owner
+from .steps import BEAM_ROW, HealthReport, ModelCall, SchedulerSettings, StepPlan, StepResult
 from .text_stream import TextStream
 from .token_choice import TokenChoice
 
@@ -39,28 +40,23 @@ log = logging.getLogger("attnserve.scheduler")
 class Scheduler:
     def __init__(
         self,
+        settings: SchedulerSettings,
         runner,
         cache: GenerationCache,
         decode: Callable[[list[int]], str],
         choice: TokenChoice,
-        bos_id: int,
-        pad_id: int,
         executor: Executor,
-        max_waiting: int,
-        name: str = "",
         metrics: ModelMetrics | None = None,
-        health=None,
-        encode_split_cost: int = 64,
+        health: HealthReport | None = None,
         release_memory: Callable[[], None] | None = None,
     ):
-        """runner: encode(ids, mask) -> cross K/V, and step(...) -> logits (runner/seq2seq.py); decode: token
-        ids -> text; encode_split_cost: one more encoder call's cost in padded tokens (split_by_length);
-        release_memory: gives the runtime's memory back, run when idle after large encoder calls (as the
-        batcher does: engine/batcher.py)."""
+        """runner: encode(ids, mask) -> EncoderOutput, and step(...) -> StepOutput (runner/seq2seq.py);
+        decode: token ids -> text; release_memory: gives the runtime's memory back, run when idle after
+        large encoder calls (as the batcher does: engine/batcher.py)."""
+        self.settings = settings
         self.runner, self.cache, self.decode, self.choice, self.executor = runner, cache, decode, choice, executor
-        self.bos_id, self.pad_id, self.eos_id = bos_id, pad_id, choice.eos_id
-        self.encode_split_cost = encode_split_cost
-        self.max_waiting, self.name, self.metrics, self.health = max_waiting, name, metrics, health
+        self.bos_id, self.pad_id, self.eos_id = settings.bos_id, settings.pad_id, choice.eos_id
+        self.max_waiting, self.name, self.metrics, self.health = settings.max_waiting, settings.name, metrics, health
         self.release_memory = release_memory
         self._largest_call = 0  # padded tokens of the largest encoder call since memory was last released
         self.waiting: deque[Sequence] = deque()
@@ -135,12 +131,11 @@ class Scheduler:
                     continue
                 await self._wake.wait()
                 continue
-            admitted = self._schedule()
-            if not self.cache.holders:
+            plan = self._schedule()
+            if not plan.holders:
                 continue
-            holders = list(self.cache.holders)
             try:
-                tokens, timings = await loop.run_in_executor(self.executor, self._execute, admitted, holders)
+                result = await loop.run_in_executor(self.executor, self._execute, plan)
             except Exception as error:  # a model fault: these sequences fail, the loop goes on
                 log.exception("model %s: decode step failed", self.name)
                 if self.health:
@@ -152,14 +147,14 @@ class Scheduler:
             if self.health:
                 self.health.succeeded()
             self.steps_run += 1
-            self.largest_step = max(self.largest_step, len(holders))
-            for stage, inputs, positions, seconds, (sent, fetched) in timings:
-                if stage == "encode":
-                    self._largest_call = max(self._largest_call, positions)
+            self.largest_step = max(self.largest_step, plan.rows)
+            for call in result.calls:
+                if call.stage == "encode":
+                    self._largest_call = max(self._largest_call, call.positions)
                 if self.metrics:
-                    self.metrics.model_call(stage, inputs, positions, seconds)
-                    self.metrics.transferred(stage, sent, fetched)
-            self._update(holders, tokens)
+                    self.metrics.model_call(call.stage, call.inputs, call.positions, call.seconds)
+                    self.metrics.transferred(call.stage, call.sent, call.fetched)
+            self._update(plan, result)
 
     async def _release_memory(self) -> None:
         self._largest_call = 0
@@ -170,9 +165,9 @@ class Scheduler:
 
     # schedule
 
-    def _schedule(self) -> list[Sequence]:
-        """Admit waiting sequences, first come first served, while the cache has rows for them: a beam
-        search at the head waits until it has all its rows."""
+    def _schedule(self) -> StepPlan:
+        """Admit waiting sequences, first come first served, while the cache has rows for them (a beam
+        search at the head waits until it has all its rows); -> the turn's plan over every row."""
         admitted = []
         while self.waiting and self.cache.free_rows >= self.waiting[0].params.width:
             sequence = self.waiting.popleft()
@@ -184,7 +179,10 @@ class Scheduler:
             if self.metrics and not sequence.params.probe:
                 self.metrics.queued(sequence.admitted - sequence.arrived)
             admitted.append(sequence)
-        return admitted
+        holders = list(self.cache.holders)
+        last = np.array([self._last_token(holder) for holder in holders], dtype=np.int64)[:, None]
+        logit_rows = [i for i, holder in enumerate(holders) if self.choice.needs_logits(holder)]
+        return StepPlan(admitted, holders, last, logit_rows)
 
     def _leave(self, sequence: Sequence) -> None:
         for holder in sequence.holders:
@@ -192,26 +190,25 @@ class Scheduler:
 
     # execute (in the model thread)
 
-    def _execute(self, admitted: list[Sequence], holders: list) -> tuple[list[int | None], list[tuple]]:
+    def _execute(self, plan: StepPlan) -> StepResult:
         """Encode the newly admitted sources (their cross K/V go into their rows on the device), run one
         decoder step for all rows, choose each row's next token (beam searches: their beams', rows
-        reordered). -> the tokens (None for beam rows), and (stage, inputs, positions, seconds, (bytes sent
-        to the device, bytes fetched)) of each model call."""
-        timings = []
+        reordered)."""
+        calls = []
         # Sources of similar length are encoded together: padding costs as much as real tokens.
-        for group in split_by_length(admitted, self.encode_split_cost, length=lambda s: len(s.prompt)):
+        split = self.settings.encode_split_cost
+        for group in split_by_length(plan.admitted, split, length=lambda s: len(s.prompt)):
             started = time.perf_counter()
             ids, mask = pad_batch([s.prompt for s in group], self.pad_id)
             encoded = self.runner.encode(ids, mask)
-            self.cache.write_cross(encoded, [(h.row, i) for i, s in enumerate(group) for h in s.holders])
-            moved = self.runner.transfers.last["encode"]
-            timings.append(("encode", len(group), int(ids.size), time.perf_counter() - started, moved))
+            self.cache.write_cross(encoded.cross, [(h.row, i) for i, s in enumerate(group) for h in s.holders])
+            seconds = time.perf_counter() - started
+            calls.append(ModelCall("encode", len(group), int(ids.size), seconds, encoded.sent, encoded.fetched))
         started = time.perf_counter()
-        rows = len(holders)
-        last = np.array([self._last_token(holder) for holder in holders], dtype=np.int64)[:, None]
-        logit_rows = [i for i, holder in enumerate(holders) if self.choice.needs_logits(holder)]
-        cache = self.cache
-        step = self.runner.step(last, cache.lengths[:rows], cache.source_lengths[:rows], logit_rows, cache.memory, rows)
+        rows, holders, cache = plan.rows, plan.holders, self.cache
+        step = self.runner.step(
+            plan.last_tokens, cache.lengths[:rows], cache.source_lengths[:rows], plan.logit_rows, cache.memory, rows
+        )
         cache.advance(rows)
         tokens = self.choice.choose(holders, step)
         for sequence in {id(h.sequence): h.sequence for h in holders if isinstance(h, BeamRow)}.values():
@@ -220,8 +217,8 @@ class Scheduler:
                 sequence.beam_rows = cache.follow_parents(sequence.beam_rows, parents)
                 for beam, holder in enumerate(sequence.beam_rows):
                     holder.beam = beam
-        timings.append(("decode", rows, rows, time.perf_counter() - started, self.runner.transfers.last["decode"]))
-        return tokens, timings
+        calls.append(ModelCall("decode", rows, rows, time.perf_counter() - started, step.sent, step.fetched))
+        return StepResult(tokens, calls)
 
     def _last_token(self, holder: Sequence | BeamRow) -> int:
         if isinstance(holder, BeamRow):
@@ -231,11 +228,12 @@ class Scheduler:
 
     # update
 
-    def _update(self, holders: list, tokens: list[int | None]) -> None:
+    def _update(self, plan: StepPlan, result: StepResult) -> None:
         now = time.perf_counter()
+        holders = plan.holders
         searches = {id(owner(h)): owner(h) for h in holders if isinstance(h, BeamRow)}
-        for sequence, token in zip(holders, tokens):
-            if token is None or sequence.gone:
+        for sequence, token in zip(holders, result.tokens.tolist()):
+            if token == BEAM_ROW or sequence.gone:
                 continue  # beam rows: below; gone: leaves at the start of the next turn
             self._count_token(sequence, now)
             if token == self.eos_id and not sequence.params.ignore_eos:

@@ -14,6 +14,7 @@ import numpy as np
 from .beam_search import log_softmax
 from .sampling import next_token
 from .sequence import BeamRow, Sequence
+from .steps import BEAM_ROW
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,9 @@ class TokenChoice:
         """Whether a row's token needs its whole logits: beam search and sampling do, greedy rows not."""
         return isinstance(holder, BeamRow) or not holder.params.greedy
 
-    def choose(self, holders: list, step) -> list[int | None]:
-        """The next token of each greedy or sampled row (None for beam rows), holders in row order."""
-        tokens: list[int | None] = [None] * len(holders)
+    def choose(self, holders: list, step) -> np.ndarray:
+        """The next token of each greedy or sampled row (BEAM_ROW for beam rows), holders in row order."""
+        tokens = np.full(len(holders), BEAM_ROW, np.int64)
         for i, sequence in enumerate(holders):
             if isinstance(sequence, BeamRow):
                 continue

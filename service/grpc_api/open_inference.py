@@ -18,7 +18,6 @@ from ..core.serving import ServingCore
 from ..core.streaming import StreamStalled
 from ..core.validation import GenerationOptions
 from ..errors import NotFound, invalid
-from ..ops.call_record import CallRecord
 from .call_handling import UnparsedRequest, answer_on_stream, handler, status_code
 from .open_inference_wire import (
     TEXT,
@@ -188,7 +187,7 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         triton_final_response true."""
         answers: asyncio.Queue = asyncio.Queue(maxsize=1)  # a client that stops reading holds one answer
         tasks: set[asyncio.Task] = set()
-        calls: set[CallRecord] = set()  # the records of the requests in progress on this stream
+        calls: set[Call] = set()  # the requests in progress on this stream
 
         async def emit(response: pb.ModelInferResponse) -> None:
             await answers.put(pb.ModelStreamInferResponse(infer_response=response))
@@ -197,11 +196,11 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             async def work(call: Call) -> None:
                 if isinstance(request, UnparsedRequest):
                     raise invalid("request", f"not a valid ModelInferRequest: {request.error}")
-                calls.add(call.record)
+                calls.add(call)
                 try:
                     await self._answer_on_stream(request, call, emit)
                 finally:
-                    calls.discard(call.record)
+                    calls.discard(call)
 
             error = await answer_on_stream(self.core, context, "ModelStreamInfer", FIELD_NAMES, work)
             if error is not None:
@@ -224,12 +223,12 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             while (answer := await answers.get()) is not None:
                 try:
-                    await self.core.streams.send(context.write(answer), calls)
+                    await self.core.streams.send(context.write(answer), [call.record for call in calls])
                 except StreamStalled as error:
                     # Give every request on the stream up first: the status cannot leave while the stuck
                     # write holds the stream, so abort may wait until the client goes.
-                    for record in calls:
-                        record.code = status_code(error).name
+                    for call in calls:
+                        call.refuse(error)
                     stop()
                     await context.abort(status_code(error), error.message)
             await reader

@@ -3,7 +3,7 @@ validation, limits and policy are the core's, and status codes are call_handling
 
 from __future__ import annotations
 
-from ..core.attention import CROSS, DECODER_SELF, ENCODER_SELF, AttentionRequest, AttentionResult
+from ..core.attention_maps import CROSS, DECODER_SELF, ENCODER_SELF, AttentionRequest, AttentionResult
 from ..core.calls import Call
 from ..core.embeddings import EmbedRequest
 from ..core.generation import CANCELLED, EOS, LENGTH, STOP, GenerateRequest, GenerationUsage
@@ -136,4 +136,4 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         attention = AttentionRequest(
             request.model, request.input, target, request.max_new_tokens, tuple(request.layers)
         )
-        return attention_response(await self.core.attention.maps(attention, call.record))
+        return attention_response(await self.core.attention_maps.maps(attention, call.record))

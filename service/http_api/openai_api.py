@@ -24,7 +24,7 @@ from ..core.serving import ServingCore
 from ..core.streaming import merged
 from ..core.validation import GenerationOptions
 from ..errors import ServiceError, invalid
-from .call_handling import STATUSES, BodyTooLarge, error_body, handle, refuse
+from .call_handling import BodyTooLarge, error_body, handle, refuse
 from .event_stream import AbortConnection, PacedEventStream, sse
 from .openai_types import CompletionsRequest, EmbeddingsRequest
 
@@ -181,7 +181,7 @@ async def events(call: Call, streams: list, include_usage: bool) -> AsyncIterato
             yield sse({**chunk(completion_id, model, []), "usage": {**usage, "total_tokens": sum(usage.values())}})
         yield sse("[DONE]")
     except asyncio.CancelledError:  # the client went away: its sequences stop with the merge
-        call.record.code = STATUSES.cancelled
+        call.went_away()
         raise
     except ServiceError as error:  # after the answer started: the error goes as the last event
         yield sse(error_body(call.refuse(error)))

@@ -16,18 +16,11 @@ from .cache_memory import CacheGeometry, CacheMemory
 from .sessions import DEVICE_TYPES, provider_of, shrink_options
 
 
-@dataclass
-class Transfers:
-    """Bytes between host and device: of the last call of each stage, and in all."""
-
-    last: dict[str, tuple[int, int]]  # stage -> (sent, fetched) of its last call
-    sent: int = 0
-    fetched: int = 0
-
-    def count(self, stage: str, sent: int, fetched: int) -> None:
-        self.last[stage] = (sent, fetched)
-        self.sent += sent
-        self.fetched += fetched
+@dataclass(frozen=True)
+class EncoderOutput:
+    cross: list[ort.OrtValue]  # each layer's cross-attention K/V (B, H, S, Dh), on the device
+    sent: int  # bytes to the device
+    fetched: int  # bytes back
 
 
 @dataclass(frozen=True)
@@ -35,6 +28,8 @@ class StepOutput:
     next_tokens: np.ndarray  # (rows,) int64: each row's argmax, suppressed tokens left out
     logits: np.ndarray  # (len(logit_rows), vocab) float32
     logit_rows: list[int]  # the rows `logits` holds, in its order
+    sent: int  # bytes to the device
+    fetched: int  # bytes back
 
     def row_logits(self, rows: list[int]) -> np.ndarray:
         """The logits of some of logit_rows, in the given order."""
@@ -43,7 +38,8 @@ class StepOutput:
 
 
 class Seq2SeqRunner:
-    """Keeps nothing between calls but its byte counts: the cache's memory comes in as an argument."""
+    """Keeps nothing between calls: the cache's memory comes in as an argument, and each call's result says
+    what it moved between host and device."""
 
     def __init__(
         self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, cache_graphs: dict, n_layers: int,
@@ -56,7 +52,6 @@ class Seq2SeqRunner:
         self.past_names = cache_names("past", n_layers)
         self.present_names = cache_names("present", n_layers)
         self.cross_names = cache_names("cross", n_layers)
-        self.transfers = Transfers({})
 
     def cache_memory(self, geometry: CacheGeometry, rows: int, capacity: int) -> CacheMemory:
         """The cache's buffers on this runner's device (of this runner's precision: the geometry's)."""
@@ -64,7 +59,7 @@ class Seq2SeqRunner:
             raise ValueError(f"a cache of {geometry} does not fit {self.n_layers} {self.precision} decoder layers")
         return CacheMemory(geometry, rows, self.device, self.cache_graphs, capacity)
 
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[ort.OrtValue]:
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> EncoderOutput:
         """(B, S) twice -> each layer's cross-attention K/V (B, H, S, Dh) in layer order, left on the device
         for the cache to take (CacheMemory.write_cross)."""
         binding = self.encoder.io_binding()
@@ -74,8 +69,7 @@ class Seq2SeqRunner:
         for name in self.cross_names:
             binding.bind_output(name, self.device)
         self.encoder.run_with_iobinding(binding)
-        self.transfers.count("encode", input_ids.nbytes + attention_mask.nbytes, 0)
-        return binding.get_outputs()[1:]
+        return EncoderOutput(binding.get_outputs()[1:], input_ids.nbytes + attention_mask.nbytes, 0)
 
     def release_memory(self) -> None:
         """Give the encoder's memory arena's unused regions back (after long sources): one tiny encoder
@@ -104,5 +98,4 @@ class Seq2SeqRunner:
         self.decoder.run_with_iobinding(binding, run_options)
         outputs = binding.get_outputs()
         next_tokens, logits = outputs[0].numpy(), outputs[1].numpy()
-        self.transfers.count("decode", sent, next_tokens.nbytes + logits.nbytes)
-        return StepOutput(next_tokens, logits, list(logit_rows))
+        return StepOutput(next_tokens, logits, list(logit_rows), sent, next_tokens.nbytes + logits.nbytes)

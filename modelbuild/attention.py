@@ -106,7 +106,7 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, d_model)
         self.w_v = nn.Linear(d_model, d_model)
         self.w_o = nn.Linear(d_model, d_model)
-        # A list while attention maps are recorded (model/attention_graph.py): each call appends its weights
+        # A list while attention maps are recorded (modelbuild/attention_graph.py): each call appends its weights
         # (B, H, T, S). None otherwise, so that the serving graphs trace exactly as without it.
         self.recorded: list[Tensor] | None = None
 

@@ -17,7 +17,7 @@ from ..runner.seq2seq import Seq2SeqRunner
 from .health import ModelHealth
 
 if TYPE_CHECKING:
-    from .attention import AttentionGraph
+    from .attention_maps import AttentionGraph
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import grpc
 
-from .grpc_api.pb import inference_pb2_grpc as pb_grpc
-from .ops.config import ServerConfig
-from .server import Server, create_server
+from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
+from service.ops.config import ServerConfig
+from service.server import Server, create_server
 
 
 class ServerThread:
@@ -33,8 +33,8 @@ class ServerThread:
     def run(self, coroutine, timeout: float = 120):
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
-    def call_soon(self, fn, *args):
-        """Run fn on the server's event loop (where its state lives) and return its result."""
+    def call_and_wait(self, fn, *args):
+        """Run fn on the server's event loop (where its state lives), wait, and return its result."""
 
         async def call():
             return fn(*args)

@@ -9,9 +9,9 @@ the step's own go. The decoder asks its cache for the step's positions and for e
   and present output, it writes in place and reads only each row's filled positions, so a step neither
   copies the cache nor pays for the buffer's unused length. ONNX Runtime runs the op on the CPU in
   float32 and float16, on CUDA in float16 and bfloat16 only: for CUDA the graph is converted to
-  float16 (model/half_precision.py), else its attention would fall back to the CPU.
+  float16 (modelbuild/half_precision.py), else its attention would fall back to the CPU.
 - NoCache: no past at all: a whole target in one pass under a causal mask (teacher forcing), with plain
-  attention whose weights can be recorded (the attention-map graph, model/attention_graph.py).
+  attention whose weights can be recorded (the attention-map graph, modelbuild/attention_graph.py).
 """
 
 from __future__ import annotations

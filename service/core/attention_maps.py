@@ -21,8 +21,8 @@ from ..ops.metrics import ModelMetrics
 from ..runner import attention_maps
 from ..runner.attention_maps import AttentionMapsRunner, Maps
 from .generation import refuse_when_full
-from .models import Architecture, ServedModel
 from .registry import ModelRegistry
+from .served_models import Architecture, ServedModel
 from .tokenization import Tokenization
 from .validation import check_text
 
@@ -124,7 +124,7 @@ class AttentionResult:
     weights_bytes: int
 
 
-class Attention:
+class AttentionMaps:
     def __init__(self, registry: ModelRegistry, tokenization: Tokenization, limits: AttentionLimits):
         self.registry, self.tokenization, self.limits = registry, tokenization, limits
         self.calls = 0  # Attention calls in progress

@@ -1,0 +1,67 @@
+"""The typed seams of the scheduler's turn (engine/scheduler.py): its settings, the plan that schedule
+hands execute, the result that execute hands update, and the health it reports to. Per-row values are
+arrays over the step's rows, in row order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from .sequence import Sequence
+
+BEAM_ROW = -1  # in StepResult.tokens: a beam search's row, whose tokens its search chose
+
+
+class HealthReport(Protocol):
+    """What a model loop tells of its model calls (core/health.py ModelHealth)."""
+
+    def failed(self) -> None: ...
+
+    def succeeded(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    bos_id: int  # the decoder's start token
+    pad_id: int
+    max_waiting: int  # sequences that may wait for a cache row; more are refused (QueueFull)
+    encode_split_cost: int = 64  # one more encoder call's cost in padded tokens (batcher.split_by_length)
+    name: str = ""  # the model's, for logs
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One turn's work, as schedule leaves it: the sequences admitted this turn (their sources to encode),
+    and every row's holder and last token, in row order."""
+
+    admitted: list[Sequence]
+    holders: list  # Sequence or BeamRow, one per row
+    last_tokens: np.ndarray  # (rows, 1) int64: each row's token to feed the decoder
+    logit_rows: list[int]  # the rows whose whole logits token choice needs (sampling, beam search)
+
+    @property
+    def rows(self) -> int:
+        return len(self.holders)
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One model call of a turn, for the metrics."""
+
+    stage: str  # encode | decode
+    inputs: int  # sources, or rows
+    positions: int  # padded token positions
+    seconds: float
+    sent: int  # bytes to the device
+    fetched: int  # bytes back
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What execute leaves for update: each row's next token (BEAM_ROW for a beam search's rows), and the
+    model calls it made."""
+
+    tokens: np.ndarray  # (rows,) int64
+    calls: list[ModelCall]
