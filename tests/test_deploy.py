@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from service.ops.config import ServerConfig, add_arguments, from_sources
@@ -48,6 +49,7 @@ def test_dockerfile_builds_models_with_torch_and_serves_without():
     assert "HEALTHCHECK" in runtime and '"attnserve", "health"' in runtime
 
 
+@pytest.mark.slow  # installs the package into a fresh environment
 def test_the_serving_install_has_no_torch(tmp_path):
     """What the runtime stage's `pip install .` resolves to, and what serving imports."""
     report = tmp_path / "report.json"

@@ -79,6 +79,7 @@ SHAPES = {
 }
 
 
+@pytest.mark.slow  # exports models
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_random_marian_int8_greedy_agrees_with_fp32(tmp_path, shape):
     source = random_marian_checkpoint(tmp_path / "hf", SHAPES[shape], seed=4)

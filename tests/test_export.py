@@ -30,6 +30,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, check=True)
 
 
+@pytest.mark.slow  # exports models
 def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
     model_dir = random_model_dir(SEQ2SEQ_CONFIGS["h3-d48-pre"], tmp_path / "m", "m")
     result = run_cli("export", str(model_dir))
@@ -106,6 +107,7 @@ def test_graphs_are_single_files(exported):
         assert files == graphs
 
 
+@pytest.mark.slow  # exports models
 def test_export_is_deterministic(tmp_path):
     """The same weights give byte-identical ONNX files, also from another process."""
     config = SEQ2SEQ_CONFIGS["h4-d96-post-4layers"]
@@ -117,6 +119,7 @@ def test_export_is_deterministic(tmp_path):
         assert (first / artifact).read_bytes() == (second / artifact).read_bytes(), artifact
 
 
+@pytest.mark.slow  # exports models
 @pytest.mark.parametrize("order", ["option first", "directory first"])
 def test_cli_export_takes_precision_before_or_after_the_directory(tmp_path, order):
     model_dir = random_model_dir(EMBEDDING_CONFIGS["emb-h6-d48-cls-pre"], tmp_path / "e", "e")

@@ -25,6 +25,8 @@ from benchmarks.gpu_rehearsal import clean_env, image_environment, unpack_kit
 from service.grpc_api.client import Client
 from testing.server_process import ServerProcess
 
+pytestmark = pytest.mark.slow  # builds the device kit and rehearses it
+
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = "three hundred and twelve thousand, four hundred and five"
 

@@ -59,6 +59,7 @@ def test_numbers_fp16_is_exact_on_2000_numbers_each_way(numbers_dir):
         assert result["accuracy"] == 1.0, (direction, result["errors"][:5])
 
 
+@pytest.mark.slow  # exports models
 @pytest.mark.parametrize("name", ["h8-d512-pre", "h4-d96-post-4layers", "h3-d48-pre"])
 def test_random_seq2seq_fp16_greedy_agrees_with_fp32(tmp_path, name):
     """100 prompts of 3-30 random tokens, 16 greedy steps each through both precisions' graphs: the same

@@ -153,6 +153,7 @@ def model_configs(draw):
     )
 
 
+@pytest.mark.slow  # exports models
 @given(config=model_configs(), data=st.data())
 @settings(max_examples=8)
 def test_drawn_configs_export_with_parity(tmp_path_factory, config, data):
