@@ -139,7 +139,7 @@ def test_errors_are_reported_plainly(attention_server, numbers_dir):
     result = heads("x", "--model", "minilm", "--kind", "cross", "--target", attention_server.target)
     assert result.returncode == 1 and "--kind cross: model 'minilm' has no cross-attention" in result.stderr
     result = heads("x", "--model", "nope", "--target", attention_server.target)
-    assert result.returncode == 1 and result.stderr.startswith("NOT_FOUND: model: 'nope' is not attention_server here")
+    assert result.returncode == 1 and result.stderr.startswith("NOT_FOUND: model: 'nope' is not served here")
     off = ServerThread([numbers_dir])
     try:
         result = heads("5", "--target", off.target)

@@ -1,4 +1,4 @@
-"""MarianMT checkpoints: import, tokenization, parity with transformers, greedy and beam search marian_server over gRPC.
+"""MarianMT checkpoints: import, tokenization, parity with transformers, greedy and beam search served over gRPC.
 
 No checkpoint can be downloaded here: transformers builds random MarianMTModels (modelbuild/random_marian.py)
 with a sentencepiece model trained on the spot, in three shapes, saved as opus-mt directories are."""
@@ -48,7 +48,7 @@ def checkpoints(marian_checkpoints) -> dict[str, Checkpoint]:
 
 @pytest.fixture(scope="module")
 def our_tokenizers(checkpoints) -> dict:
-    """The marian_server tokenizer of each TOKENIZER_CHECKPOINTS model, loaded once (hypothesis runs many examples)."""
+    """The served tokenizer of each TOKENIZER_CHECKPOINTS model, loaded once (hypothesis runs many examples)."""
     return {
         name: load_tokenizer(open_model_dir(checkpoints[name].dir).config.tokenizer, checkpoints[name].dir, 512)
         for name in TOKENIZER_CHECKPOINTS

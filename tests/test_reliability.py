@@ -56,7 +56,7 @@ BAD_REQUESTS = [
     ("Embed", pb.EmbedRequest(inputs=["x"] * 1000), "INVALID_ARGUMENT", "inputs: 1000 texts; at most 32"),
     ("Embed", pb.EmbedRequest(inputs=["ok", "a\x00b"]), "INVALID_ARGUMENT", "inputs[1]: contains a NUL character"),
     ("Embed", pb.EmbedRequest(inputs=["word " * 400], truncate=False), "INVALID_ARGUMENT", "more than 256 tokens"),
-    ("Embed", pb.EmbedRequest(model="gpt-99", inputs=["x"]), "NOT_FOUND", "model: 'gpt-99' is not strict_server here"),
+    ("Embed", pb.EmbedRequest(model="gpt-99", inputs=["x"]), "NOT_FOUND", "model: 'gpt-99' is not served here"),
     ("Tokenize", pb.TokenizeRequest(inputs=[""]), "INVALID_ARGUMENT", "inputs[0]: empty text"),
     ("Generate", pb.GenerateRequest(input="1\x00"), "INVALID_ARGUMENT", "input: contains a NUL character"),
     ("Generate", pb.GenerateRequest(input="9" * 100), "INVALID_ARGUMENT", "input: more than 32 tokens"),

@@ -191,7 +191,7 @@ def test_fewer_layers_fit_where_all_do_not(attention_server):
 
 def test_unknown_model_is_not_found(attention_server):
     code, details = status(lambda: attention_server.stub().Attention(pb.AttentionRequest(model="gpt-99", input="x")))
-    assert code == grpc.StatusCode.NOT_FOUND and "model: 'gpt-99' is not attention_server here" in details
+    assert code == grpc.StatusCode.NOT_FOUND and "model: 'gpt-99' is not served here" in details
 
 
 def test_empty_model_means_the_first_one(attention_server):

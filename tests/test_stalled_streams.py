@@ -3,7 +3,7 @@ ModelStreamInfer and the HTTP API's server-sent events. With more answer outstan
 buffers and flow-control windows hold, the server gives each stream up after stream_write_timeout (1 s
 here), records it (DEADLINE_EXCEEDED on gRPC; 504 on HTTP, whose 200 already went, so the connection is
 reset), counts it in attnserve_streams_stalled_total, and releases what it held (running calls, cache
-rows, admission) while the client still holds its end; others are streaming_server all along."""
+rows, admission) while the client still holds its end; others are served all along."""
 
 from __future__ import annotations
 

@@ -51,9 +51,13 @@ class Refusal(Generic[Status]):
 
 
 class Call(Generic[Status]):
-    """An admitted call: its record, for the capabilities to fill."""
+    """One call of a front door: its record (for the capabilities to fill), its door's statuses and field
+    names, and the admission it leaves when it closes."""
 
-    def __init__(self, record: CallRecord, table: StatusTable[Status], names: Mapping[str, str], admission):
+    def __init__(
+        self, record: CallRecord, table: StatusTable[Status], names: Mapping[str, str], admission: Admission | None
+    ):
+        """admission: what the call leaves when it closes (None: it was never admitted)."""
         self.record, self.table, self.names, self._admission = record, table, names, admission
         self.held = False  # the answer goes on after the block (a stream): close() ends the call
 
@@ -105,12 +109,12 @@ async def run_call(
     as Refused (anything else is logged and refused as Internal); the record closes before, so a client
     that sees the error and then scrapes /metrics or reads the log finds the call there. A caller that went
     away is recorded as `cancelled()` (the table's code by default), unless the call already says why."""
-    call = Call(CallRecord(rpc, request_id, metrics, code=table.ok), table, names, None)
+    record = CallRecord(rpc, request_id, metrics, code=table.ok)
     try:
         admission.admit()
     except ServiceError as error:
-        raise _refused(call, error) from None
-    call._admission = admission
+        raise _refused(Call(record, table, names, None), error) from None
+    call = Call(record, table, names, admission)
     streams_on = False  # held by a stream that was handed to the door, which closes the call
     try:
         yield call
@@ -141,6 +145,4 @@ def refused(metrics: Metrics, rpc: str, request_id: str, table: StatusTable[Stat
     """A call refused before admission (no valid credentials, a body that does not parse or is too large):
     recorded, timed and logged like any other."""
     call = Call(CallRecord(rpc, request_id, metrics, code=table.ok), table, names or {}, None)
-    refusal = call.refuse(error)
-    call.close()
-    return refusal
+    return _refused(call, error).refusal

@@ -18,6 +18,7 @@ from ..core.serving import ServingCore
 from ..core.streaming import StreamStalled
 from ..core.validation import GenerationOptions
 from ..errors import NotFound, invalid
+from ..ops.call_record import CallRecord
 from .call_handling import UnparsedRequest, answer_on_stream, handler, status_code
 from .open_inference_wire import (
     TEXT,
@@ -187,7 +188,7 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         triton_final_response true."""
         answers: asyncio.Queue = asyncio.Queue(maxsize=1)  # a client that stops reading holds one answer
         tasks: set[asyncio.Task] = set()
-        calls: set[Call] = set()  # the requests in progress on this stream
+        calls: dict[CallRecord, Call] = {}  # the requests in progress on this stream, by their records
 
         async def emit(response: pb.ModelInferResponse) -> None:
             await answers.put(pb.ModelStreamInferResponse(infer_response=response))
@@ -196,11 +197,11 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             async def work(call: Call) -> None:
                 if isinstance(request, UnparsedRequest):
                     raise invalid("request", f"not a valid ModelInferRequest: {request.error}")
-                calls.add(call)
+                calls[call.record] = call
                 try:
                     await self._answer_on_stream(request, call, emit)
                 finally:
-                    calls.discard(call)
+                    del calls[call.record]
 
             error = await answer_on_stream(self.core, context, "ModelStreamInfer", FIELD_NAMES, work)
             if error is not None:
@@ -223,11 +224,12 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             while (answer := await answers.get()) is not None:
                 try:
-                    await self.core.streams.send(context.write(answer), [call.record for call in calls])
+                    # calls.keys(): the records as they are when the write times out, if it does
+                    await self.core.streams.send(context.write(answer), calls.keys())
                 except StreamStalled as error:
                     # Give every request on the stream up first: the status cannot leave while the stuck
                     # write holds the stream, so abort may wait until the client goes.
-                    for call in calls:
+                    for call in calls.values():
                         call.refuse(error)
                     stop()
                     await context.abort(status_code(error), error.message)
