@@ -1,6 +1,7 @@
 """The serving core: what every front door calls. Each call's lifecycle (calls.py) and admission, the
 loaded models, one object per capability (embeddings, generation, tokenize, models, attention maps), and
-the server's lifecycle (load, health probes, drain, stop). It knows no transport: plain dataclasses in and out, domain errors raised."""
+the server's lifecycle (load, health probes, drain, stop). It knows no transport: plain dataclasses in
+and out, domain errors raised."""
 
 from __future__ import annotations
 
