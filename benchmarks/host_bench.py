@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from testing.server_process import ServerProcess
 
@@ -161,17 +159,12 @@ def caller_main(args) -> None:
     print(json.dumps({"wall": time.perf_counter() - started}))
 
 
-def process_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run_case(server: ServerProcess, case: str, concurrent: int) -> dict:
     """One case against the server: its callers' wall time, and the server's CPU, model run time, tokens
     and calls over it."""
 
     def totals() -> tuple[float, float, float]:
-        return (process_cpu_seconds(server.pid), server.metric("attnserve_inference_duration_seconds_sum"),
+        return (server.cpu_seconds(), server.metric("attnserve_inference_duration_seconds_sum"),
                 server.metric("attnserve_generated_tokens_total"))  # fmt: skip
 
     before = totals()

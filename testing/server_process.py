@@ -69,8 +69,11 @@ class ServerProcess:
     def main_thread_cpu_seconds(self) -> float:
         """CPU time of the server's main thread: its event loop (gRPC, validation, tokenizing short texts,
         batching, logging), not the model threads."""
-        fields = Path(f"/proc/{self.pid}/task/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return _cpu_seconds(Path(f"/proc/{self.pid}/task/{self.pid}/stat"))
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the whole server process (user + system, every thread)."""
+        return _cpu_seconds(Path(f"/proc/{self.pid}/stat"))
 
     def open_fds(self) -> int:
         return len(list(Path(f"/proc/{self.pid}/fd").iterdir()))
@@ -105,3 +108,9 @@ class ServerProcess:
     def output(self) -> str:
         """Its log so far (the last 200 lines)."""
         return "".join(self.log)
+
+
+def _cpu_seconds(stat: Path) -> float:
+    """utime + stime of a /proc stat file, in seconds."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

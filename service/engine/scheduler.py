@@ -179,10 +179,7 @@ class Scheduler:
             if self.metrics and not sequence.params.probe:
                 self.metrics.queued(sequence.admitted - sequence.arrived)
             admitted.append(sequence)
-        holders = list(self.cache.holders)
-        last = np.array([self._last_token(holder) for holder in holders], dtype=np.int64)[:, None]
-        logit_rows = [i for i, holder in enumerate(holders) if self.choice.needs_logits(holder)]
-        return StepPlan(admitted, holders, last, logit_rows)
+        return StepPlan(admitted, list(self.cache.holders))
 
     def _leave(self, sequence: Sequence) -> None:
         for holder in sequence.holders:
@@ -206,9 +203,9 @@ class Scheduler:
             calls.append(ModelCall("encode", len(group), int(ids.size), seconds, encoded.sent, encoded.fetched))
         started = time.perf_counter()
         rows, holders, cache = plan.rows, plan.holders, self.cache
-        step = self.runner.step(
-            plan.last_tokens, cache.lengths[:rows], cache.source_lengths[:rows], plan.logit_rows, cache.memory, rows
-        )
+        last = np.array([self._last_token(holder) for holder in holders], dtype=np.int64)[:, None]
+        logit_rows = [i for i, holder in enumerate(holders) if self.choice.needs_logits(holder)]
+        step = self.runner.step(last, cache.lengths[:rows], cache.source_lengths[:rows], logit_rows, cache.memory, rows)
         cache.advance(rows)
         tokens = self.choice.choose(holders, step)
         for sequence in {id(h.sequence): h.sequence for h in holders if isinstance(h, BeamRow)}.values():

@@ -34,12 +34,11 @@ class SchedulerSettings:
 @dataclass(frozen=True)
 class StepPlan:
     """One turn's work, as schedule leaves it: the sequences admitted this turn (their sources to encode),
-    and every row's holder and last token, in row order."""
+    and every row's holder, in row order. (Execute reads each row's last token from its holder in the
+    model thread, off the event loop.)"""
 
     admitted: list[Sequence]
     holders: list  # Sequence or BeamRow, one per row
-    last_tokens: np.ndarray  # (rows, 1) int64: each row's token to feed the decoder
-    logit_rows: list[int]  # the rows whose whole logits token choice needs (sampling, beam search)
 
     @property
     def rows(self) -> int:
