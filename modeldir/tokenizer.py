@@ -14,6 +14,7 @@ import sentencepiece
 from tokenizers import Tokenizer
 
 from .files import MARIAN_KINDS, MARIAN_TARGET_VOCAB_FILE
+from .stream_decoding import TokenizerStreamDecoder, WindowDecoder
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,10 @@ class TextTokenizer:
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def stream_decoder(self) -> TokenizerStreamDecoder:
+        """Decodes one token at a time (special tokens skipped), as decode does all at once."""
+        return TokenizerStreamDecoder(self._tokenizer)
 
     def token_to_id(self, token: str) -> int | None:
         return self._tokenizer.token_to_id(token)
@@ -126,6 +131,10 @@ class MarianTokenizer:
                 run.append(piece)
         text += self.target.decode_pieces(run)
         return text.replace("\u2581", " ").strip()
+
+    def stream_decoder(self) -> WindowDecoder:
+        """Decodes one token at a time (special tokens skipped), as decode does all at once."""
+        return WindowDecoder(self.decode)
 
     def token_to_id(self, token: str) -> int | None:
         return self.vocab.get(token)

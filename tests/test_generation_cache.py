@@ -1,5 +1,5 @@
 """The generation cache: its books, and its rows in device memory (CPU OrtValues here, moved by the
-model's cache graphs, as on CUDA); and the text stream's hold-back."""
+model's cache graphs, as on CUDA)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from modelbuild.cache_graphs import CACHE_GRAPHS
 from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheFull, GenerationCache
-from service.engine.text_stream import TextStream
 from service.runner.cache_memory import CacheGeometry, CacheMemory
 
 GEOMETRY = CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=40)
@@ -178,25 +177,3 @@ def test_every_row_keeps_its_own_data_whatever_comes_and_goes(operations):
         for holder in live:
             assert_holds(cache, holder)
     assert cache.source_capacity >= max([cache.source_lengths[h.row] for h in live], default=0)
-
-
-WORDS = ["one ", "two ", "three ", "stop", "here ", "sto", "p"]
-
-
-@given(ids=st.lists(st.integers(0, len(WORDS) - 1), max_size=12))
-def test_streamed_text_adds_up_and_never_contains_a_stop_sequence(ids):
-    stream = TextStream(lambda tokens: "".join(WORDS[t] for t in tokens), stop=("stop",))
-    sent = "".join(stream.update(ids[: i + 1]) for i in range(len(ids))) + stream.update(ids, final=True)
-    full = "".join(WORDS[t] for t in ids)
-    expected = full[: full.index("stop")] if "stop" in full else full
-    assert sent == expected and "stop" not in sent
-    assert stream.stopped == ("stop" in full)
-
-
-def test_half_characters_and_possible_stop_prefixes_are_held_back():
-    stream = TextStream(lambda tokens: "".join(tokens), stop=("END",))
-    assert stream.update(["caf\ufffd"]) == "caf"
-    assert stream.update(["café", " E"]) == "é "
-    assert stream.update(["café", " E", "N"]) == ""
-    assert stream.update(["café", " E", "N", "D"]) == "" and stream.stopped
-    assert stream.sent == "café "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import grpc
 import pytest
 
 from modelbuild.numbers import pair, sample_number
+from service.engine.sequence import GenerationParams
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
@@ -75,7 +77,28 @@ def test_stream_carries_the_same_tokens_and_ends_with_the_reason(served):
     assert [t for m in messages for t in m.token_ids] == list(unary.token_ids)
     assert all(m.finish_reason == pb.FINISH_REASON_UNSPECIFIED for m in messages[:-1])
     assert messages[-1].finish_reason == pb.FINISH_REASON_EOS and messages[-1].usage.generated_tokens == 16
-    assert len(messages) == 17  # one message per token, and the last
+    # One message a token and the last, or fewer when the client was behind; never one without news.
+    assert 2 <= len(messages) <= 17 and all(m.token_ids for m in messages[:-1])
+
+
+def test_a_caller_that_is_behind_takes_what_came_since_its_last_event_in_one(served):
+    """The scheduler's events wait in the sequence: read one, let the rest be generated, read again."""
+    model = served.server.core.registry.models["numbers"]
+    prompt = model.tokenizer.encode(["999999999"])[0].ids
+    before = scheduler(served).steps_run
+
+    async def behind():
+        events = model.scheduler.generate(prompt, GenerationParams(max_new_tokens=40))
+        first = await anext(events)
+        while scheduler(served).running or scheduler(served).waiting:
+            await asyncio.sleep(0)  # the scheduler's loop runs on this loop: let it finish the sequence
+        rest = [event async for event in events]
+        return first, rest
+
+    first, rest = served.run(behind())
+    assert len(first.token_ids) == 1 and len(rest) == 1 and rest[0].finish_reason == "eos"
+    assert first.text + rest[0].text == NUMBERS_FULL and len(first.token_ids) + len(rest[0].token_ids) == 16
+    assert scheduler(served).steps_run - before >= 16
 
 
 def test_stop_sequences_cut_exactly(served):
@@ -206,3 +229,16 @@ def test_a_deadline_ends_the_call_and_frees_its_row(served):
     wait_until(lambda: served.call_and_wait(lambda: scheduler(served).cache.used) == 0, what="the row is freed")
     assert served.call_and_wait(lambda: (scheduler(served).cache.used, scheduler(served).running)) == (0, 0)
     assert generate(stub, "8").text == "eight"  # and the server goes on
+
+
+def test_a_unary_call_with_stop_sequences_gets_one_event(served):
+    """Stop sequences are looked for token by token, but the caller is woken once, at the end."""
+    model = served.server.core.registry.models["numbers"]
+    prompt = model.tokenizer.encode(["999999999"])[0].ids
+    params = GenerationParams(max_new_tokens=40, stream=False, stop=("thousand",))
+
+    async def unary():
+        return [event async for event in model.scheduler.generate(prompt, params)]
+
+    (event,) = served.run(unary())
+    assert event.finish_reason == "stop" and event.text == NUMBERS_FULL[: NUMBERS_FULL.index("thousand")]

@@ -20,7 +20,7 @@ from ..ops.call_record import CallRecord
 from ..ops.metrics import ModelMetrics
 from ..runner import attention_maps
 from ..runner.attention_maps import AttentionMapsRunner, Maps
-from .generation import refuse_when_full
+from .generation import whole_answer
 from .registry import ModelRegistry
 from .served_models import Architecture, ServedModel
 from .tokenization import Tokenization
@@ -193,11 +193,8 @@ class AttentionMaps:
             target_text = request.target or ""
             if seq2seq and not given_target:
                 params = GenerationParams(max_new_tokens=new_tokens, stream=False)
-                text, generated = [], []
-                async for event in refuse_when_full(model, model.scheduler.generate(source.ids, params)):
-                    text.append(event.text)
-                    generated.extend(event.token_ids)
-                target_ids, target_text = [model.special.bos, *generated], "".join(text)
+                target_text, generated, _ = await whole_answer(model, source.ids, params)
+                target_ids = [model.special.bos, *generated]
             running = model.attention.submit(source.ids, target_ids, layers)
             running.add_done_callback(self._done)
             maps = await asyncio.shield(running)

@@ -75,14 +75,21 @@ class GenerationStream:
     events: AsyncIterator[StreamEvent]  # the last one has finish_reason and usage
 
 
-async def refuse_when_full(model: Seq2SeqModel, events: AsyncIterator[sequence.Event]) -> AsyncIterator[sequence.Event]:
-    """The scheduler's events; its queue-full refusal (which comes when the first is asked for) names the
-    model."""
+def queue_full(model: Seq2SeqModel, error: QueueFull) -> QueueFull:
+    """The scheduler's queue-full refusal (which comes when the first event is asked for), naming the model."""
+    return QueueFull(f"model {model.name!r}: {error}; retry later")
+
+
+async def whole_answer(model: Seq2SeqModel, ids: list[int], params: sequence.GenerationParams):
+    """A generation's whole text and token ids, and its last event (finish reason, usage, hypotheses)."""
+    text, token_ids = [], []
     try:
-        async for event in events:
-            yield event
+        async for event in model.scheduler.generate(ids, params):
+            text.append(event.text)
+            token_ids.extend(event.token_ids)
     except QueueFull as error:
-        raise QueueFull(f"model {model.name!r}: {error}; retry later") from None
+        raise queue_full(model, error) from None
+    return "".join(text), token_ids, event
 
 
 def record_usage(call: CallRecord, last: sequence.Event) -> None:
@@ -113,9 +120,8 @@ class Generation:
         if len(inputs) > limit:
             raise invalid("inputs", f"{len(inputs)} texts; at most {limit} per call (max_client_batch_size)")
 
-    async def _queue(self, request: GenerateRequest, call: CallRecord, streaming: bool):
-        """Validate, tokenize and queue the request: -> its model, and the engine's events (token by token
-        when streaming, else one at the end)."""
+    async def _prepare(self, request: GenerateRequest, call: CallRecord, streaming: bool):
+        """Validate and tokenize the request: -> its model, its generation parameters and its prompt's ids."""
         model = self.registry.get(request.model, "seq2seq", call.rpc)
         call.use_model(model.name)
         check_text("input", request.input)
@@ -124,34 +130,37 @@ class Generation:
         if encoded.truncated:
             raise invalid("input", f"more than {model.max_input_tokens} tokens, the most model {model.name!r} takes")
         model.metrics.prompt(len(encoded.ids))
-        return model, refuse_when_full(model, model.scheduler.generate(encoded.ids, params))
+        return model, params, encoded.ids
 
     async def stream(self, request: GenerateRequest, call: CallRecord) -> GenerationStream:
         """The request checked and queued; its events follow token by token. The call's record gets the
         usage when the last one passes."""
-        model, queued = await self._queue(request, call, streaming=True)
+        model, params, ids = await self._prepare(request, call, streaming=True)
+        queued = model.scheduler.generate(ids, params)
 
         async def events() -> AsyncIterator[StreamEvent]:
-            async for e in queued:
-                if e.finish_reason is None:
-                    yield StreamEvent(e.text, e.token_ids)
-                else:
-                    record_usage(call, e)
-                    yield StreamEvent(e.text, e.token_ids, e.finish_reason, GenerationUsage.of(e.usage))
+            try:
+                async for e in queued:
+                    if e.finish_reason is None:
+                        yield StreamEvent(e.text, e.token_ids)
+                    else:
+                        record_usage(call, e)
+                        yield StreamEvent(e.text, e.token_ids, e.finish_reason, GenerationUsage.of(e.usage))
+            except QueueFull as error:
+                raise queue_full(model, error) from None
+            finally:
+                await queued.aclose()
 
         return GenerationStream(model.name, events())
 
     async def generate(self, request: GenerateRequest, call: CallRecord) -> GenerateResult:
         """The whole answer at once."""
-        model, queued = await self._queue(request, call, streaming=False)
-        text, token_ids = [], []
-        async for event in queued:
-            text.append(event.text)
-            token_ids.extend(event.token_ids)
+        model, params, ids = await self._prepare(request, call, streaming=False)
+        text, token_ids, event = await whole_answer(model, ids, params)
         record_usage(call, event)
         hypotheses = tuple(BestAnswer(h.text, h.token_ids, h.finish_reason, h.score) for h in event.hypotheses)
         return GenerateResult(
-            model.name, "".join(text), token_ids, event.finish_reason, GenerationUsage.of(event.usage), hypotheses
+            model.name, text, token_ids, event.finish_reason, GenerationUsage.of(event.usage), hypotheses
         )
 
     async def generate_all(

@@ -211,7 +211,7 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
         encode_split_cost=settings.batching.split_cost_tokens, name=files.name,
     )  # fmt: skip
     scheduler = Scheduler(
-        scheduling, opened.runner, cache, opened.tokenizer.decode, TokenChoice(rules), executor, model_metrics,
+        scheduling, opened.runner, cache, opened.tokenizer, TokenChoice(rules), executor, model_metrics,
         health, opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
     )  # fmt: skip
     model_metrics.watch_queue(lambda: len(scheduler.waiting))

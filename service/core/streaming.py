@@ -46,6 +46,13 @@ class StreamPolicy:
 async def merged(streams: list[GenerationStream]) -> AsyncIterator[tuple[int, StreamEvent]]:
     """The streams' events as they come, each with its stream's index, until every stream has ended; the
     first error ends them all. Closing this closes every stream, which frees their cache rows."""
+    if len(streams) == 1:  # nothing to merge: the stream's own events, several tokens in one when behind
+        try:
+            async for event in streams[0].events:
+                yield 0, event
+        finally:
+            await streams[0].events.aclose()
+        return
     buffer: asyncio.Queue = asyncio.Queue(maxsize=MERGED_EVENTS)
 
     async def pump(index: int, stream: GenerationStream) -> None:

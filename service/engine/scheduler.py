@@ -31,7 +31,7 @@ from .beam_search import BeamSearch
 from .generation_cache import GenerationCache
 from .sequence import EOS, LENGTH, STOP, BeamRow, Event, GenerationParams, Hypothesis, Sequence, owner
 from .steps import BEAM_ROW, HealthReport, ModelCall, SchedulerSettings, StepPlan, StepResult
-from .text_stream import TextStream
+from .text_stream import Detokenizer, TextStream
 from .token_choice import TokenChoice
 
 log = logging.getLogger("attnserve.scheduler")
@@ -43,7 +43,7 @@ class Scheduler:
         settings: SchedulerSettings,
         runner,
         cache: GenerationCache,
-        decode: Callable[[list[int]], str],
+        detokenizer: Detokenizer,
         choice: TokenChoice,
         executor: Executor,
         metrics: ModelMetrics | None = None,
@@ -51,10 +51,11 @@ class Scheduler:
         release_memory: Callable[[], None] | None = None,
     ):
         """runner: encode(ids, mask) -> EncoderOutput, and step(...) -> StepOutput (runner/seq2seq.py);
-        decode: token ids -> text; release_memory: gives the runtime's memory back, run when idle after
+        detokenizer: the model's tokenizer, token ids -> text (text_stream.py); release_memory: gives the runtime's memory back, run when idle after
         large encoder calls (as the batcher does: engine/batcher.py)."""
         self.settings = settings
-        self.runner, self.cache, self.decode, self.choice, self.executor = runner, cache, decode, choice, executor
+        self.runner, self.cache, self.choice, self.executor = runner, cache, choice, executor
+        self.detokenizer, self.decode = detokenizer, detokenizer.decode
         self.bos_id, self.pad_id, self.eos_id = settings.bos_id, settings.pad_id, choice.eos_id
         self.max_waiting, self.name, self.metrics, self.health = settings.max_waiting, settings.name, metrics, health
         self.release_memory = release_memory
@@ -86,27 +87,32 @@ class Scheduler:
             except asyncio.CancelledError:
                 pass
         for sequence in list(self.waiting) + self._sequences():
-            sequence.events.put_nowait(error)
+            sequence.fail(error)
         self.waiting.clear()
         for sequence in self._sequences():
             self._leave(sequence)
 
     async def generate(self, prompt: list[int], params: GenerationParams) -> AsyncIterator[Event]:
-        """Events of one sequence until it finishes; QueueFull when the queue is full. Leaving early (the
-        caller cancelled) frees its rows before the next step."""
+        """Events of one sequence until it finishes, each with everything since the one before (the caller
+        may be behind); QueueFull when the queue is full. Leaving early (the caller cancelled) frees its
+        rows before the next step."""
         if len(self.waiting) >= self.max_waiting:
             raise QueueFull(f"{len(self.waiting)} requests are waiting; the queue holds {self.max_waiting}")
         seed = params.seed if params.seed is not None else secrets.randbits(64)
-        sequence = Sequence(prompt, params, TextStream(self.decode, params.stop), np.random.default_rng(seed))
+        text = TextStream(self.detokenizer.stream_decoder(), params.stop)
+        sequence = Sequence(prompt, params, text, np.random.default_rng(seed))
         if params.beams:
             sequence.search = BeamSearch(params.beams, self.eos_id, params.max_new_tokens)
         self.waiting.append(sequence)
         self._wake.set()
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                event = await sequence.events.get()
-                if isinstance(event, Exception):
-                    raise event
+                if not sequence.has_news:
+                    sequence.waiter = loop.create_future()
+                    await sequence.waiter
+                    sequence.waiter = None
+                event = sequence.take()
                 yield event
                 if event.finish_reason is not None:
                     return
@@ -141,7 +147,7 @@ class Scheduler:
                 if self.health:
                     self.health.failed()
                 for sequence in self._sequences():
-                    sequence.events.put_nowait(error)
+                    sequence.fail(error)
                     self._leave(sequence)
                 continue
             if self.health:
@@ -235,7 +241,8 @@ class Scheduler:
             self._count_token(sequence, now)
             if token == self.eos_id and not sequence.params.ignore_eos:
                 forced = self.choice.forced_eos_at(sequence, len(sequence.generated))
-                sequence.finish(LENGTH if forced else EOS, sequence.text.update(sequence.generated, final=True))
+                last_text = self._last_text(sequence)
+                sequence.finish(STOP if sequence.text.stopped else LENGTH if forced else EOS, last_text)
                 self._leave(sequence)
                 continue
             sequence.generated.append(token)
@@ -243,20 +250,28 @@ class Scheduler:
             if self.metrics and not sequence.params.probe:
                 self.metrics.generated(1)
             at_limit = len(sequence.generated) >= sequence.params.max_new_tokens
-            if not (at_limit or sequence.params.events_per_token):
-                continue  # the text is decoded once, at the end
-            text = sequence.text.update(sequence.generated, final=at_limit)
-            if sequence.text.stopped:
-                sequence.finish(STOP, text)
-                self._leave(sequence)
-            elif at_limit:
-                sequence.finish(LENGTH, text)
+            if not sequence.params.events_per_token:
+                if at_limit:  # the text is decoded once, at the end
+                    sequence.finish(LENGTH, self.decode(sequence.generated))
+                    self._leave(sequence)
+                continue
+            text = sequence.text.update(token)
+            if at_limit and not sequence.text.stopped:
+                text += sequence.text.end()
+            if sequence.text.stopped or at_limit:
+                sequence.finish(STOP if sequence.text.stopped else LENGTH, text)
                 self._leave(sequence)
             else:
                 sequence.send(text)
         for sequence in searches.values():
             if sequence.search.done and not sequence.gone:
                 self._finish_search(sequence, now)
+
+    def _last_text(self, sequence: Sequence) -> str:
+        """The text not sent yet of a sequence that ends now."""
+        if sequence.params.events_per_token:
+            return sequence.text.end()
+        return self.decode(sequence.generated)
 
     def _count_token(self, sequence: Sequence, now: float) -> None:
         """Time to first token, or since the last one."""

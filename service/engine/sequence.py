@@ -1,5 +1,6 @@
-"""One generation as the scheduler sees it: its parameters, its state from arrival to finish, and the
-events it sends its caller (new text and token ids; the last with the finish reason and usage)."""
+"""One generation as the scheduler sees it: its parameters, its state from arrival to finish, and what it
+tells its caller (new text and token ids; at the end the finish reason and usage), which waits in the
+sequence until the caller takes it: a caller that is behind takes several tokens in one event."""
 
 from __future__ import annotations
 
@@ -81,7 +82,6 @@ class Sequence:
     params: GenerationParams
     text: TextStream
     rng: np.random.Generator
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)
     arrived: float = field(default_factory=time.perf_counter)
     admitted: float | None = None
     first_token: float | None = None
@@ -91,6 +91,10 @@ class Sequence:
     search: BeamSearch | None = None
     generated: list[int] = field(default_factory=list)
     unsent: list[int] = field(default_factory=list)  # ids not yet in an event
+    unsent_text: list[str] = field(default_factory=list)  # text not yet in an event
+    ending: Event | None = None  # the last event, once the sequence has finished
+    error: Exception | None = None  # the loop stopped or the model failed: the caller gets this
+    waiter: asyncio.Future | None = None  # the caller's, while it waits for news
     gone: bool = False  # the caller left
 
     @property
@@ -99,9 +103,12 @@ class Sequence:
         return self.beam_rows if self.search else [self]
 
     def send(self, text: str) -> None:
-        """An event with the new text and the ids not sent yet."""
-        self.events.put_nowait(Event(text, self.unsent))
-        self.unsent = []
+        """New text (and the ids since the last event) for the caller: woken if it streams, else kept for
+        the last event."""
+        if text:
+            self.unsent_text.append(text)
+        if self.params.stream:
+            self._wake()
 
     def finish(self, reason: str, last_text: str = "", hypotheses: tuple[Hypothesis, ...] = ()) -> None:
         now = time.perf_counter()
@@ -111,8 +118,33 @@ class Sequence:
             queue_seconds=(self.admitted or now) - self.arrived,
             time_to_first_token=(self.first_token or now) - self.arrived,
         )
-        self.events.put_nowait(Event(last_text, self.unsent, reason, usage, hypotheses))
-        self.unsent = []
+        if last_text:
+            self.unsent_text.append(last_text)
+        self.ending = Event("", [], reason, usage, hypotheses)
+        self._wake()
+
+    def fail(self, error: Exception) -> None:
+        self.error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    @property
+    def has_news(self) -> bool:
+        return bool(self.unsent or self.unsent_text or self.ending or self.error)
+
+    def take(self) -> Event:
+        """Everything since the last event, in one: the last event if the sequence has finished."""
+        if self.error is not None:
+            raise self.error
+        text = "".join(self.unsent_text) if len(self.unsent_text) != 1 else self.unsent_text[0]
+        ids, self.unsent, self.unsent_text = self.unsent, [], []
+        if self.ending is None:
+            return Event(text, ids)
+        e = self.ending
+        return Event(text, ids, e.finish_reason, e.usage, e.hypotheses)
 
 
 @dataclass(eq=False)

@@ -1,44 +1,66 @@
-"""Text of a sequence as its tokens arrive: what is safe to send so far, and where a stop sequence cuts.
+"""Text of a sequence as its tokens arrive, one token at a time: what is safe to send so far, and where a
+stop sequence cuts.
 
-Sent text never has to be taken back: a trailing replacement character (half of a multi-byte
-character) and any tail that could be the start of a stop sequence are held until the next token
-decides. When a stop sequence appears, the text ends just before it.
+Sent text never has to be taken back: the decoder holds half characters back (modeldir/stream_decoding.py),
+and any tail that could be the start of a stop sequence is held here until the next token decides. When a
+stop sequence appears, the text ends just before it. The work per token does not grow with the text: a
+stop sequence is looked for only in the held tail and the new token's text (sent text never ends in the
+start of one, so none can begin there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
-REPLACEMENT = "\ufffd"
+
+class StreamDecoder(Protocol):
+    def step(self, token: int) -> str: ...
+
+    def flush(self) -> str: ...
+
+
+class Detokenizer(Protocol):
+    """A model's tokenizer, as the scheduler uses it (modeldir/tokenizer.py)."""
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def stream_decoder(self) -> StreamDecoder: ...
 
 
 class TextStream:
-    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = ()):
-        self.decode = decode
+    def __init__(self, decoder: StreamDecoder, stop: tuple[str, ...] = ()):
+        self.decoder = decoder
         self.stop = tuple(s for s in stop if s)
-        self.sent = ""
+        self.held = ""  # decoded, not sent: it may begin a stop sequence
         self.stopped = False  # a stop sequence ended the text
 
     def _held_back(self, text: str) -> int:
-        """How many trailing characters might still change or begin a stop sequence."""
-        held = len(text) - len(text.rstrip(REPLACEMENT))
+        """How many trailing characters might begin a stop sequence."""
+        held = 0
         for stop in self.stop:
-            for size in range(min(len(stop) - 1, len(text)), 0, -1):
+            for size in range(min(len(stop) - 1, len(text)), held, -1):
                 if text.endswith(stop[:size]):
-                    held = max(held, size)
+                    held = size
                     break
         return held
 
-    def update(self, ids: list[int], final: bool = False) -> str:
-        """The text to send now that the sequence's tokens are `ids`; `final`: no more will come."""
-        text = self.decode(ids)
+    def _ready(self, text: str, final: bool) -> str:
+        """Of held + new text: what can be sent (up to a stop sequence, if one is there); the rest is held."""
         found = [i for i in (text.find(s) for s in self.stop) if i >= 0]
         if found:
-            text = text[: min(found)]
-            self.stopped = final = True
-        ready = text if final else text[: len(text) - self._held_back(text)]
-        if not ready.startswith(self.sent) or len(ready) <= len(self.sent):
-            # Nothing new (or a decoder that is not prefix-stable: never resend, wait for more).
-            return ""
-        new, self.sent = ready[len(self.sent) :], ready
-        return new
+            self.stopped, self.held = True, ""
+            return text[: min(found)]
+        keep = 0 if final else self._held_back(text)
+        self.held = text[len(text) - keep :] if keep else ""
+        return text[: len(text) - keep]
+
+    def update(self, token: int) -> str:
+        """The text to send now that `token` has come."""
+        new = self.decoder.step(token)
+        if not self.stop or not new:
+            return new
+        return self._ready(self.held + new, final=False)
+
+    def end(self) -> str:
+        """The text still to send once no more tokens will come (`stopped` says if a stop sequence cut it)."""
+        return self._ready(self.held + self.decoder.flush(), final=True)
