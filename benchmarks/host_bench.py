@@ -10,6 +10,10 @@ read from /proc, its model run time and tokens from its /metrics. Each case runs
 cases' order turned round each round; medians.
 
     .venv/bin/python -m benchmarks.host_bench [--rounds 3] [--threads 1] [--spinning] [--cases grpc-stream,...]
+        [--profile]
+
+--profile: after the rounds, each case once more under py-spy (sampling the server's threads, 200 a
+second), summed up by where the samples' innermost frames are (profile_summary.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from testing.server_process import ServerProcess
 
 from .common import print_table, write_results
 from .machine import describe, print_machine
+from .profile_summary import profiled
 
 NUMBERS = "nine hundred and ninety-nine thousand"
 SHORT_TEXT = "A cat sleeps on the warm windowsill."
@@ -196,6 +201,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime's intra-op threads")
     parser.add_argument("--spinning", action="store_true", help="let ONNX Runtime's threads spin")
     parser.add_argument("--cases", default=",".join([*GENERATION_CASES, *EMBED_CASES]))
+    parser.add_argument("--profile", action="store_true", help="then each case once more under py-spy")
     parser.add_argument("--caller", help="(internal) run this case's callers")
     parser.add_argument("--concurrent", type=int, default=1, help="(internal)")
     parser.add_argument("--target", help="(internal)")
@@ -218,6 +224,10 @@ def main() -> None:
             for case, n in cases if round_ % 2 == 0 else cases[::-1]:
                 runs.setdefault(f"{case} x{n}", []).append(figures(case, run_case(server, case, n)))
             print(f"round {round_ + 1} done", flush=True)
+        profiles = {}
+        if args.profile:
+            for case, n in cases:
+                profiles[f"{case} x{n}"] = profiled(server.pid, lambda: run_case(server, case, n))
     finally:
         server.stop()
     rows = []
@@ -228,7 +238,12 @@ def main() -> None:
     spinning = "spinning" if args.spinning else "no spinning"
     title = f"server CPU per token and per call, {args.threads} ORT thread(s), {spinning}; medians of {args.rounds}"
     print_table(title, ["case", "throughput", "server CPU", "outside ONNX Runtime", "outside, per text"], rows)
-    write_results("host_bench", {"machine": machine, "settings": settings, "runs": runs, "rows": rows})
+    for name, summary in profiles.items():
+        print(f"\n{name}: where the server's samples were (innermost frame)")
+        for place, share in summary:
+            print(f"  {share:5.1%}  {place}")
+    write_results("host_bench", {"machine": machine, "settings": settings, "runs": runs, "rows": rows,
+                                 "profiles": profiles})  # fmt: skip
 
 
 if __name__ == "__main__":

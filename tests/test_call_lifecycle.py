@@ -21,6 +21,7 @@ from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
 from service.grpc_api.pb import open_inference_pb2 as oip
 from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
 from service.http_api.call_handling import STATUSES as HTTP
+from service.ops.call_record import AccessLog
 from service.ops.metrics import Metrics
 from testing.server_thread import ServerThread
 
@@ -130,6 +131,29 @@ def test_a_held_call_stays_admitted_until_its_stream_closes_it():
 
     call = asyncio.run(held())
     assert call.record.closed and admission.in_flight == 0 and counted(metrics, "Embed", "200") == (1, 1)
+
+
+def test_a_share_of_answered_calls_is_logged_and_every_refused_one_and_all_are_counted(caplog):
+    """access_log_share 0.25: one answered call in four gets its line, evenly; refused calls always."""
+    admission, metrics = ready_admission(), Metrics()
+    access = AccessLog(0.25)
+
+    async def calls():
+        for i in range(12):
+            try:
+                async with run_call(admission, metrics, "Embed", f"id-{i}", GRPC, {}, access=access):
+                    if i % 3 == 0:
+                        raise InvalidArgument("input", "input: empty")
+            except Refused:
+                pass
+
+    with caplog.at_level(logging.INFO, logger="attnserve.access"):
+        asyncio.run(calls())
+    lines = access_lines(caplog, "Embed")
+    refused = [r.request_id for r in lines if r.code == "INVALID_ARGUMENT"]
+    answered = [r.request_id for r in lines if r.code == "OK"]
+    assert refused == ["id-0", "id-3", "id-6", "id-9"] and answered == ["id-5", "id-11"]  # 8 answered: 4th, 8th
+    assert counted(metrics, "Embed", "OK") == (8.0, 12.0) and counted(metrics, "Embed", "INVALID_ARGUMENT")[0] == 4
 
 
 def test_a_domain_error_kind_the_table_lacks_is_internal():

@@ -16,11 +16,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
 from service.ops.logs import JsonFormatter
+from service.ops.metrics import observe_all
 from testing.server_thread import ServerThread
 
 from .waits import wait_until
@@ -252,3 +257,31 @@ def test_one_json_access_line_per_call(served, caplog):
 
     line = json.loads(JsonFormatter().format(embed))
     assert line["logger"] == "attnserve.access" and line["request_id"] == "trace-42" and line["code"] == "OK"
+
+
+@given(values=st.lists(st.floats(0, 20, allow_nan=False) | st.sampled_from([0.005, 0.1, 1.0, 10.0]), max_size=50))
+def test_many_values_observed_at_once_scrape_as_one_by_one(values):
+    """A step's inter-token times go into the histogram at once (ops/metrics.py observe_all)."""
+    scrapes = []
+    for at_once in (False, True):
+        registry = CollectorRegistry()
+        histogram = Histogram("seconds", "", ["model"], registry=registry).labels("m")
+        if at_once:
+            observe_all(histogram, np.asarray(values))
+        else:
+            for value in values:
+                histogram.observe(value)
+        scrapes.append(re.sub(r"seconds_created.*\n", "", generate_latest(registry).decode()))
+    one_by_one, at_once = scrapes
+    sums = [float(re.search(r"seconds_sum\{.*\} (\S+)", s).group(1)) for s in scrapes]
+    assert math.isclose(sums[0], sums[1], rel_tol=1e-9, abs_tol=1e-9)
+    assert re.sub(r"seconds_sum.*\n", "", one_by_one) == re.sub(r"seconds_sum.*\n", "", at_once)
+
+
+@given(created=st.floats(1e9, 4e9))
+def test_log_timestamps_are_what_datetime_writes(created):
+    """The JSON formatter makes a second's text once (ops/logs.py): the same text as datetime's, rounding included."""
+    from datetime import datetime, timezone
+
+    expected = datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds")
+    assert JsonFormatter().timestamp(created) == expected

@@ -122,16 +122,23 @@ def test_cuda_sessions_get_the_memory_settings_and_the_cpu_gets_none():
     assert "gpu_mem_limit" not in _provider_options(SessionSettings(device="cuda"), CUDA)[0][1]
 
 
-def test_an_automatic_cache_takes_1_gib_on_the_cpu_and_counts_2_bytes_a_value_in_fp16():
+def test_the_default_cache_and_rows_follow_the_device():
+    """The defaults (0): 1 GiB and 64 rows on the CPU; on CUDA what the device has left, up to 1,024 rows."""
     from service.core.loader import CPU_CACHE_BYTES, CacheSettings
     from service.core.served_models import Architecture
+    from service.ops.config import ServerConfig
+    from service.runner.sessions import CPU, CUDA
 
+    defaults = ServerConfig()
+    assert defaults.kv_cache_bytes == 0 and defaults.max_running_sequences == 0
     architecture = Architecture(6, 6, 8, 512, 512)
-    auto = CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=0, max_running=1000, max_waiting=10)
+    auto = CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=0, max_running=0, max_waiting=10)
     fp32, fp16 = (auto.geometry(architecture, 512, p) for p in ("fp32", "fp16"))
     assert fp32.bytes_per_row == 2 * fp16.bytes_per_row == (257 + 512) * 6 * 2 * 512 * 4
-    assert auto.rows(fp32) == CPU_CACHE_BYTES // fp32.bytes_per_row == 56
-    assert auto.rows(fp16) == CPU_CACHE_BYTES // fp16.bytes_per_row == 113
-    assert auto.rows(fp16, auto_bytes=10 * fp16.bytes_per_row) == 10  # what the device has left, on CUDA
+    assert auto.rows(fp32, CPU) == CPU_CACHE_BYTES // fp32.bytes_per_row == 56
+    assert auto.rows(fp16, CPU, auto_bytes=200 * fp16.bytes_per_row) == 64  # the CPU's default step
+    assert auto.rows(fp16, CUDA, auto_bytes=10 * fp16.bytes_per_row) == 10  # what the device has left
+    assert auto.rows(fp16, CUDA, auto_bytes=700 * fp16.bytes_per_row) == 700
+    assert auto.rows(fp16, CUDA, auto_bytes=5000 * fp16.bytes_per_row) == 1024
     capped = CacheSettings(256, 0, 0, max_running=4, max_waiting=10)
-    assert capped.rows(fp16) == 4
+    assert capped.rows(fp16, CUDA) == 4

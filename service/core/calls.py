@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from ..errors import Internal, ServiceError, renamed
-from ..ops.call_record import CallRecord
+from ..ops.call_record import EVERY_CALL, AccessLog, CallRecord
 from ..ops.metrics import Metrics
 from .admission import Admission
 
@@ -103,13 +103,13 @@ def failure(rpc: str) -> Internal:
 @contextlib.asynccontextmanager
 async def run_call(
     admission: Admission, metrics: Metrics, rpc: str, request_id: str, table: StatusTable[Status],
-    names: Mapping[str, str], cancelled: Callable[[], str] | None = None,
+    names: Mapping[str, str], cancelled: Callable[[], str] | None = None, access: AccessLog = EVERY_CALL,
 ) -> AsyncIterator[Call[Status]]:  # fmt: skip
     """Admission first, then the block. A refusal by admission, or a domain error from the block, leaves
     as Refused (anything else is logged and refused as Internal); the record closes before, so a client
     that sees the error and then scrapes /metrics or reads the log finds the call there. A caller that went
     away is recorded as `cancelled()` (the table's code by default), unless the call already says why."""
-    record = CallRecord(rpc, request_id, metrics, code=table.ok)
+    record = CallRecord(rpc, request_id, metrics, code=table.ok, ok=table.ok, access=access)
     try:
         admission.admit()
     except ServiceError as error:
@@ -141,8 +141,10 @@ def _refused(call: Call, error: ServiceError) -> Refused:
 
 
 def refused(metrics: Metrics, rpc: str, request_id: str, table: StatusTable[Status], error: ServiceError,
-            names: Mapping[str, str] | None = None) -> Refusal[Status]:  # fmt: skip
+            names: Mapping[str, str] | None = None, access: AccessLog = EVERY_CALL) -> Refusal[Status]:  # fmt: skip
     """A call refused before admission (no valid credentials, a body that does not parse or is too large):
     recorded, timed and logged like any other."""
-    call = Call(CallRecord(rpc, request_id, metrics, code=table.ok), table, names or {}, None)
+    call = Call(
+        CallRecord(rpc, request_id, metrics, code=table.ok, ok=table.ok, access=access), table, names or {}, None
+    )
     return _refused(call, error).refusal

@@ -27,7 +27,7 @@ from ..runner.cache_memory import CacheGeometry
 from ..runner.device_memory import cuda_memory, cuda_memory_used
 from ..runner.embedding import EmbeddingRunner
 from ..runner.seq2seq import Seq2SeqRunner
-from ..runner.sessions import CUDA, SessionSettings, create_session, provider_of, resolve_device
+from ..runner.sessions import CPU, CUDA, SessionSettings, create_session, provider_of, resolve_device
 from .attention_maps import AttentionGraph, select_layers
 from .health import ModelHealth, probe, run_encoder
 from .registry import ModelRegistry
@@ -45,6 +45,10 @@ log = logging.getLogger("attnserve.loader")
 
 
 CPU_CACHE_BYTES = 1 << 30  # what kv_cache_bytes 0 (auto) gives a model on the CPU
+# What max_running 0 (the device's default) allows in one decode step: on the CPU a step's compute grows
+# with its rows and 64 keep a Marian-base step near its best tokens/s; on CUDA as many as the cache holds,
+# up to vLLM's default on large GPUs (a step's cost there is mostly fixed).
+DEFAULT_MAX_RUNNING = {CPU: 64, CUDA: 1024}
 DEVICE_SHARE = 0.9  # of the device memory left once every session is loaded, that auto gives the caches
 
 
@@ -55,7 +59,7 @@ class CacheSettings:
     max_new_tokens: int
     cache_bytes: int  # 0: auto (on CUDA, what the device has left; on the CPU, CPU_CACHE_BYTES)
     cache_tokens: int  # when > 0, instead of cache_bytes
-    max_running: int
+    max_running: int  # 0: the device's default (DEFAULT_MAX_RUNNING)
     max_waiting: int
 
     def geometry(self, architecture: Architecture, max_input_tokens: int, precision: str) -> CacheGeometry:
@@ -74,12 +78,12 @@ class CacheSettings:
     def auto(self) -> bool:
         return not self.cache_tokens and not self.cache_bytes
 
-    def rows(self, geometry: CacheGeometry, auto_bytes: int = CPU_CACHE_BYTES) -> int:
+    def rows(self, geometry: CacheGeometry, provider: str, auto_bytes: int = CPU_CACHE_BYTES) -> int:
         if self.cache_tokens:
             rows = self.cache_tokens // geometry.tokens_per_row
         else:
             rows = (self.cache_bytes or auto_bytes) // geometry.bytes_per_row
-        return min(rows, self.max_running)
+        return min(rows, self.max_running or DEFAULT_MAX_RUNNING[provider])
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,7 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
     if files.task == "seq2seq":
         geometry = settings.cache.geometry(architecture, c.max_input_tokens, precision)
         if not (settings.cache.auto and provider == CUDA):  # a cache of no row serves nothing: refuse early
-            _rows(files.name, settings.cache, geometry)
+            _rows(files.name, settings.cache, geometry, provider)
     tokenizer = load_tokenizer(c.tokenizer, files.tokenizer, c.max_input_tokens)
     special = SpecialTokens(c.bos_id, c.eos_id, c.pad_id, frozenset(tokenizer.special_ids))
     encoder = create_session(files.encoder, settings.sessions, provider)
@@ -139,7 +143,7 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
         runner = Seq2SeqRunner(encoder, decoder, cache_graphs, c.n_decoder_layers, precision)
         left = cuda_memory() if provider == CUDA and settings.cache.auto else None
         auto_bytes = int(left[0] * DEVICE_SHARE / seq2seq_left) if left else CPU_CACHE_BYTES
-        rows = _rows(files.name, settings.cache, geometry, auto_bytes)
+        rows = _rows(files.name, settings.cache, geometry, provider, auto_bytes)
     attention = None
     if settings.attention_maps:
         # Its threads sleep between calls instead of spinning: the graph runs seldom, and spinning threads
@@ -152,8 +156,10 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
     return opened
 
 
-def _rows(name: str, cache: CacheSettings, geometry: CacheGeometry, auto_bytes: int = CPU_CACHE_BYTES) -> int:
-    rows = cache.rows(geometry, auto_bytes)
+def _rows(
+    name: str, cache: CacheSettings, geometry: CacheGeometry, provider: str, auto_bytes: int = CPU_CACHE_BYTES
+) -> int:
+    rows = cache.rows(geometry, provider, auto_bytes)
     if rows < 1:
         raise ValueError(
             f"model {name}: the generation cache holds no row: one takes {geometry.bytes_per_row} bytes "

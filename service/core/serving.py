@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ServiceError, Unavailable, invalid
+from ..ops.call_record import AccessLog
 from ..ops.metrics import Metrics
 from .admission import Admission
 from .attention_maps import AttentionLimits, AttentionMaps
@@ -39,11 +40,13 @@ class CoreSettings:
     attention: AttentionLimits
     probe_seconds: float  # how often an unhealthy model is probed
     stream_write_timeout: float  # how long a streamed message may wait for its client
+    access_log_share: float = 1.0  # of answered calls, the share that get an access-log line
 
 
 class ServingCore:
     def __init__(self, settings: CoreSettings, metrics: Metrics):
         self.settings, self.metrics = settings, metrics
+        self.access_log = AccessLog(settings.access_log_share)
         # One thread runs every model call: on a CPU, concurrent calls would only fight over the cores.
         self.model_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
         self.tokenize_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
@@ -101,14 +104,14 @@ class ServingCore:
     ) -> AbstractAsyncContextManager[Call[Status]]:  # fmt: skip
         """`async with core.call(...) as call:` one call of a front door, admitted and recorded; a refusal
         leaves the block as calls.Refused, in the door's statuses, its fields named by `names`."""
-        return run_call(self.admission, self.metrics, rpc, request_id, table, names or {}, cancelled)
+        return run_call(self.admission, self.metrics, rpc, request_id, table, names or {}, cancelled, self.access_log)
 
     def refuse(
         self, rpc: str, request_id: str, table: StatusTable[Status], error: ServiceError,
         names: Mapping[str, str] | None = None,
     ) -> Refusal[Status]:  # fmt: skip
         """A call a door turns away before admission, recorded like any other."""
-        return refused(self.metrics, rpc, request_id, table, error, names)
+        return refused(self.metrics, rpc, request_id, table, error, names, self.access_log)
 
     def models(self) -> list[ModelInfo]:
         return self.registry.infos()

@@ -133,6 +133,7 @@ class EmbeddingBatcher:
         self.memory_releases = 0
         self.waiting: list[Item] = []
         self.running: list[Item] = []
+        self._running_group: list[Item] = []  # the texts of the model call in flight
         self._running_options = None  # of the model call in flight: stop() terminates it
         self._arrived = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -172,6 +173,8 @@ class EmbeddingBatcher:
         self.waiting.extend(items)
         self._arrived.set()
         try:
+            if len(items) == 1:  # most calls: no gathering future and its callbacks
+                return [await items[0].future]
             return list(await asyncio.gather(*(item.future for item in items)))
         except BaseException:
             # Cancelled or failed: nothing of this call may stay behind in the queue. (A cancelled gather
@@ -180,7 +183,14 @@ class EmbeddingBatcher:
             self.waiting = [item for item in self.waiting if id(item) not in mine]
             for item in items:
                 item.future.cancel()
+            self._stop_if_all_gone()
             raise
+
+    def _stop_if_all_gone(self) -> None:
+        """Every caller of the running model call has gone: stop it (RunOptions.terminate)."""
+        options = self._running_options
+        if options is not None and all(item.future.done() for item in self._running_group):
+            options.terminate = True
 
     def _full(self) -> bool:
         if len(self.waiting) >= self.limits.max_batch_size:
@@ -239,15 +249,7 @@ class EmbeddingBatcher:
 
     async def _run_group(self, group: list[Item]) -> None:
         options = self.make_run_options() if self.make_run_options else None
-
-        def stop_if_all_gone(_):
-            # Every caller of a running group has gone: stop the model call (RunOptions.terminate).
-            if options is not None and all(item.future.done() for item in group):
-                options.terminate = True
-
-        for item in group:
-            item.future.add_done_callback(stop_if_all_gone)
-        self._running_options = options
+        self._running_group, self._running_options = group, options
         try:
             outcome = await asyncio.get_running_loop().run_in_executor(
                 self.executor, self._embed_wanted, group, options
@@ -262,7 +264,7 @@ class EmbeddingBatcher:
                     item.future.set_exception(error)
             return
         finally:
-            self._running_options = None
+            self._running_group, self._running_options = [], None
         if outcome is None:
             return
         if self.health:
@@ -271,8 +273,7 @@ class EmbeddingBatcher:
         self._largest_call = max(self._largest_call, padded_tokens)
         if self.metrics:
             self.metrics.model_call("embed", len(wanted), padded_tokens, seconds)
-            for item in wanted:
-                self.metrics.queued(started - item.enqueued)
+            self.metrics.queued_all(started - np.fromiter((item.enqueued for item in wanted), np.float64, len(wanted)))
         for item, vector in zip(wanted, vectors):
             if not item.future.done():
                 item.future.set_result(Embedded(vector, started - item.enqueued, seconds, number))

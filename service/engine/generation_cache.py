@@ -62,6 +62,13 @@ class GenerationCache:
         self.lengths = np.zeros(rows, np.int32)  # decoder positions filled per row
         self.source_lengths = np.zeros(rows, np.int32)
         self.reserved = np.zeros(rows, np.int64)  # tokens each row's sequence may need
+        self._books = [self.lengths, self.source_lengths, self.reserved]
+
+    def books(self, dtype, width: int = 0) -> np.ndarray:
+        """A new per-row array (zeros; `width` values a row if given), which moves with its rows."""
+        books = np.zeros((self.rows, width) if width else self.rows, dtype)
+        self._books.append(books)
+        return books
 
     @property
     def used(self) -> int:
@@ -128,7 +135,7 @@ class GenerationCache:
         row, last = holder.row, self.used - 1
         if row != last:
             self.memory.move_rows(self.used, [(last, row)], [(last, row)])
-            for books in (self.lengths, self.source_lengths, self.reserved):
+            for books in self._books:
                 books[row] = books[last]
             moved = self.holders[last]
             self.holders[row] = moved

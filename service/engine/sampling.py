@@ -17,10 +17,10 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # > 1 discourages tokens already generated
 
 
-def penalize_repetition(logits: np.ndarray, generated: list[int], penalty: float) -> np.ndarray:
+def penalize_repetition(logits: np.ndarray, generated: np.ndarray | list[int], penalty: float) -> np.ndarray:
     """CTRL's penalty (Keskar et al. 2019), as Hugging Face applies it: a seen token's positive logit is
     divided by the penalty, a negative one multiplied."""
-    if penalty == 1.0 or not generated:
+    if penalty == 1.0 or len(generated) == 0:
         return logits
     logits = logits.copy()
     seen = np.unique(np.asarray(generated))
@@ -29,7 +29,9 @@ def penalize_repetition(logits: np.ndarray, generated: list[int], penalty: float
     return logits
 
 
-def next_token(logits: np.ndarray, generated: list[int], params: SamplingParams, rng: np.random.Generator) -> int:
+def next_token(
+    logits: np.ndarray, generated: np.ndarray | list[int], params: SamplingParams, rng: np.random.Generator
+) -> int:
     """logits (vocab,) float32 -> a token id."""
     logits = penalize_repetition(logits.astype(np.float64), generated, params.repetition_penalty)
     if params.temperature == 0.0:

@@ -29,8 +29,9 @@ from ..ops.metrics import ModelMetrics
 from .batcher import RELEASE_AFTER_TOKENS, RELEASE_IDLE_SECONDS, split_by_length
 from .beam_search import BeamSearch
 from .generation_cache import GenerationCache
+from .rows import BEAM, RowState
 from .sequence import EOS, LENGTH, STOP, BeamRow, Event, GenerationParams, Hypothesis, Sequence, owner
-from .steps import BEAM_ROW, HealthReport, ModelCall, SchedulerSettings, StepPlan, StepResult
+from .steps import HealthReport, ModelCall, SchedulerSettings, StepPlan, StepResult
 from .text_stream import Detokenizer, TextStream
 from .token_choice import TokenChoice
 
@@ -60,6 +61,7 @@ class Scheduler:
         self.max_waiting, self.name, self.metrics, self.health = settings.max_waiting, settings.name, metrics, health
         self.release_memory = release_memory
         self._largest_call = 0  # padded tokens of the largest encoder call since memory was last released
+        self.rows = RowState(cache, self.bos_id, choice.rules.forced_eos)
         self.waiting: deque[Sequence] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -181,6 +183,7 @@ class Scheduler:
                 sequence.beam_rows = [BeamRow(sequence, beam) for beam in range(sequence.params.width)]
             for holder in sequence.holders:
                 self.cache.allocate(holder, len(sequence.prompt), sequence.params.max_new_tokens)
+                self.rows.admit(holder)
             sequence.admitted = time.perf_counter()
             if self.metrics and not sequence.params.probe:
                 self.metrics.queued(sequence.admitted - sequence.arrived)
@@ -208,81 +211,96 @@ class Scheduler:
             seconds = time.perf_counter() - started
             calls.append(ModelCall("encode", len(group), int(ids.size), seconds, encoded.sent, encoded.fetched))
         started = time.perf_counter()
-        rows, holders, cache = plan.rows, plan.holders, self.cache
-        last = np.array([self._last_token(holder) for holder in holders], dtype=np.int64)[:, None]
-        logit_rows = [i for i, holder in enumerate(holders) if self.choice.needs_logits(holder)]
+        rows, holders, cache, state = plan.rows, plan.holders, self.cache, self.rows
+        last = state.next_input[:rows].reshape(rows, 1)
+        logit_rows = self.choice.logit_rows(state, rows)
         step = self.runner.step(last, cache.lengths[:rows], cache.source_lengths[:rows], logit_rows, cache.memory, rows)
         cache.advance(rows)
-        tokens = self.choice.choose(holders, step)
+        tokens = self.choice.choose(step, state, holders)
         for sequence in {id(h.sequence): h.sequence for h in holders if isinstance(h, BeamRow)}.values():
             parents = self.choice.beam_step(sequence, step)
             if parents is not None:
                 sequence.beam_rows = cache.follow_parents(sequence.beam_rows, parents)
                 for beam, holder in enumerate(sequence.beam_rows):
                     holder.beam = beam
+                state.follow_beams(sequence)
         calls.append(ModelCall("decode", rows, rows, time.perf_counter() - started, step.sent, step.fetched))
         return StepResult(tokens, calls)
-
-    def _last_token(self, holder: Sequence | BeamRow) -> int:
-        if isinstance(holder, BeamRow):
-            token = holder.sequence.search.last_tokens[holder.beam]
-            return self.bos_id if token is None else token
-        return holder.generated[-1] if holder.generated else self.bos_id
 
     # update
 
     def _update(self, plan: StepPlan, result: StepResult) -> None:
+        """The step's tokens into every row's books at once; Python work only for the rows that finish,
+        stream or follow stop sequences, and once per sequence for its first token."""
         now = time.perf_counter()
-        holders = plan.holders
+        count, holders, state, tokens = plan.rows, plan.holders, self.rows, result.tokens
+        chosen = state.kind[:count] != BEAM
+        ended = chosen & (tokens == self.eos_id) & state.eos_ends[:count]
+        grown = np.flatnonzero(chosen & ~ended)
+        state.tokens[grown, state.count[grown]] = tokens[grown]
+        state.count[grown] += 1
+        state.next_input[grown] = tokens[grown]
+        at_limit = np.zeros(count, np.bool_)
+        at_limit[grown] = state.count[grown] >= state.max_new[grown]
+        self._count_tokens(holders, chosen, grown, now)
+        news = ended | at_limit
+        news[grown] |= state.per_token[grown]
+        for i in np.flatnonzero(news).tolist():
+            sequence = holders[i]
+            if not sequence.gone:  # gone: leaves at the start of the next turn
+                self._news(sequence, int(tokens[i]), bool(ended[i]), bool(at_limit[i]))
         searches = {id(owner(h)): owner(h) for h in holders if isinstance(h, BeamRow)}
-        for sequence, token in zip(holders, result.tokens.tolist()):
-            if token == BEAM_ROW or sequence.gone:
-                continue  # beam rows: below; gone: leaves at the start of the next turn
-            self._count_token(sequence, now)
-            if token == self.eos_id and not sequence.params.ignore_eos:
-                forced = self.choice.forced_eos_at(sequence, len(sequence.generated))
-                last_text = self._last_text(sequence)
-                sequence.finish(STOP if sequence.text.stopped else LENGTH if forced else EOS, last_text)
-                self._leave(sequence)
-                continue
-            sequence.generated.append(token)
-            sequence.unsent.append(token)
-            if self.metrics and not sequence.params.probe:
-                self.metrics.generated(1)
-            at_limit = len(sequence.generated) >= sequence.params.max_new_tokens
-            if not sequence.params.events_per_token:
-                if at_limit:  # the text is decoded once, at the end
-                    sequence.finish(LENGTH, self.decode(sequence.generated))
-                    self._leave(sequence)
-                continue
-            text = sequence.text.update(token)
-            if at_limit and not sequence.text.stopped:
-                text += sequence.text.end()
-            if sequence.text.stopped or at_limit:
-                sequence.finish(STOP if sequence.text.stopped else LENGTH, text)
-                self._leave(sequence)
-            else:
-                sequence.send(text)
         for sequence in searches.values():
             if sequence.search.done and not sequence.gone:
                 self._finish_search(sequence, now)
 
-    def _last_text(self, sequence: Sequence) -> str:
-        """The text not sent yet of a sequence that ends now."""
-        if sequence.params.events_per_token:
-            return sequence.text.end()
-        return self.decode(sequence.generated)
+    def _news(self, sequence: Sequence, token: int, ended: bool, at_limit: bool) -> None:
+        """A row whose sequence ends (eos, or its last token) or follows its text token by token. (Its
+        row now: the rows of sequences that ended before it in this loop have been given to others.)"""
+        state, row = self.rows, sequence.row
+        per_token = sequence.params.events_per_token
+        if ended or at_limit:
+            sequence.generated = state.generated(row).tolist()
+        if not per_token:  # the text is decoded once, at the end
+            sequence.unsent = list(sequence.generated)
+        if ended:
+            forced = bool(state.forced_eos[row]) and int(state.count[row]) == int(state.max_new[row]) - 1
+            last_text = sequence.text.end() if per_token else self.decode(sequence.generated)
+            sequence.finish(STOP if sequence.text.stopped else LENGTH if forced else EOS, last_text)
+            self._leave(sequence)
+            return
+        if not per_token:
+            sequence.finish(LENGTH, self.decode(sequence.generated))
+            self._leave(sequence)
+            return
+        sequence.unsent.append(token)
+        text = sequence.text.update(token)
+        if at_limit and not sequence.text.stopped:
+            text += sequence.text.end()
+        if sequence.text.stopped or at_limit:
+            if not at_limit:
+                sequence.generated = state.generated(row).tolist()
+            sequence.finish(STOP if sequence.text.stopped else LENGTH, text)
+            self._leave(sequence)
+        else:
+            sequence.send(text)
 
-    def _count_token(self, sequence: Sequence, now: float) -> None:
-        """Time to first token, or since the last one."""
-        if self.metrics and not sequence.params.probe:
-            if sequence.first_token is None:
-                self.metrics.first_token(now - sequence.arrived)
-            else:
-                self.metrics.between_tokens(now - sequence.last_token)
-        if sequence.first_token is None:
+    def _count_tokens(self, holders: list, chosen: np.ndarray, grown: np.ndarray, now: float) -> None:
+        """Each chosen row's time to its first token (once a sequence) or since its last one, and the
+        tokens the step added (`grown`: their rows)."""
+        state, count = self.rows, len(holders)
+        last_time = state.last_time[:count]
+        first = chosen & (last_time == 0.0)
+        for i in np.flatnonzero(first).tolist():
+            sequence = holders[i]
             sequence.first_token = now
-        sequence.last_token = now
+            if self.metrics and state.counted[i]:
+                self.metrics.first_token(now - sequence.arrived)
+        if self.metrics:
+            counted = state.counted[:count]
+            self.metrics.generated(int(np.count_nonzero(counted[grown])))
+            self.metrics.between_tokens_all(now - last_time[chosen & ~first & counted])
+        last_time[chosen] = now
 
     def _finish_search(self, sequence: Sequence, now: float) -> None:
         """A beam search ends with one event: the best hypothesis, whole, and the n best."""
@@ -293,7 +311,7 @@ class Scheduler:
         best = hypotheses[0]
         sequence.generated = best.token_ids
         sequence.unsent = list(best.token_ids)
-        sequence.first_token = sequence.last_token = now
+        sequence.first_token = now
         if self.metrics and not sequence.params.probe:
             self.metrics.first_token(now - sequence.arrived)
             self.metrics.generated(len(best.token_ids))

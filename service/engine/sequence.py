@@ -85,7 +85,6 @@ class Sequence:
     arrived: float = field(default_factory=time.perf_counter)
     admitted: float | None = None
     first_token: float | None = None
-    last_token: float | None = None
     row: int | None = None  # greedy and sampled sequences: the cache row it holds (the cache sets it)
     beam_rows: list[BeamRow] = field(default_factory=list)  # beam search: the beams' rows, in beam order
     search: BeamSearch | None = None

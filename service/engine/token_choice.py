@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .beam_search import log_softmax
+from .rows import BEAM, GREEDY, SAMPLED, RowState
 from .sampling import next_token
-from .sequence import BeamRow, Sequence
+from .sequence import Sequence
 from .steps import BEAM_ROW
 
 
@@ -40,24 +41,26 @@ class TokenChoice:
         return self.rules.forced_eos and not params.ignore_eos and generated == params.max_new_tokens - 1
 
     @staticmethod
-    def needs_logits(holder) -> bool:
-        """Whether a row's token needs its whole logits: beam search and sampling do, greedy rows not."""
-        return isinstance(holder, BeamRow) or not holder.params.greedy
+    def logit_rows(rows: RowState, count: int) -> list[int]:
+        """The rows whose token needs their whole logits: beam search and sampling do, greedy rows not."""
+        return np.flatnonzero(rows.kind[:count] != GREEDY).tolist()
 
-    def choose(self, holders: list, step) -> np.ndarray:
-        """The next token of each greedy or sampled row (BEAM_ROW for beam rows), holders in row order."""
-        tokens = np.full(len(holders), BEAM_ROW, np.int64)
-        for i, sequence in enumerate(holders):
-            if isinstance(sequence, BeamRow):
-                continue
-            if self.forced_eos_at(sequence, len(sequence.generated)):
-                tokens[i] = self.eos_id
-            elif sequence.params.greedy:
-                tokens[i] = int(step.next_tokens[i])
-            else:
-                row = step.row_logits([i])[0].copy()
-                row[self.suppressed_ids] = -np.inf
-                tokens[i] = next_token(row, sequence.generated, sequence.params.sampling, sequence.rng)
+    def choose(self, step, rows: RowState, holders: list) -> np.ndarray:
+        """The next token of each greedy or sampled row (BEAM_ROW for beam rows), over the step's rows at
+        once; holders in row order (a sampled row's generator is its sequence's)."""
+        count = len(holders)
+        kind = rows.kind[:count]
+        tokens = np.array(step.next_tokens[:count], np.int64)
+        forced = rows.forced_eos[:count] & (rows.count[:count] == rows.max_new[:count] - 1) & (kind != BEAM)
+        sampled = np.flatnonzero((kind == SAMPLED) & ~forced).tolist()
+        if sampled:
+            logits = step.row_logits(sampled)
+            logits[:, self.suppressed_ids] = -np.inf
+            for i, row_logits in zip(sampled, logits):
+                sequence = holders[i]
+                tokens[i] = next_token(row_logits, rows.generated(i), sequence.params.sampling, sequence.rng)
+        tokens[forced] = self.eos_id
+        tokens[kind == BEAM] = BEAM_ROW
         return tokens
 
     def beam_step(self, sequence: Sequence, step) -> list[int] | None:

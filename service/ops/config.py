@@ -82,12 +82,16 @@ class ServerConfig:
     )
     max_beams: int = _setting(8, "most beams one Generate call may ask for (each beam takes a cache row)")
     kv_cache_bytes: int = _setting(
-        1 << 30,
-        "generation cache per seq2seq model, in bytes; 0: auto (on CUDA, 90%% of the device memory left once the "
-        "models are loaded, shared by the seq2seq models; on the CPU, 1 GiB)",
+        0,
+        "generation cache per seq2seq model, in bytes; 0: the device's default (on CUDA, 90%% of the device memory "
+        "left once the models are loaded, shared by the seq2seq models; on the CPU, 1 GiB)",
     )
     kv_cache_tokens: int = _setting(0, "generation cache per seq2seq model in tokens; when > 0, instead of bytes")
-    max_running_sequences: int = _setting(64, "most sequences in one decode step (cache rows are capped by it)")
+    max_running_sequences: int = _setting(
+        0,
+        "most sequences in one decode step (cache rows are capped by it); 0: the device's default (64 on the CPU; "
+        "on CUDA, as many as the cache holds, up to 1024)",
+    )
     max_waiting_sequences: int = _setting(1024, "Generate calls waiting for cache space; beyond: RESOURCE_EXHAUSTED")
     max_concurrent_requests: int = _setting(512, "calls in progress at once; beyond: RESOURCE_EXHAUSTED at once")
     max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")
@@ -124,6 +128,11 @@ class ServerConfig:
         "ports (health exempt)",
     )
     log_level: str = _setting("info", "logging level", ("debug", "info", "warning", "error"))
+    access_log_share: float = _setting(
+        1.0,
+        "share of answered calls that get an access-log line (0 to 1, spread evenly); refused and failed calls "
+        "always get theirs, and the metrics count every call",
+    )
     log_format: str = _setting(
         "json", "json: one JSON object a line (one per call too); text: for people", ("json", "text")
     )
@@ -132,12 +141,14 @@ class ServerConfig:
         positive = [
             "max_batch_tokens", "max_batch_size", "max_queue_inputs", "max_client_batch_size",
             "max_concurrent_requests", "max_message_bytes", "max_new_tokens",
-            "max_running_sequences", "max_waiting_sequences", "max_beams", "attention_max_input_tokens",
+            "max_waiting_sequences", "max_beams", "attention_max_input_tokens",
             "attention_max_response_bytes", "attention_max_concurrent",
         ]  # fmt: skip
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
+        if not 0.0 <= self.access_log_share <= 1.0:
+            problems.append(f"access_log_share must be from 0 to 1, not {self.access_log_share}")
         for name in ("intra_op_threads", "max_delay_ms", "drain_seconds", "split_cost_tokens", "kv_cache_tokens",
-                     "kv_cache_bytes", "gpu_mem_limit"):  # fmt: skip
+                     "kv_cache_bytes", "gpu_mem_limit", "max_running_sequences"):  # fmt: skip
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, not {getattr(self, name)}")
         for name in ("stream_write_timeout", "fault_threshold", "probe_seconds"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 from datetime import datetime, timezone
 
@@ -13,9 +14,22 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"mess
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        self._second, self._second_text = -1, ""  # the last second written, as ISO 8601 up to its seconds
+
+    def timestamp(self, created: float) -> str:
+        """ISO 8601 with milliseconds, in UTC; the date and time part made once a second."""
+        fraction, whole = math.modf(created)  # rounded as datetime.fromtimestamp rounds it
+        second, micro = divmod(int(whole) * 1_000_000 + round(fraction * 1e6), 1_000_000)
+        if second != self._second:
+            self._second = second
+            self._second_text = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{self._second_text}.{micro // 1000:03d}+00:00"
+
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "ts": self.timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -27,6 +41,11 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(level: str, format: str) -> None:
+    # Neither format writes a record's source line, thread or process: looking them up would cost every
+    # log call (each call's access line among them) more than writing it does (the logging HOWTO's
+    # "Optimization").
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     if format == "json":
         handler.setFormatter(JsonFormatter())

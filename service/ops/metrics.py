@@ -10,6 +10,7 @@ import platform
 from importlib import metadata
 from typing import Callable
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 
 # Seconds: sub-millisecond decode steps up to minute-long generations.
@@ -27,6 +28,7 @@ TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 class Metrics:
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
+        self._children: dict[tuple, object] = {}
         self.requests = Counter(
             "attnserve_requests", "Calls answered, by RPC, model and status code.", ["rpc", "model", "code"],
             registry=registry,
@@ -107,8 +109,30 @@ class Metrics:
         """Device memory in use, read when scraped (only where the models run on a GPU)."""
         self.device_memory_used.labels(device).set_function(used)
 
+    def child(self, metric, *labels: str):
+        """metric.labels(*labels), kept: labels() checks and locks on every call, and a call's record asks
+        for four. The label values are bounded (methods, served models, status codes)."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def for_model(self, model: str, task: str, attention: bool = False) -> ModelMetrics:
         return ModelMetrics(self, model, task, attention)
+
+
+def observe_all(histogram: Histogram, values: np.ndarray) -> None:
+    """Many values at once, as as many observe() calls would count them: prometheus_client keeps each
+    observation in the first bucket whose bound is at or above it (and cumulates when scraped), and
+    adds it to the sum. Its per-value loop would cost a step of 256 rows 256 Python calls."""
+    if not values.size:
+        return
+    bounds = np.asarray(histogram._upper_bounds)
+    counts = np.bincount(np.searchsorted(bounds, values, side="left"), minlength=len(bounds))
+    histogram._sum.inc(float(values.sum()))
+    for i in np.flatnonzero(counts).tolist():
+        histogram._buckets[i].inc(int(counts[i]))
 
 
 class ModelMetrics:
@@ -150,11 +174,16 @@ class ModelMetrics:
     def queued(self, seconds: float) -> None:
         self._queue.observe(seconds)
 
+    def queued_all(self, seconds: np.ndarray) -> None:
+        """The queue times of a model call's inputs, at once."""
+        observe_all(self._queue, seconds)
+
     def first_token(self, seconds: float) -> None:
         self._ttft.observe(seconds)
 
-    def between_tokens(self, seconds: float) -> None:
-        self._itl.observe(seconds)
+    def between_tokens_all(self, seconds: np.ndarray) -> None:
+        """The time since each row's last token, for all rows of a step at once."""
+        observe_all(self._itl, seconds)
 
     def prompt(self, tokens: int) -> None:
         self._prompt.inc(tokens)

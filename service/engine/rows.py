@@ -1,0 +1,56 @@
+"""The running sequences' generation state as arrays over the cache's rows, so that a step's token choice
+and its books (the next input token, the tokens so far, the limits) are array operations over all rows,
+with Python work only for the rows that finish or stream. The cache moves these rows with its own when a
+row is freed (generation_cache.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .generation_cache import GenerationCache
+from .sequence import BeamRow, Sequence
+
+# What chooses a row's next token.
+GREEDY, SAMPLED, BEAM = 0, 1, 2
+
+
+class RowState:
+    def __init__(self, cache: GenerationCache, bos_id: int, forced_eos: bool):
+        """forced_eos: the checkpoint forces eos at the last position a request allows (token_choice.py)."""
+        self.bos_id, self.checkpoint_forces_eos = bos_id, forced_eos
+        books = cache.books
+        self.kind = books(np.int8)
+        self.next_input = books(np.int64)  # the token each row's next step reads
+        self.count = books(np.int32)  # tokens generated so far (greedy and sampled rows)
+        self.max_new = books(np.int32)
+        self.eos_ends = books(np.bool_)  # eos ends the sequence (not ignore_eos)
+        self.forced_eos = books(np.bool_)  # eos comes at the last position allowed
+        self.per_token = books(np.bool_)  # text followed token by token: streamed, or stop sequences
+        self.counted = books(np.bool_)  # in the metrics (not the server's own probe)
+        self.last_time = books(np.float64)  # when the row's last token came (0: none yet)
+        self.tokens = books(np.int32, cache.geometry.target_tokens)  # the tokens so far
+
+    def admit(self, holder: Sequence | BeamRow) -> None:
+        """A holder just given its row."""
+        row = holder.row
+        sequence = holder.sequence if isinstance(holder, BeamRow) else holder
+        params = sequence.params
+        self.kind[row] = BEAM if isinstance(holder, BeamRow) else GREEDY if params.greedy else SAMPLED
+        self.next_input[row] = self.bos_id
+        self.count[row] = 0
+        self.max_new[row] = params.max_new_tokens
+        self.eos_ends[row] = not params.ignore_eos
+        self.forced_eos[row] = self.checkpoint_forces_eos and not params.ignore_eos
+        self.per_token[row] = params.events_per_token
+        self.counted[row] = not params.probe
+        self.last_time[row] = 0.0
+
+    def generated(self, row: int) -> np.ndarray:
+        """The row's tokens so far (a view)."""
+        return self.tokens[row, : self.count[row]]
+
+    def follow_beams(self, sequence: Sequence) -> None:
+        """A beam search's rows read its beams' last tokens next (the start token before any)."""
+        last_tokens = sequence.search.last_tokens
+        for holder, token in zip(sequence.beam_rows, last_tokens):
+            self.next_input[holder.row] = self.bos_id if token is None else token
