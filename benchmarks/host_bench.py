@@ -10,7 +10,11 @@ read from /proc, its model run time and tokens from its /metrics. Each case runs
 cases' order turned round each round; medians.
 
     .venv/bin/python -m benchmarks.host_bench [--rounds 3] [--threads 1] [--spinning] [--cases grpc-stream,...]
-        [--profile]
+        [--profile] [--against DIR]
+
+--against DIR: a second server runs that checkout's code (e.g. `git worktree add ../before <commit>`),
+with this checkout's callers and models; each round starts a fresh server of each side in turn, and the
+table gives this checkout's medians with their ratio to the other's.
 
 --profile: after the rounds, each case once more under py-spy (sampling the server's threads, 200 a
 second), summed up by where the samples' innermost frames are (profile_summary.py).
@@ -25,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from testing.server_process import ServerProcess
 
@@ -40,6 +45,7 @@ EMBED_CASES = {"embed-1": 1, "embed-16": 16}  # case -> texts a call
 EMBED_CALLS = {"embed-1": 1024, "embed-16": 256}  # a few seconds of MiniLM on 2 cores
 CONCURRENCY = (1, 32, 256)
 EMBED_CALLERS = 64
+MESSAGES = [0]  # (the callers' process) streamed messages received: several tokens may share one
 
 
 def calls_for(case: str, concurrent: int) -> int:
@@ -71,7 +77,7 @@ async def grpc_stream(target: str, n: int) -> None:
 
         async def one() -> None:
             async for _ in stub.GenerateStream(request, timeout=600):
-                pass
+                MESSAGES[0] += 1
 
         await many(n, calls_for("grpc-stream", n), one)
 
@@ -97,6 +103,7 @@ async def kserve_stream(target: str, n: int) -> None:
             async for answer in stub.ModelStreamInfer(iter([request()]), timeout=600):
                 if answer.error_message:
                     raise RuntimeError(answer.error_message)
+                MESSAGES[0] += 1
 
         await many(n, calls_for("kserve-stream", n), one)
 
@@ -116,8 +123,8 @@ async def openai_calls(base_url: str, n: int, stream: bool) -> None:
                 return
             async with client.stream("POST", "/v1/completions", json=body) as response:
                 response.raise_for_status()
-                async for _ in response.aiter_lines():
-                    pass
+                async for line in response.aiter_lines():
+                    MESSAGES[0] += line.startswith("data: {")
 
         await many(n, calls_for("openai-stream", n), one)
 
@@ -161,7 +168,7 @@ def caller_main(args) -> None:
         asyncio.run(openai_calls(args.http, n, stream=case == "openai-stream"))
     else:
         asyncio.run(embed(args.target, n, case))
-    print(json.dumps({"wall": time.perf_counter() - started}))
+    print(json.dumps({"wall": time.perf_counter() - started, "messages": MESSAGES[0]}))
 
 
 def run_case(server: ServerProcess, case: str, concurrent: int) -> dict:
@@ -178,10 +185,11 @@ def run_case(server: ServerProcess, case: str, concurrent: int) -> dict:
     out = subprocess.run(command, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"{case} x{concurrent}: {out.stderr[-2000:]}")
-    wall = json.loads(out.stdout.strip().splitlines()[-1])["wall"]
+    callers = json.loads(out.stdout.strip().splitlines()[-1])
     after = totals()
     cpu, runs, tokens = (a - b for a, b in zip(after, before))
-    return {"wall": wall, "cpu": cpu, "runs": runs, "tokens": tokens, "calls": calls_for(case, concurrent)}
+    return {"wall": callers["wall"], "cpu": cpu, "runs": runs, "tokens": tokens, "calls": calls_for(case, concurrent),
+            "messages": callers["messages"]}  # fmt: skip
 
 
 def figures(case: str, r: dict) -> dict[str, float]:
@@ -191,8 +199,11 @@ def figures(case: str, r: dict) -> dict[str, float]:
                 "outside us/call": (r["cpu"] - r["runs"]) / calls * 1e6,
                 "outside us/text": (r["cpu"] - r["runs"]) / (calls * EMBED_CASES[case]) * 1e6}  # fmt: skip
     tokens = r["tokens"]
-    return {"tokens/s": tokens / r["wall"], "CPU us/token": r["cpu"] / tokens * 1e6,
-            "outside us/token": (r["cpu"] - r["runs"]) / tokens * 1e6}  # fmt: skip
+    out = {"tokens/s": tokens / r["wall"], "CPU us/token": r["cpu"] / tokens * 1e6,
+           "outside us/token": (r["cpu"] - r["runs"]) / tokens * 1e6}  # fmt: skip
+    if r["messages"]:
+        out["tokens/message"] = tokens / r["messages"]
+    return out
 
 
 def main() -> None:
@@ -201,7 +212,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime's intra-op threads")
     parser.add_argument("--spinning", action="store_true", help="let ONNX Runtime's threads spin")
     parser.add_argument("--cases", default=",".join([*GENERATION_CASES, *EMBED_CASES]))
+    parser.add_argument("--stream-messages-per-second", help="the server's setting (default: the server's)")
     parser.add_argument("--profile", action="store_true", help="then each case once more under py-spy")
+    parser.add_argument("--against", type=Path, help="a checkout whose server runs too, alternately (before)")
     parser.add_argument("--caller", help="(internal) run this case's callers")
     parser.add_argument("--concurrent", type=int, default=1, help="(internal)")
     parser.add_argument("--target", help="(internal)")
@@ -216,34 +229,46 @@ def main() -> None:
     settings = ["--intra-op-threads", str(args.threads), "--ort-spinning" if args.spinning else "--no-ort-spinning",
                 "--max-running-sequences", "256", "--max-concurrent-requests", "1024",
                 "--max-waiting-sequences", "1024", "--stream-write-timeout", "120"]  # fmt: skip
-    server = ServerProcess(*settings)
-    runs: dict[str, list[dict]] = {}
-    try:
-        run_case(server, "grpc-unary", 32)  # warm: first calls allocate
-        for round_ in range(args.rounds):
-            for case, n in cases if round_ % 2 == 0 else cases[::-1]:
-                runs.setdefault(f"{case} x{n}", []).append(figures(case, run_case(server, case, n)))
-            print(f"round {round_ + 1} done", flush=True)
-        profiles = {}
-        if args.profile:
-            for case, n in cases:
-                profiles[f"{case} x{n}"] = profiled(server.pid, lambda: run_case(server, case, n))
-    finally:
-        server.stop()
+    if args.stream_messages_per_second is not None:
+        settings += ["--stream-messages-per-second", args.stream_messages_per_second]
+    root = Path(__file__).resolve().parents[1]
+    models = [str(root / "build" / "models" / name) for name in ("minilm", "numbers")]
+    sides = {"before": args.against.resolve(), "after": None} if args.against else {"after": None}
+    runs: dict[str, dict[str, list[dict]]] = {side: {} for side in sides}
+    profiles = {}
+    for round_ in range(args.rounds):
+        for side, checkout in sides.items():  # a fresh server each round, the sides taking turns
+            server = ServerProcess(*settings, models=models, cwd=checkout)
+            try:
+                run_case(server, "grpc-unary", 32)  # warm: first calls allocate
+                for case, n in cases if round_ % 2 == 0 else cases[::-1]:
+                    runs[side].setdefault(f"{case} x{n}", []).append(figures(case, run_case(server, case, n)))
+                if args.profile and round_ == args.rounds - 1 and side == "after":
+                    for case, n in cases:
+                        profiles[f"{case} x{n}"] = profiled(server.pid, lambda: run_case(server, case, n))
+            finally:
+                server.stop()
+        print(f"round {round_ + 1} done", flush=True)
+    medians = {side: {name: {k: statistics.median(r[k] for r in results) for k in results[0]}
+                      for name, results in side_runs.items()} for side, side_runs in runs.items()}  # fmt: skip
     rows = []
-    for name, results in runs.items():
-        medians = {k: statistics.median(r[k] for r in results) for k in results[0]}
-        cells = [f"{v:,.1f} {k}" for k, v in medians.items()]
+    for name, after in medians["after"].items():
+        before = medians.get("before", {}).get(name)
+        cells = [f"{v:,.1f} {k}" + (f" ({v / before[k]:.2f}x)" if before and before.get(k) else "")
+                 for k, v in after.items()]  # fmt: skip
         rows.append([name, *cells, *[""] * (4 - len(cells))])
+    header = ["case", "throughput", "server CPU", "outside ONNX Runtime", "per text, or tokens a message"]
     spinning = "spinning" if args.spinning else "no spinning"
     title = f"server CPU per token and per call, {args.threads} ORT thread(s), {spinning}; medians of {args.rounds}"
-    print_table(title, ["case", "throughput", "server CPU", "outside ONNX Runtime", "outside, per text"], rows)
+    if args.against:
+        title += f"; (x): against {args.against}"
+    print_table(title, header, rows)
     for name, summary in profiles.items():
         print(f"\n{name}: where the server's samples were (innermost frame)")
         for place, share in summary:
             print(f"  {share:5.1%}  {place}")
-    write_results("host_bench", {"machine": machine, "settings": settings, "runs": runs, "rows": rows,
-                                 "profiles": profiles})  # fmt: skip
+    write_results("host_bench", {"machine": machine, "settings": settings, "against": str(args.against or ""),
+                                 "medians": medians, "runs": runs, "rows": rows, "profiles": profiles})  # fmt: skip
 
 
 if __name__ == "__main__":

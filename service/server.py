@@ -58,7 +58,7 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         model_dirs=tuple(config.models), load=load, max_concurrent_requests=config.max_concurrent_requests,
         max_client_batch_size=config.max_client_batch_size, max_beams=config.max_beams, attention=attention,
         probe_seconds=config.probe_seconds, stream_write_timeout=config.stream_write_timeout,
-        access_log_share=config.access_log_share,
+        access_log_share=config.access_log_share, stream_messages=config.stream_messages_per_second,
     )  # fmt: skip
 
 

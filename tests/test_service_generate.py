@@ -242,3 +242,16 @@ def test_a_unary_call_with_stop_sequences_gets_one_event(served):
 
     (event,) = served.run(unary())
     assert event.finish_reason == "stop" and event.text == NUMBERS_FULL[: NUMBERS_FULL.index("thousand")]
+
+
+def test_streams_keep_to_the_servers_message_budget(served):
+    """stream_messages_per_second 2 and one stream open: its messages are at least half a second apart,
+    so the tokens of the 16-token answer come in a few messages, the same tokens and text in all."""
+    generation = served.server.core.generation
+    budget, generation.stream_messages = generation.stream_messages, 2.0
+    try:
+        messages = list(served.stub().GenerateStream(pb.GenerateRequest(input="999999999"), timeout=30))
+    finally:
+        generation.stream_messages = budget
+    assert "".join(m.text for m in messages) == NUMBERS_FULL and sum(len(m.token_ids) for m in messages) == 16
+    assert len(messages) <= 4 and len(messages[0].token_ids) == 1  # the first token is never held back

@@ -36,6 +36,7 @@ def streaming_server(numbers_dir):
     server = ServerThread(
         [numbers_dir], stream_write_timeout=TIMEOUT, max_client_batch_size=PROMPTS,
         max_waiting_sequences=2 * PROMPTS, max_running_sequences=256,
+        stream_messages_per_second=0,  # an event for every token: the SSE answer must outgrow the buffers
     )  # fmt: skip
     yield server
     server.close()

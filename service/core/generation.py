@@ -108,9 +108,23 @@ def indexed(error: ServiceError, index: int, count: int) -> ServiceError:
 
 
 class Generation:
-    def __init__(self, registry: ModelRegistry, tokenization: Tokenization, max_beams: int, max_client_batch_size: int):
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        tokenization: Tokenization,
+        max_beams: int,
+        max_client_batch_size: int,
+        stream_messages: float = 0.0,
+    ):
+        """stream_messages: the events a second all streams together aim at (0: one for every token)."""
         self.registry, self.tokenization, self.max_beams = registry, tokenization, max_beams
-        self.max_client_batch_size = max_client_batch_size
+        self.max_client_batch_size, self.stream_messages = max_client_batch_size, stream_messages
+        self.streams_open = 0
+
+    def interval(self) -> float:
+        """The least seconds between two events of one stream, for the streams open now to send at most
+        stream_messages a second together (one stream: a fraction of a millisecond, so never held back)."""
+        return self.streams_open / self.stream_messages
 
     def check_count(self, inputs: list[str]) -> None:
         """Several inputs in one call: 1 to max_client_batch_size of them."""
@@ -133,22 +147,28 @@ class Generation:
         return model, params, encoded.ids
 
     async def stream(self, request: GenerateRequest, call: CallRecord) -> GenerationStream:
-        """The request checked and queued; its events follow token by token. The call's record gets the
-        usage when the last one passes."""
+        """The request checked and queued; its events follow token by token (several tokens in one when
+        the stream waited, or was behind). The call's record gets the usage when the last one passes."""
         model, params, ids = await self._prepare(request, call, streaming=True)
         queued = model.scheduler.generate(ids, params)
+        loop = asyncio.get_running_loop()
 
         async def events() -> AsyncIterator[StreamEvent]:
+            self.streams_open += 1
             try:
                 async for e in queued:
                     if e.finish_reason is None:
+                        taken = loop.time()
                         yield StreamEvent(e.text, e.token_ids)
+                        if self.stream_messages and (wait := taken + self.interval() - loop.time()) > 0:
+                            await asyncio.sleep(wait)  # the tokens meanwhile wait in the sequence
                     else:
                         record_usage(call, e)
                         yield StreamEvent(e.text, e.token_ids, e.finish_reason, GenerationUsage.of(e.usage))
             except QueueFull as error:
                 raise queue_full(model, error) from None
             finally:
+                self.streams_open -= 1
                 await queued.aclose()
 
         return GenerationStream(model.name, events())

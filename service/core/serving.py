@@ -40,6 +40,7 @@ class CoreSettings:
     attention: AttentionLimits
     probe_seconds: float  # how often an unhealthy model is probed
     stream_write_timeout: float  # how long a streamed message may wait for its client
+    stream_messages: float = 0.0  # messages a second all streams together aim at (0: one for every token)
     access_log_share: float = 1.0  # of answered calls, the share that get an access-log line
 
 
@@ -90,7 +91,9 @@ class ServingCore:
         )
         self.tokenization = Tokenization(registry, self.tokenize_executor, s.max_client_batch_size)
         self.embeddings = Embeddings(registry, self.tokenization, s.max_client_batch_size)
-        self.generation = Generation(registry, self.tokenization, s.max_beams, s.max_client_batch_size)
+        self.generation = Generation(
+            registry, self.tokenization, s.max_beams, s.max_client_batch_size, stream_messages=s.stream_messages
+        )
         self.attention_maps = AttentionMaps(registry, self.tokenization, s.attention)
         self.registry = registry
         self.admission.loaded = True
