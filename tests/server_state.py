@@ -40,6 +40,8 @@ def assert_back_to(server: ServerThread, before: Baseline, timeout: float = 60.0
                 s = model.scheduler
                 out[f"{model.name} sequences"] = len(s.waiting) + s.running + s.cache.used
                 out[f"{model.name} reserved"] = s.cache.reserved_tokens
+                rows = s.rows  # its counts of rows by kind, back to none
+                out[f"{model.name} rows counted"] = rows.beams + rows.sampled + rows.ignoring_eos + rows.awaiting_first
         return out
 
     def settled() -> bool:

@@ -62,9 +62,19 @@ def sentencepiece_marian(tmp_path_factory) -> MarianTokenizer:
     """A Marian tokenizer directory whose sentencepiece model falls back to bytes for rare characters."""
     directory = tmp_path_factory.mktemp("sentencepiece")
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts()), model_prefix=str(directory / "m"), vocab_size=400, model_type="unigram", hard_vocab_limit=False,
-        character_coverage=0.98, byte_fallback=True, eos_id=0, unk_id=1, bos_id=-1, pad_id=-1, minloglevel=2,
-    )  # fmt: skip
+        sentence_iterator=iter(texts()),
+        model_prefix=str(directory / "m"),
+        vocab_size=400,
+        hard_vocab_limit=False,
+        model_type="unigram",
+        character_coverage=0.98,
+        byte_fallback=True,
+        eos_id=0,
+        unk_id=1,
+        bos_id=-1,
+        pad_id=-1,
+        minloglevel=2,
+    )
     processor = sentencepiece.SentencePieceProcessor(model_file=str(directory / "m.model"))
     vocab = {processor.id_to_piece(i): i for i in range(processor.get_piece_size())}
     vocab["<pad>"] = len(vocab)

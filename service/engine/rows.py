@@ -1,7 +1,11 @@
 """The running sequences' generation state as arrays over the cache's rows, so that a step's token choice
 and its books (the next input token, the tokens so far, the limits) are array operations over all rows,
 with Python work only for the rows that finish or stream. The cache moves these rows with its own when a
-row is freed (generation_cache.py)."""
+row is freed (generation_cache.py).
+
+Counts of the rarer kinds of row (beams, sampled rows, rows that ignore eos, rows still waiting for their
+first token) are kept too: a step whose rows are all plain greedy ones skips the array operations that
+would find none, and on a small step each array operation costs more than the work it does."""
 
 from __future__ import annotations
 
@@ -29,6 +33,19 @@ class RowState:
         self.counted = books(np.bool_)  # in the metrics (not the server's own probe)
         self.last_time = books(np.float64)  # when the row's last token came (0: none yet)
         self.tokens = books(np.int32, cache.geometry.target_tokens)  # the tokens so far
+        self.index = np.arange(cache.rows)
+        self.beams = self.sampled = self.ignoring_eos = self.awaiting_first = 0  # rows of each, now
+
+    @property
+    def all_greedy(self) -> bool:
+        """Every row's token is its argmax (no beam search, no sampling)."""
+        return self.beams == 0 and self.sampled == 0
+
+    def _count(self, kind: int, ignores_eos: bool, awaiting_first: bool, by: int) -> None:
+        self.beams += by * (kind == BEAM)
+        self.sampled += by * (kind == SAMPLED)
+        self.ignoring_eos += by * (ignores_eos and kind != BEAM)
+        self.awaiting_first += by * (awaiting_first and kind != BEAM)
 
     def admit(self, holder: Sequence | BeamRow) -> None:
         """A holder just given its row."""
@@ -44,6 +61,12 @@ class RowState:
         self.per_token[row] = params.events_per_token
         self.counted[row] = not params.probe
         self.last_time[row] = 0.0
+        self._count(int(self.kind[row]), params.ignore_eos, True, 1)
+
+    def leave(self, holder: Sequence | BeamRow) -> None:
+        """A holder about to give its row back."""
+        row = holder.row
+        self._count(int(self.kind[row]), not bool(self.eos_ends[row]), bool(self.last_time[row] == 0.0), -1)
 
     def generated(self, row: int) -> np.ndarray:
         """The row's tokens so far (a view)."""

@@ -52,8 +52,8 @@ class Scheduler:
         release_memory: Callable[[], None] | None = None,
     ):
         """runner: encode(ids, mask) -> EncoderOutput, and step(...) -> StepOutput (runner/seq2seq.py);
-        detokenizer: the model's tokenizer, token ids -> text (text_stream.py); release_memory: gives the runtime's memory back, run when idle after
-        large encoder calls (as the batcher does: engine/batcher.py)."""
+        detokenizer: the model's tokenizer, token ids -> text (text_stream.py); release_memory: gives the
+        runtime's memory back, run when idle after large encoder calls (as the batcher does: batcher.py)."""
         self.settings = settings
         self.runner, self.cache, self.choice, self.executor = runner, cache, choice, executor
         self.detokenizer, self.decode = detokenizer, detokenizer.decode
@@ -192,6 +192,7 @@ class Scheduler:
 
     def _leave(self, sequence: Sequence) -> None:
         for holder in sequence.holders:
+            self.rows.leave(holder)
             self.cache.release(holder)
 
     # execute (in the model thread)
@@ -234,9 +235,13 @@ class Scheduler:
         stream or follow stop sequences, and once per sequence for its first token."""
         now = time.perf_counter()
         count, holders, state, tokens = plan.rows, plan.holders, self.rows, result.tokens
-        chosen = state.kind[:count] != BEAM
-        ended = chosen & (tokens == self.eos_id) & state.eos_ends[:count]
-        grown = np.flatnonzero(chosen & ~ended)
+        chosen = None if state.beams == 0 else state.kind[:count] != BEAM  # None: every row
+        ended = tokens == self.eos_id
+        if state.ignoring_eos:
+            ended &= state.eos_ends[:count]
+        if chosen is not None:
+            ended &= chosen
+        grown = (~ended if chosen is None else chosen & ~ended).nonzero()[0]
         state.tokens[grown, state.count[grown]] = tokens[grown]
         state.count[grown] += 1
         state.next_input[grown] = tokens[grown]
@@ -245,14 +250,15 @@ class Scheduler:
         self._count_tokens(holders, chosen, grown, now)
         news = ended | at_limit
         news[grown] |= state.per_token[grown]
-        for i in np.flatnonzero(news).tolist():
+        for i in news.nonzero()[0].tolist():
             sequence = holders[i]
             if not sequence.gone:  # gone: leaves at the start of the next turn
                 self._news(sequence, int(tokens[i]), bool(ended[i]), bool(at_limit[i]))
-        searches = {id(owner(h)): owner(h) for h in holders if isinstance(h, BeamRow)}
-        for sequence in searches.values():
-            if sequence.search.done and not sequence.gone:
-                self._finish_search(sequence, now)
+        if state.beams:
+            searches = {id(owner(h)): owner(h) for h in holders if isinstance(h, BeamRow)}
+            for sequence in searches.values():
+                if sequence.search.done and not sequence.gone:
+                    self._finish_search(sequence, now)
 
     def _news(self, sequence: Sequence, token: int, ended: bool, at_limit: bool) -> None:
         """A row whose sequence ends (eos, or its last token) or follows its text token by token. (Its
@@ -285,22 +291,33 @@ class Scheduler:
         else:
             sequence.send(text)
 
-    def _count_tokens(self, holders: list, chosen: np.ndarray, grown: np.ndarray, now: float) -> None:
-        """Each chosen row's time to its first token (once a sequence) or since its last one, and the
-        tokens the step added (`grown`: their rows)."""
+    def _count_tokens(self, holders: list, chosen: np.ndarray | None, grown: np.ndarray, now: float) -> None:
+        """Each chosen row's (`chosen` None: every row's) time to its first token (once a sequence) or since
+        its last one, and the tokens the step added (`grown`: their rows)."""
         state, count = self.rows, len(holders)
         last_time = state.last_time[:count]
-        first = chosen & (last_time == 0.0)
-        for i in np.flatnonzero(first).tolist():
-            sequence = holders[i]
-            sequence.first_token = now
-            if self.metrics and state.counted[i]:
-                self.metrics.first_token(now - sequence.arrived)
+        first = None
+        if state.awaiting_first:
+            first = last_time == 0.0
+            if chosen is not None:
+                first &= chosen
+            for i in first.nonzero()[0].tolist():
+                sequence = holders[i]
+                sequence.first_token = now
+                state.awaiting_first -= 1
+                if self.metrics and state.counted[i]:
+                    self.metrics.first_token(now - sequence.arrived)
         if self.metrics:
             counted = state.counted[:count]
             self.metrics.generated(int(np.count_nonzero(counted[grown])))
-            self.metrics.between_tokens_all(now - last_time[chosen & ~first & counted])
-        last_time[chosen] = now
+            timed = counted if first is None else counted & ~first
+            if chosen is not None:
+                timed = timed & chosen
+            self.metrics.between_tokens_all(now - last_time[timed])
+        if chosen is None:
+            last_time[:] = now
+        else:
+            last_time[chosen] = now
 
     def _finish_search(self, sequence: Sequence, now: float) -> None:
         """A beam search ends with one event: the best hypothesis, whole, and the n best."""

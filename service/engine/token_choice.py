@@ -43,12 +43,14 @@ class TokenChoice:
     @staticmethod
     def logit_rows(rows: RowState, count: int) -> list[int]:
         """The rows whose token needs their whole logits: beam search and sampling do, greedy rows not."""
-        return np.flatnonzero(rows.kind[:count] != GREEDY).tolist()
+        return [] if rows.all_greedy else (rows.kind[:count] != GREEDY).nonzero()[0].tolist()
 
     def choose(self, step, rows: RowState, holders: list) -> np.ndarray:
         """The next token of each greedy or sampled row (BEAM_ROW for beam rows), over the step's rows at
         once; holders in row order (a sampled row's generator is its sequence's)."""
         count = len(holders)
+        if rows.all_greedy and not self.rules.forced_eos:
+            return step.next_tokens[:count]  # the device's argmax, as it is
         kind = rows.kind[:count]
         tokens = np.array(step.next_tokens[:count], np.int64)
         forced = rows.forced_eos[:count] & (rows.count[:count] == rows.max_new[:count] - 1) & (kind != BEAM)

@@ -153,8 +153,18 @@ class ServerConfig:
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
         if not 0.0 <= self.access_log_share <= 1.0:
             problems.append(f"access_log_share must be from 0 to 1, not {self.access_log_share}")
-        for name in ("stream_messages_per_second", "intra_op_threads", "max_delay_ms", "drain_seconds", "split_cost_tokens", "kv_cache_tokens",
-                     "kv_cache_bytes", "gpu_mem_limit", "max_running_sequences"):  # fmt: skip
+        non_negative = [
+            "stream_messages_per_second",
+            "intra_op_threads",
+            "max_delay_ms",
+            "drain_seconds",
+            "split_cost_tokens",
+            "kv_cache_tokens",
+            "kv_cache_bytes",
+            "gpu_mem_limit",
+            "max_running_sequences",
+        ]
+        for name in non_negative:
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, not {getattr(self, name)}")
         for name in ("stream_write_timeout", "fault_threshold", "probe_seconds"):
