@@ -142,3 +142,17 @@ def test_the_default_cache_and_rows_follow_the_device():
     assert auto.rows(fp16, CUDA, auto_bytes=5000 * fp16.bytes_per_row) == 1024
     capped = CacheSettings(256, 0, 0, max_running=4, max_waiting=10)
     assert capped.rows(fp16, CUDA) == 4
+
+
+def test_the_thread_rule_gives_small_models_and_cuda_one_quiet_thread_and_leaves_set_values_alone():
+    from service.runner.sessions import CPU, CUDA, SMALL_LAYER_MACS, SessionSettings, available_cores, threads_for
+
+    unset = SessionSettings()
+    numbers, minilm = 4 * 64 * 64 + 2 * 64 * 512, 4 * 384 * 384 + 2 * 384 * 1536  # a layer's multiply-adds a token
+    assert numbers < SMALL_LAYER_MACS < minilm
+    rule = {(p, m): threads_for(unset, p, m) for p in (CPU, CUDA) for m in (numbers, minilm)}
+    expected = [(1, False), (available_cores(), True), (1, False), (1, False)]
+    assert [(s.intra_op_threads, s.spinning) for s in rule.values()] == expected
+    chosen = threads_for(SessionSettings(intra_op_threads=3, spinning=False), CPU, minilm)
+    assert (chosen.intra_op_threads, chosen.spinning) == (3, False)
+    assert threads_for(SessionSettings(spinning=True), CPU, numbers).spinning is True

@@ -27,7 +27,7 @@ from ..runner.cache_memory import CacheGeometry
 from ..runner.device_memory import cuda_memory, cuda_memory_used
 from ..runner.embedding import EmbeddingRunner
 from ..runner.seq2seq import Seq2SeqRunner
-from ..runner.sessions import CPU, CUDA, SessionSettings, create_session, provider_of, resolve_device
+from ..runner.sessions import CPU, CUDA, SessionSettings, create_session, provider_of, resolve_device, threads_for
 from .attention_maps import AttentionGraph, select_layers
 from .health import ModelHealth, probe, run_encoder
 from .registry import ModelRegistry
@@ -131,7 +131,11 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
             _rows(files.name, settings.cache, geometry, provider)
     tokenizer = load_tokenizer(c.tokenizer, files.tokenizer, c.max_input_tokens)
     special = SpecialTokens(c.bos_id, c.eos_id, c.pad_id, frozenset(tokenizer.special_ids))
-    encoder = create_session(files.encoder, settings.sessions, provider)
+    # Threads and spinning the settings leave open, by the model's size (runner/sessions.py threads_for).
+    sessions = threads_for(settings.sessions, provider, 4 * c.d_model * c.d_model + 2 * c.d_model * c.d_ff)
+    spinning = "on" if sessions.spinning else "off"
+    log.info("model %s: %d ONNX Runtime thread(s) a call, spinning %s", files.name, sessions.intra_op_threads, spinning)
+    encoder = create_session(files.encoder, sessions, provider)
     rows = 0
     if files.task == "embedding":
         runner = EmbeddingRunner(encoder)
@@ -139,7 +143,7 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
         # The cache graphs run seldom and copy rows: one thread, asleep between calls.
         small = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
         cache_graphs = {role: create_session(files.graphs[role], small, provider) for role in CACHE_GRAPHS}
-        decoder = create_session(files.decoder, settings.sessions, provider)
+        decoder = create_session(files.decoder, sessions, provider)
         runner = Seq2SeqRunner(encoder, decoder, cache_graphs, c.n_decoder_layers, precision)
         left = cuda_memory() if provider == CUDA and settings.cache.auto else None
         auto_bytes = int(left[0] * DEVICE_SHARE / seq2seq_left) if left else CPU_CACHE_BYTES
@@ -148,7 +152,7 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
     if settings.attention_maps:
         # Its threads sleep between calls instead of spinning: the graph runs seldom, and spinning threads
         # of an idle session would take cycles from the serving graphs' next calls.
-        quiet = dataclasses.replace(settings.sessions, spinning=False)
+        quiet = dataclasses.replace(sessions, spinning=False)
         attention = AttentionMapsRunner(create_session(files.attention, quiet, provider), files.task)
     opened = _Opened(files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, rows)
     graphs = precision if files.graph_set == precision else f"{precision}: {files.graph_set}, for this CPU"

@@ -57,15 +57,20 @@ class ServerConfig:
         "ONNX Runtime's CPU memory arena for the serving graphs: faster calls, but the process keeps its peak "
         "memory (measured: docs/benchmarks.md); off, memory goes back after each call",
     )
-    intra_op_threads: int = _setting(0, "ONNX Runtime threads per model call; 0: one per available core")
+    intra_op_threads: int = _setting(
+        0,
+        "ONNX Runtime threads per model call; 0: by the model's size and device (one for a small model's "
+        "operators and on CUDA, else one per available core; measured: docs/benchmarks.md)",
+    )
     graph_optimization: str = _setting(
         "all", "ONNX Runtime graph optimisation level", ("disable", "basic", "extended", "all")
     )
-    ort_spinning: bool = _setting(
-        True,
+    ort_spinning: bool | None = _setting(
+        None,
         "let ONNX Runtime's threads spin between operators instead of sleeping: a decode step runs ~150 "
         "small operators, and waking sleeping threads for each costs more than the spinning takes from the "
-        "event loop (measured: docs/benchmarks.md)",
+        "event loop; unset: on where several threads share a model's calls, off where one does "
+        "(measured: docs/benchmarks.md)",
     )
     max_batch_tokens: int = _setting(16384, "embedding batch budget in tokens, padding included")
     max_batch_size: int = _setting(32, "most texts in one embedding batch")
@@ -225,7 +230,8 @@ def _parse(kind, text: str):
 
 
 def _kind(f: dataclasses.Field):
-    return "paths" if f.name == "models" else {"int": int, "float": float, "bool": bool, "str": str}[f.type]
+    kinds = {"int": int, "float": float, "bool": bool, "bool | None": bool, "str": str}
+    return "paths" if f.name == "models" else kinds[f.type]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ and checked for what they really got: the provider, and on CUDA where every node
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import logging
 import os
@@ -42,15 +43,33 @@ class ProviderError(RuntimeError):
 @dataclass(frozen=True)
 class SessionSettings:
     device: str = "auto"  # auto | cuda | cpu
-    intra_op_threads: int = 0  # 0: one per available core
+    intra_op_threads: int = 0  # 0: by the thread rule (threads_for)
     graph_optimization: str = "all"
-    spinning: bool = True
+    spinning: bool | None = None  # None: by the thread rule
     gpu_mem_limit: int = 0  # bytes of each CUDA session's arena; 0: no limit
     cpu_arena: bool = True  # ONNX Runtime's CPU memory arena (fast, but it keeps its peak)
 
 
 def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# A layer's multiply-adds per token below which a model's operators are too small to share among threads:
+# measured (benchmarks/thread_bench.py, docs/benchmarks.md), one thread without spinning served the
+# numbers model (82 k a layer) best by 1.2-1.3x, and all cores spinning served MiniLM (1.8 M) and a
+# Marian-base-sized model (3.1 M) best by 1.05-1.4x; the bound lies between, near their geometric mean.
+SMALL_LAYER_MACS = 400_000
+
+
+def threads_for(settings: SessionSettings, provider: str, layer_macs: int) -> SessionSettings:
+    """The settings with the intra-op threads and spinning they leave to the rule filled in: on CUDA one
+    thread, asleep between calls (the host runs only the few operators placed there, and its cores are
+    the event loop's); on the CPU one thread without spinning for a small model (layer_macs, a layer's
+    multiply-adds per token, under SMALL_LAYER_MACS), else one per available core, spinning."""
+    small = provider == CUDA or layer_macs < SMALL_LAYER_MACS
+    threads = settings.intra_op_threads or (1 if small else available_cores())
+    spinning = (not small) if settings.spinning is None else settings.spinning
+    return dataclasses.replace(settings, intra_op_threads=threads, spinning=spinning)
 
 
 def nvidia_driver_present() -> bool:
@@ -96,12 +115,13 @@ def cuda_libraries() -> Loaded:
 
 def _options(settings: SessionSettings, provider: str) -> ort.SessionOptions:
     options = ort.SessionOptions()
-    options.intra_op_num_threads = settings.intra_op_threads or available_cores()
+    options.intra_op_num_threads = settings.intra_op_threads or available_cores()  # by threads_for, if 0
     options.inter_op_num_threads = 1
     options.graph_optimization_level = OPTIMIZATION_LEVELS[settings.graph_optimization]
     # Spinning between operators saves a thread wake-up per operator; it also burns the cores that the
     # event loop and tokenization need, a trade measured in docs/benchmarks.md.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.spinning else "0")
+    spinning = settings.spinning is not False  # ONNX Runtime's own default, where the rule was not applied
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     options.enable_cpu_mem_arena = settings.cpu_arena
     # Warnings shown: ONNX Runtime says so when nodes land on another provider than the one asked for.
     options.log_severity_level = 2
