@@ -176,31 +176,57 @@ def run_case(server: ServerProcess, case: str, concurrent: int) -> dict:
     and calls over it."""
 
     def totals() -> tuple[float, float, float]:
-        return (server.cpu_seconds(), server.metric("attnserve_inference_duration_seconds_sum"),
-                server.metric("attnserve_generated_tokens_total"))  # fmt: skip
+        return (
+            server.cpu_seconds(),
+            server.metric("attnserve_inference_duration_seconds_sum"),
+            server.metric("attnserve_generated_tokens_total"),
+        )
 
     before = totals()
-    command = [sys.executable, "-m", "benchmarks.host_bench", "--caller", case, "--concurrent", str(concurrent),
-               "--target", server.target, "--http", f"http://127.0.0.1:{server.http_port}"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.host_bench",
+        "--caller",
+        case,
+        "--concurrent",
+        str(concurrent),
+        "--target",
+        server.target,
+        "--http",
+        f"http://127.0.0.1:{server.http_port}",
+    ]
     out = subprocess.run(command, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"{case} x{concurrent}: {out.stderr[-2000:]}")
     callers = json.loads(out.stdout.strip().splitlines()[-1])
     after = totals()
     cpu, runs, tokens = (a - b for a, b in zip(after, before))
-    return {"wall": callers["wall"], "cpu": cpu, "runs": runs, "tokens": tokens, "calls": calls_for(case, concurrent),
-            "messages": callers["messages"]}  # fmt: skip
+    return {
+        "wall": callers["wall"],
+        "cpu": cpu,
+        "runs": runs,
+        "tokens": tokens,
+        "calls": calls_for(case, concurrent),
+        "messages": callers["messages"],
+    }
 
 
 def figures(case: str, r: dict) -> dict[str, float]:
     if case in EMBED_CASES:
         calls = r["calls"]
-        return {"calls/s": calls / r["wall"], "CPU us/call": r["cpu"] / calls * 1e6,
-                "outside us/call": (r["cpu"] - r["runs"]) / calls * 1e6,
-                "outside us/text": (r["cpu"] - r["runs"]) / (calls * EMBED_CASES[case]) * 1e6}  # fmt: skip
+        return {
+            "calls/s": calls / r["wall"],
+            "CPU us/call": r["cpu"] / calls * 1e6,
+            "outside us/call": (r["cpu"] - r["runs"]) / calls * 1e6,
+            "outside us/text": (r["cpu"] - r["runs"]) / (calls * EMBED_CASES[case]) * 1e6,
+        }
     tokens = r["tokens"]
-    out = {"tokens/s": tokens / r["wall"], "CPU us/token": r["cpu"] / tokens * 1e6,
-           "outside us/token": (r["cpu"] - r["runs"]) / tokens * 1e6}  # fmt: skip
+    out = {
+        "tokens/s": tokens / r["wall"],
+        "CPU us/token": r["cpu"] / tokens * 1e6,
+        "outside us/token": (r["cpu"] - r["runs"]) / tokens * 1e6,
+    }
     if r["messages"]:
         out["tokens/message"] = tokens / r["messages"]
     return out
@@ -226,9 +252,19 @@ def main() -> None:
     print_machine(machine)
     cases = [(c, n) for c in args.cases.split(",") for n in ((EMBED_CALLERS,) if c in EMBED_CASES else CONCURRENCY)]
     # 256 rows a step, room for every caller; streams read by one client process may lag: not given up.
-    settings = ["--intra-op-threads", str(args.threads), "--ort-spinning" if args.spinning else "--no-ort-spinning",
-                "--max-running-sequences", "256", "--max-concurrent-requests", "1024",
-                "--max-waiting-sequences", "1024", "--stream-write-timeout", "120"]  # fmt: skip
+    settings = [
+        "--intra-op-threads",
+        str(args.threads),
+        "--ort-spinning" if args.spinning else "--no-ort-spinning",
+        "--max-running-sequences",
+        "256",
+        "--max-concurrent-requests",
+        "1024",
+        "--max-waiting-sequences",
+        "1024",
+        "--stream-write-timeout",
+        "120",
+    ]
     if args.stream_messages_per_second is not None:
         settings += ["--stream-messages-per-second", args.stream_messages_per_second]
     root = Path(__file__).resolve().parents[1]
@@ -252,13 +288,19 @@ def main() -> None:
             finally:
                 server.stop()
         print(f"round {round_ + 1} done", flush=True)
-    medians = {side: {name: {k: statistics.median(r[k] for r in results) for k in results[0]}
-                      for name, results in side_runs.items()} for side, side_runs in runs.items()}  # fmt: skip
+    medians = {
+        side: {
+            name: {k: statistics.median(r[k] for r in results) for k in results[0]}
+            for name, results in side_runs.items()
+        }
+        for side, side_runs in runs.items()
+    }
     rows = []
     for name, after in medians["after"].items():
         before = medians.get("before", {}).get(name)
-        cells = [f"{v:,.1f} {k}" + (f" ({v / before[k]:.2f}x)" if before and before.get(k) else "")
-                 for k, v in after.items()]  # fmt: skip
+        cells = [
+            f"{v:,.1f} {k}" + (f" ({v / before[k]:.2f}x)" if before and before.get(k) else "") for k, v in after.items()
+        ]
         rows.append([name, *cells, *[""] * (4 - len(cells))])
     header = ["case", "throughput", "server CPU", "outside ONNX Runtime", "per text, or tokens a message"]
     spinning = "spinning" if args.spinning else "no spinning"
@@ -270,8 +312,18 @@ def main() -> None:
         print(f"\n{name}: where the server's samples were (innermost frame)")
         for place, share in summary:
             print(f"  {share:5.1%}  {place}")
-    write_results("host_bench", {"machine": machine, "settings": settings, "against": str(args.against or ""),
-                                 "medians": medians, "runs": runs, "rows": rows, "profiles": profiles})  # fmt: skip
+    write_results(
+        "host_bench",
+        {
+            "machine": machine,
+            "settings": settings,
+            "against": str(args.against or ""),
+            "medians": medians,
+            "runs": runs,
+            "rows": rows,
+            "profiles": profiles,
+        },
+    )
 
 
 if __name__ == "__main__":

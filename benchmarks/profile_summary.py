@@ -1,6 +1,8 @@
 """A sampling profile of a running server (py-spy, from outside the process) while some work runs,
-summed up by where each sample's innermost frame is: ONNX Runtime's runs, grpc, asyncio's loop, the
-access log, tokenizers, or attnserve's own modules."""
+summed up by where each sample's innermost frame is: ONNX Runtime's runs, native callbacks on the event
+loop (grpc's Cython and asyncio's C tasks show as no Python frame of their own), the access log,
+tokenizers, or attnserve's own modules. Samples of threads that wait (the loop's select, an idle worker)
+are left out of the shares."""
 
 from __future__ import annotations
 
@@ -15,8 +17,13 @@ from pathlib import Path
 
 RATE = 200  # samples a second
 
+# Innermost frames of a thread that waits rather than works.
+WAITING = ("select (selectors.py", "_worker (concurrent/futures/thread.py:81", "wait (threading.py")
+
 # The first pattern found in a sample's innermost frame (function and file) names its place.
 PLACES = (
+    ("native callbacks on the loop (grpc, asyncio's C tasks)", ("Handle._run (asyncio/events.py:80)",)),
+    ("native thread (grpc's poller)", ("Thread.run (threading.py",)),
     ("ONNX Runtime run", ("run_with_iobinding", "onnxruntime_inference_collection.py")),
     ("grpc", ("grpc/", "cygrpc")),
     ("HTTP (uvicorn, starlette, h11)", ("uvicorn/", "starlette/", "h11/", "fastapi/", "httptools")),
@@ -46,8 +53,9 @@ def summary(raw: str, top: int = 12) -> list[tuple[str, float]]:
     counts: collections.Counter = collections.Counter()
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
-        if stack and count.isdigit():
-            counts[place_of(stack.split(";")[-1])] += int(count)
+        leaf = stack.split(";")[-1]
+        if stack and count.isdigit() and not any(w in leaf for w in WAITING):
+            counts[place_of(leaf)] += int(count)
     total = sum(counts.values()) or 1
     return [(place, n / total) for place, n in counts.most_common(top)]
 
@@ -57,8 +65,19 @@ def profiled(pid: int, work: Callable[[], object]) -> list[tuple[str, float]]:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory) / "profile.txt"
-        command = [py_spy, "record", "--pid", str(pid), "--rate", str(RATE), "--format", "raw",
-                   "--output", str(out), "--nonblocking"]  # fmt: skip
+        command = [
+            py_spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(RATE),
+            "--format",
+            "raw",
+            "--output",
+            str(out),
+            "--nonblocking",
+        ]
         recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             work()

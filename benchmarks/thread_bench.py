@@ -33,10 +33,13 @@ SENTENCE = "A cat sleeps on the warm windowsill while the rain taps on the glass
 NEW_TOKENS = 32
 # (model, kind, callers, calls): a few seconds each on 2 cores
 LOADS = [
-    ("numbers", "generate", 1, 12), ("numbers", "generate", 128, 256),
-    ("minilm", "embed", 1, 200), ("minilm", "embed", 64, 1024),
-    ("base", "generate", 1, 4), ("base", "generate", 32, 64),
-]  # fmt: skip
+    ("numbers", "generate", 1, 12),
+    ("numbers", "generate", 128, 256),
+    ("minilm", "embed", 1, 200),
+    ("minilm", "embed", 64, 1024),
+    ("base", "generate", 1, 4),
+    ("base", "generate", 32, 64),
+]
 SETTINGS = {  # name -> the server's flags
     "1": ["--intra-op-threads", "1", "--no-ort-spinning"],
     "2": ["--intra-op-threads", "2", "--no-ort-spinning"],
@@ -65,8 +68,13 @@ async def load_calls(target: str, model: str, kind: str, concurrent: int, calls:
 
 def run_load(server: ServerProcess, model: str, kind: str, concurrent: int, calls: int) -> float:
     """One load in the callers' process: -> tokens or calls a second."""
-    command = [sys.executable, "-m", "benchmarks.thread_bench", "--caller", json.dumps(
-        [server.target, model, kind, concurrent, calls])]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.thread_bench",
+        "--caller",
+        json.dumps([server.target, model, kind, concurrent, calls]),
+    ]
     out = subprocess.run(command, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"{model} {kind} x{concurrent}: {out.stderr[-2000:]}")

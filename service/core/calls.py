@@ -102,9 +102,15 @@ def failure(rpc: str) -> Internal:
 
 @contextlib.asynccontextmanager
 async def run_call(
-    admission: Admission, metrics: Metrics, rpc: str, request_id: str, table: StatusTable[Status],
-    names: Mapping[str, str], cancelled: Callable[[], str] | None = None, access: AccessLog = EVERY_CALL,
-) -> AsyncIterator[Call[Status]]:  # fmt: skip
+    admission: Admission,
+    metrics: Metrics,
+    rpc: str,
+    request_id: str,
+    table: StatusTable[Status],
+    names: Mapping[str, str],
+    cancelled: Callable[[], str] | None = None,
+    access: AccessLog = EVERY_CALL,
+) -> AsyncIterator[Call[Status]]:
     """Admission first, then the block. A refusal by admission, or a domain error from the block, leaves
     as Refused (anything else is logged and refused as Internal); the record closes before, so a client
     that sees the error and then scrapes /metrics or reads the log finds the call there. A caller that went
@@ -140,8 +146,15 @@ def _refused(call: Call, error: ServiceError) -> Refused:
     return refused
 
 
-def refused(metrics: Metrics, rpc: str, request_id: str, table: StatusTable[Status], error: ServiceError,
-            names: Mapping[str, str] | None = None, access: AccessLog = EVERY_CALL) -> Refusal[Status]:  # fmt: skip
+def refused(
+    metrics: Metrics,
+    rpc: str,
+    request_id: str,
+    table: StatusTable[Status],
+    error: ServiceError,
+    names: Mapping[str, str] | None = None,
+    access: AccessLog = EVERY_CALL,
+) -> Refusal[Status]:
     """A call refused before admission (no valid credentials, a body that does not parse or is too large):
     recorded, timed and logged like any other."""
     call = Call(

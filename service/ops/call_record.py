@@ -46,10 +46,20 @@ class AccessLog:
         if not self.wanted(record):
             return
         access_log.info(
-            "%s %s %s %.1f ms", record.rpc, record.model or "-", record.code, seconds * 1e3,
-            extra={"request_id": record.id, "rpc": record.rpc, "model": record.model, "code": record.code,
-                   "seconds": round(seconds, 6), **record.figures},
-        )  # fmt: skip
+            "%s %s %s %.1f ms",
+            record.rpc,
+            record.model or "-",
+            record.code,
+            seconds * 1e3,
+            extra={
+                "request_id": record.id,
+                "rpc": record.rpc,
+                "model": record.model,
+                "code": record.code,
+                "seconds": round(seconds, 6),
+                **record.figures,
+            },
+        )
 
 
 EVERY_CALL = AccessLog()
