@@ -190,8 +190,8 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         tasks: set[asyncio.Task] = set()
         calls: dict[CallRecord, Call] = {}  # the requests in progress on this stream, by their records
 
-        async def emit(response: pb.ModelInferResponse) -> None:
-            await answers.put(pb.ModelStreamInferResponse(infer_response=response))
+        async def emit(message: pb.ModelStreamInferResponse) -> None:
+            await answers.put(message)
 
         async def take(request) -> None:
             async def work(call: Call) -> None:
@@ -247,7 +247,7 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         if not streamed:
             response = await self._infer(plain, call)
             response.parameters[FINAL].bool_param = True
-            return await emit(response)
+            return await emit(pb.ModelStreamInferResponse(infer_response=response))
 
         model, wanted, text = self._read(plain, stream=True)
         options = generation_options(read_parameters(plain.parameters, GENERATION_PARAMETERS))
@@ -258,12 +258,15 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 numbers_tensor("token_ids", "INT64", np.array([event.token_ids], dtype=np.int64).reshape(1, -1)),
                 bytes_tensor("finish_reason", [event.finish_reason or ""], (1,)),
             ]
-            response = infer_response(plain, model.name, [t for t in tensors if t.name in wanted], text.raw)
+            message = pb.ModelStreamInferResponse()
+            response = infer_response(
+                plain, model.name, [t for t in tensors if t.name in wanted], text.raw, into=message.infer_response
+            )
             response.parameters[FINAL].bool_param = event.finish_reason is not None
             if event.finish_reason is not None:
                 response.parameters["prompt_tokens"].int64_param = event.usage.prompt_tokens
                 response.parameters["generated_tokens"].int64_param = event.usage.generated_tokens
-            await emit(response)
+            await emit(message)
 
 
 def failed(request) -> pb.ModelInferResponse:

@@ -101,9 +101,16 @@ def requested(request: pb.ModelInferRequest, available: list[str]) -> list[str]:
 
 
 def infer_response(
-    request: pb.ModelInferRequest, model: str, tensors: list[Tensor], raw: bool
+    request: pb.ModelInferRequest,
+    model: str,
+    tensors: list[Tensor],
+    raw: bool,
+    into: pb.ModelInferResponse | None = None,
 ) -> pb.ModelInferResponse:
-    response = pb.ModelInferResponse(model_name=model, model_version="1", id=request.id)
+    """The response (written into `into`, a stream message's own, if given: copying one costs as much as
+    building it)."""
+    response = pb.ModelInferResponse() if into is None else into
+    response.model_name, response.model_version, response.id = model, "1", request.id
     for tensor in tensors:
         output = response.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
         if tensor.datatype == "BYTES":
