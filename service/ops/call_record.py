@@ -29,8 +29,9 @@ def request_id(headers: Iterable[tuple[str, object]] | None) -> str:
 
 class AccessLog:
     """Which calls get an access-log line: all that were not answered OK, and `answered_share` (0 to 1) of
-    those that were, spread evenly (a line for the first, then whenever the share's count passes a whole
-    number; 0: none): at thousands of calls a second, a line costs more than the call's own work does."""
+    those that were, spread evenly (a line whenever the share's running count passes a whole number: with
+    0.25, the 4th, 8th, ...; 0: none): at thousands of calls a second, a line costs more than the call's
+    own work does."""
 
     def __init__(self, answered_share: float = 1.0):
         self.answered_share = answered_share
