@@ -15,6 +15,9 @@ from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
 REPLACEMENT = "\ufffd"  # what a decoder makes of half a character
+# WindowDecoder's window grows to this many tokens before it starts again at its last piece: one decode a
+# token while it grows, one more each time it starts again.
+WINDOW_TOKENS = 8
 
 
 class StreamDecoder(Protocol):
@@ -33,13 +36,14 @@ def _after(text: str, prefix: str) -> str:
 
 
 class WindowDecoder:
-    """For any decode(ids) -> text (sentencepiece's). The window starts at the first token of the last
-    piece given out, so that a decoder that treats a text's first token apart (sentencepiece drops its
-    leading space) treats it the same way in both decodes it compares."""
+    """For any decode(ids) -> text (sentencepiece's). The window starts at the first token of a piece given
+    out, so that a decoder that treats a text's first token apart (sentencepiece drops its leading space)
+    treats it the same way in both decodes it compares; once it holds WINDOW_TOKENS, it starts again at
+    the last piece."""
 
     def __init__(self, decode: Callable[[list[int]], str]):
         self.decode = decode
-        self.window: list[int] = []  # the last piece's tokens, then those since
+        self.window: list[int] = []  # from the first token of a piece given out, to the last token
         self.read = 0  # where, in window, the tokens since the last piece begin
         self.read_text = ""  # decode(window[:read])
 
@@ -49,9 +53,12 @@ class WindowDecoder:
         new = _after(text, self.read_text)
         if not new or new.endswith(REPLACEMENT):
             return ""
-        self.window = self.window[self.read :]
-        self.read = len(self.window)
-        self.read_text = self.decode(self.window)
+        if len(self.window) < WINDOW_TOKENS:
+            self.read, self.read_text = len(self.window), text
+        else:  # start again at the piece just given out
+            self.window = self.window[self.read :]
+            self.read = len(self.window)
+            self.read_text = self.decode(self.window)
         return new
 
     def flush(self) -> str:
