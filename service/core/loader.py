@@ -45,9 +45,9 @@ log = logging.getLogger("attnserve.loader")
 
 
 CPU_CACHE_BYTES = 1 << 30  # what kv_cache_bytes 0 (auto) gives a model on the CPU
-# What max_running 0 (the device's default) allows in one decode step: on the CPU a step's compute grows
-# with its rows and 64 keep a Marian-base step near its best tokens/s; on CUDA as many as the cache holds,
-# up to vLLM's default on large GPUs (a step's cost there is mostly fixed).
+# What max_running 0 (the device's default) allows in one decode step: on the CPU, where a step's compute
+# grows with its rows, 64 (the one default before each device had its own); on CUDA as many as the cache
+# holds, up to vLLM's default on large GPUs (a step's cost there is mostly fixed: to be measured there).
 DEFAULT_MAX_RUNNING = {CPU: 64, CUDA: 1024}
 DEVICE_SHARE = 0.9  # of the device memory left once every session is loaded, that auto gives the caches
 

@@ -123,7 +123,7 @@ class Metrics:
 
 
 def observe_all(histogram: Histogram, values: np.ndarray) -> None:
-    """Many values at once, as as many observe() calls would count them: prometheus_client keeps each
+    """Many values at once, as that many observe() calls would count them: prometheus_client keeps each
     observation in the first bucket whose bound is at or above it (and cumulates when scraped), and
     adds it to the sum. Its per-value loop would cost a step of 256 rows 256 Python calls."""
     if values.size <= 4:  # a small step: the loop is cheaper than the array operations
