@@ -98,6 +98,12 @@ def vocabulary_size(tokenizer) -> int:
     return tokenizer._tokenizer.get_vocab_size()
 
 
+def drawn_text_ids(tokenizer, data) -> list[int]:
+    """The target ids of a text of drawn words (multi-byte characters, rare ones spelled in bytes)."""
+    text = " ".join(data.draw(st.lists(st.sampled_from(WORDS + RARE), min_size=1, max_size=12)))
+    return tokenizer.encode_target(text).ids
+
+
 def streamed(tokenizer, ids: list[int]) -> list[str]:
     decoder = tokenizer.stream_decoder()
     return [decoder.step(i) for i in ids] + [decoder.flush()]
@@ -121,8 +127,7 @@ def test_pieces_add_up_to_the_whole_decode(name, request, data):
 def test_encoded_text_comes_back_piece_by_piece(name, request, data):
     """Real text, multi-byte characters split over several tokens, cut anywhere."""
     tokenizer = request.getfixturevalue(name)
-    text = " ".join(data.draw(st.lists(st.sampled_from(WORDS + RARE), min_size=1, max_size=12)))
-    ids = tokenizer.encode_target(text).ids
+    ids = drawn_text_ids(tokenizer, data)
     ids = ids[: data.draw(st.integers(0, len(ids)))]
     assert "".join(streamed(tokenizer, ids)) == tokenizer.decode(ids)
 
@@ -143,8 +148,7 @@ def test_half_a_character_gives_nothing_until_it_is_whole(byte_level):
 @given(data=st.data())
 def test_stop_sequences_spanning_tokens_cut_the_text_before_them(name, request, data):
     tokenizer = request.getfixturevalue(name)
-    text = " ".join(data.draw(st.lists(st.sampled_from(WORDS + RARE), min_size=1, max_size=12)))
-    ids = tokenizer.encode_target(text).ids
+    ids = drawn_text_ids(tokenizer, data)
     full = tokenizer.decode(ids)
     start = data.draw(st.integers(0, max(0, len(full) - 1)))
     stop = full[start : start + data.draw(st.integers(1, 6))] or "never there"

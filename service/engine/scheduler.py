@@ -236,11 +236,9 @@ class Scheduler:
         now = time.perf_counter()
         count, holders, state, tokens = plan.rows, plan.holders, self.rows, result.tokens
         chosen = None if state.beams == 0 else state.kind[:count] != BEAM  # None: every row
-        ended = tokens == self.eos_id
+        ended = tokens == self.eos_id  # never a beam row's: its token is BEAM_ROW
         if state.ignoring_eos:
             ended &= state.eos_ends[:count]
-        if chosen is not None:
-            ended &= chosen
         grown = (~ended if chosen is None else chosen & ~ended).nonzero()[0]
         state.tokens[grown, state.count[grown]] = tokens[grown]
         state.count[grown] += 1

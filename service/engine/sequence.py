@@ -138,7 +138,7 @@ class Sequence:
         """Everything since the last event, in one: the last event if the sequence has finished."""
         if self.error is not None:
             raise self.error
-        text = "".join(self.unsent_text) if len(self.unsent_text) != 1 else self.unsent_text[0]
+        text = "".join(self.unsent_text)
         ids, self.unsent, self.unsent_text = self.unsent, [], []
         if self.ending is None:
             return Event(text, ids)

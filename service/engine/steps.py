@@ -34,8 +34,8 @@ class SchedulerSettings:
 @dataclass(frozen=True)
 class StepPlan:
     """One turn's work, as schedule leaves it: the sequences admitted this turn (their sources to encode),
-    and every row's holder, in row order. (Execute reads each row's last token from its holder in the
-    model thread, off the event loop.)"""
+    and every row's holder, in row order. (Each row's next input token is in the scheduler's row arrays,
+    engine/rows.py.)"""
 
     admitted: list[Sequence]
     holders: list  # Sequence or BeamRow, one per row

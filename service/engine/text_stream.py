@@ -12,11 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-
-class StreamDecoder(Protocol):
-    def step(self, token: int) -> str: ...
-
-    def flush(self) -> str: ...
+from modeldir.stream_decoding import StreamDecoder
 
 
 class Detokenizer(Protocol):
