@@ -57,16 +57,21 @@ class Check:
     def server(self) -> ServerProcess:
         """One server with every model the kit holds so far, started when a phase first needs it."""
         if self._server is None:
-            models = [str(p) for p in sorted((self.kit / "models").iterdir()) if (p / "manifest.json").is_file()]
-            streams = str(self.sizes.moonshot_streams)
-            self.say(f"starting the server: {', '.join(Path(m).name for m in models)} on {self.device}")
-            self._server = ServerProcess(
-                "--device", self.device, "--precision", "fp16", "--max-new-tokens", str(max(self.sizes.new_tokens, 32)),
-                "--max-batch-size", "64", "--kv-cache-bytes", "0", "--max-running-sequences", streams,
-                "--max-client-batch-size", "64", models=models, log_file=self.out / "server.log",
-            )  # fmt: skip
-            self.say(f"server up on port {self._server.port}")
+            models = [p for p in sorted((self.kit / "models").iterdir()) if (p / "manifest.json").is_file()]
+            self._server = self.start_server(models, self.out / "server.log")
         return self._server
+
+    def start_server(self, models: list[Path], log_file: Path, *extra: str) -> ServerProcess:
+        """A server of these models with the check's settings (and `extra` arguments)."""
+        streams = str(self.sizes.moonshot_streams)
+        self.say(f"starting a server: {', '.join(m.name for m in models)} on {self.device} {' '.join(extra)}")
+        server = ServerProcess(
+            "--device", self.device, "--precision", "fp16", "--max-new-tokens", str(max(self.sizes.new_tokens, 32)),
+            "--max-batch-size", "64", "--kv-cache-bytes", "0", "--max-running-sequences", streams,
+            "--max-client-batch-size", "64", *extra, models=[str(m) for m in models], log_file=log_file,
+        )  # fmt: skip
+        self.say(f"server up on port {server.port}")
+        return server
 
     def run(self, name: str, phase) -> None:
         self.say(f"{name}: start")

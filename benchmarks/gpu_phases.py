@@ -92,10 +92,7 @@ def parity(ctx) -> dict:
 def parity_marian(ctx) -> dict:
     """Greedy token ids served on the device against the float32 graphs on the CPU, prompt by prompt."""
     refs = ctx.references["marian"]
-    with Client(ctx.server.target, timeout=120) as client:
-        # num_beams 1: the checkpoint's default is beam search, the reference greedy.
-        served = [list(client.generate(p, model="marian", max_new_tokens=refs["new_tokens"], num_beams=1).token_ids)
-                  for p in refs["prompts"]]  # fmt: skip
+    served = served_tokens(ctx.server, refs)
     same = sum(a == b for a, b in zip(served, refs["tokens"]))
     return {"prompts": len(served), "same": same, "share": same / len(served)}
 
@@ -168,6 +165,49 @@ def generation(ctx) -> dict:
     return out
 
 
+def served_tokens(server, refs: dict) -> list[list[int]]:
+    with Client(server.target, timeout=120) as client:
+        # num_beams 1: the checkpoint's default is beam search, the reference greedy.
+        return [list(client.generate(p, model="marian", max_new_tokens=refs["new_tokens"], num_beams=1).token_ids)
+                for p in refs["prompts"]]  # fmt: skip
+
+
+def generate_rate(ctx, server, concurrency: int, count: int) -> dict:
+    """Tokens/s of `concurrency` callers of the Marian model, and its decode steps' time and rows meanwhile."""
+    before = decode_figures(server)
+    ours = run_json("-m", "benchmarks.engines", "attnserve-generate", "--target", server.target, "--served", "marian",
+                    "--count", str(count), "--concurrency", str(concurrency), "--new-tokens", str(ctx.sizes.new_tokens))  # fmt: skip
+    after = decode_figures(server)
+    steps = max(after["steps"] - before["steps"], 1)
+    return {"tokens_per_second": ours["tokens_per_second"], "seconds_per_token": ours["seconds_per_token"],
+            "decode_step_ms": 1e3 * (after["seconds"] - before["seconds"]) / steps,
+            "rows_per_step": (after["rows"] - before["rows"]) / steps}  # fmt: skip
+
+
+def cuda_graphs(ctx) -> dict:
+    """Greedy decode steps replayed as CUDA graphs (`serve --cuda-graphs`), against the eager steps of the
+    check's server in the same run: whether ONNX Runtime captured them, the same tokens, and tokens/s and
+    step time at 1 and `concurrency` callers."""
+    refs, sizes = ctx.references["marian"], ctx.sizes
+    log_file = ctx.out / "server-cuda-graphs.log"
+    graphed = ctx.start_server([ctx.kit / "models" / "marian"], log_file, "--cuda-graphs")
+    try:
+        out = {"captured": "(captured: yes)" in log_file.read_text(errors="replace")}
+        eager_tokens, graph_tokens = served_tokens(ctx.server, refs), served_tokens(graphed, refs)
+        out["same_tokens"] = sum(a == b for a, b in zip(eager_tokens, graph_tokens)) / len(eager_tokens)
+        out["same_as_cpu_reference"] = sum(a == b for a, b in zip(graph_tokens, refs["tokens"])) / len(graph_tokens)
+        for concurrency, count in ((1, max(4, sizes.generate_count // 8)), (sizes.concurrency, sizes.generate_count)):
+            eager, graphs = (
+                generate_rate(ctx, ctx.server, concurrency, count),
+                generate_rate(ctx, graphed, concurrency, count),
+            )
+            out[str(concurrency)] = {"eager": eager, "graphs": graphs,
+                                     "tokens_per_second_vs_eager": graphs["tokens_per_second"] / eager["tokens_per_second"]}  # fmt: skip
+    finally:
+        graphed.stop()
+    return out
+
+
 def moonshot(ctx) -> dict:
     """The absolute figures aimed at on one H200, recorded: MiniLM over gRPC from 4 caller processes (16
     sentences of 10-60 words a call), and the Marian model at moonshot_streams concurrent streams."""
@@ -199,4 +239,4 @@ def memory(ctx) -> dict:
 
 
 PHASES = {"parity": parity, "parity-marian": parity_marian, "embeddings": embeddings, "generation": generation,
-          "memory": memory, "moonshot": moonshot}  # fmt: skip
+          "memory": memory, "moonshot": moonshot, "cuda-graphs": cuda_graphs}  # fmt: skip

@@ -96,9 +96,15 @@ class BufferedAttention(torch.autograd.Function):
     @staticmethod
     def symbolic(g, q, k, v, key_buffer, value_buffer, lengths, total, n_heads: int, scale: float):
         steps = g.op("Gather", g.op("Shape", q), g.op("Constant", value_t=torch.tensor(1)), axis_i=0)
-        steps = g.op("Cast", steps, to_i=6)  # int32, as lengths
-        # seqlens_k: each row's length after the step, minus one (on the device); total: from the host.
-        seqlens = g.op("Sub", g.op("Add", lengths, steps), g.op("Constant", value_t=torch.tensor(1, dtype=torch.int32)))
+        # seqlens_k: each row's length after the step, minus one, on the device; total: from the host.
+        # The step's last offset (steps - 1) comes from a Range, which runs on the device from host
+        # scalars: a shape value added to device data directly would need a copy node, and CUDA graph
+        # capture refuses graphs with copy nodes (tests/test_export.py).
+        offsets = g.op(
+            "Range", g.op("Constant", value_t=torch.tensor(0)), steps, g.op("Constant", value_t=torch.tensor(1))
+        )
+        last = g.op("Cast", g.op("ReduceMax", offsets, keepdims_i=0), to_i=6)  # int32, as lengths
+        seqlens = g.op("Add", lengths, last)
         out, present_k, present_v = g.op(
             "com.microsoft::GroupQueryAttention", q, k, v, key_buffer, value_buffer, seqlens, total,
             num_heads_i=n_heads, kv_num_heads_i=n_heads, scale_f=scale, outputs=3,

@@ -49,6 +49,7 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         ),
         attention_maps=config.attention_maps,
         fault_threshold=config.fault_threshold,
+        cuda_graphs=config.cuda_graphs,
     )  # fmt: skip
     attention = AttentionLimits(
         enabled=config.attention_maps, max_input_tokens=config.attention_max_input_tokens,

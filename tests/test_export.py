@@ -172,3 +172,72 @@ def test_serving_graphs_run_attention_as_fused_ops_in_every_precision(exported, 
         attention = op_counts(model_dir / ATTENTION_FILE)
         assert "MultiHeadAttention" not in attention and attention["Softmax"] >= c["n_encoder_layers"]
     assert checked >= len(dirs) + 6  # float16 and both int8 sets of the bundled two
+
+
+# Inputs that ONNX Runtime's CUDA kernels read on the host (their CPU-input slots): a value computed from
+# shapes may go there without a copy node. Everything else a CUDA kernel reads is device memory.
+HOST_INPUTS = {
+    "Reshape": {1}, "Expand": {1}, "Range": {0, 1, 2}, "ConstantOfShape": {0}, "Slice": {1, 2, 3, 4},
+    "Tile": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "ReduceSum": {1}, "ReduceMax": {1}, "Pad": {1, 2},
+    "Split": {1}, "GroupQueryAttention": {6},
+}  # fmt: skip
+# Ops that ONNX Runtime leaves on the host when all their inputs are shape values (shape arithmetic).
+SHAPE_ARITHMETIC = {"Gather", "Cast", "Unsqueeze", "Squeeze", "Concat", "Slice", "Add", "Sub", "Mul", "Div", "Equal",
+                    "Where", "ConstantOfShape"}  # fmt: skip
+
+
+def shape_values_read_as_device_data(graph: onnx.GraphProto) -> list[tuple[str, str]]:
+    """(node, input) where a value computed from tensor shapes on the host feeds a device input: on CUDA
+    each is a MemcpyFromHost node, and a session with a copy node cannot capture CUDA graphs."""
+    constants = {i.name for i in graph.initializer} | {
+        o for n in graph.node if n.op_type == "Constant" for o in n.output
+    }
+    on_host = {o for n in graph.node if n.op_type == "Shape" for o in n.output}
+    for node in graph.node:  # nodes come in topological order
+        inputs = [i for i in node.input if i]
+        if node.op_type in SHAPE_ARITHMETIC and all(i in on_host or i in constants for i in inputs):
+            if any(i in on_host for i in inputs):
+                on_host.update(node.output)
+    found = []
+    for node in graph.node:
+        if set(node.output) <= on_host:
+            continue  # shape arithmetic itself
+        for slot, name in enumerate(node.input):
+            if name in on_host and slot not in HOST_INPUTS.get(node.op_type, set()):
+                found.append((node.name, name))
+    return found
+
+
+def test_decoder_steps_read_no_shape_value_as_device_data(exported, numbers_dir):
+    """The decoder step of every graph set can be captured as a CUDA graph: no value computed from shapes
+    goes into device data (GroupQueryAttention's step count comes from a Range, which runs on the device)."""
+    checked = 0
+    for model_dir in [m.dir for m in exported.values() if m.files.task == "seq2seq"] + [numbers_dir]:
+        manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
+        for graph_set in exported_precisions(manifest):
+            graph = onnx.load(str(model_dir / graph_files("seq2seq", graph_set)["decoder"])).graph
+            assert shape_values_read_as_device_data(graph) == [], (model_dir.name, graph_set)
+            checked += 1
+    assert checked >= 4
+
+
+def test_a_shape_value_added_to_device_data_is_found():
+    """The check finds what it looks for: the step count as the decoder computed it before, a shape's
+    dimension cast and added to an input, is a copy node on CUDA."""
+    h = onnx.helper
+    nodes = [
+        h.make_node("Shape", ["q"], ["shape"]),
+        h.make_node("Gather", ["shape", "one"], ["steps"], axis=0),
+        h.make_node("Cast", ["steps"], ["steps32"], to=onnx.TensorProto.INT32),
+        h.make_node("Add", ["lengths", "steps32"], ["seqlens"], name="add"),
+        h.make_node("Reshape", ["q", "shape"], ["same"], name="reshape"),
+    ]
+    graph = h.make_graph(
+        nodes, "g",
+        [h.make_tensor_value_info("q", onnx.TensorProto.FLOAT, ["b", "t"]),
+         h.make_tensor_value_info("lengths", onnx.TensorProto.INT32, ["b"])],
+        [h.make_tensor_value_info("seqlens", onnx.TensorProto.INT32, ["b"]),
+         h.make_tensor_value_info("same", onnx.TensorProto.FLOAT, ["b", "t"])],
+        [h.make_tensor("one", onnx.TensorProto.INT64, [], [1])],
+    )  # fmt: skip
+    assert shape_values_read_as_device_data(graph) == [("add", "steps32")]

@@ -100,7 +100,7 @@ def test_the_device_environment_serves_every_door(device, tmp_path):
 def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path):
     python, unpacked, site = device
     report, out = tmp_path / "check-audit.json", tmp_path / "out"
-    phases = "preflight,parity,parity-marian,memory"
+    phases = "preflight,parity,parity-marian,memory,cuda-graphs"
     command = [*audited(python, "benchmarks.gpu_check", report), "--kit", str(unpacked), "--device", "cpu",
                "--phases", phases, "--out", str(out), "--state", str(tmp_path / "state.json")]  # fmt: skip
     ran = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=clean_env(site), timeout=900)
@@ -119,8 +119,11 @@ def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path)
     assert results["phases"]["parity"]["minilm"]["min_cosine"] > 0.999
     assert all(d["exact"] == d["total"] == 25 for d in results["phases"]["parity"]["numbers"].values())
     assert results["phases"]["parity-marian"]["same"] >= 8
+    graphs = results["phases"]["cuda-graphs"]  # on the CPU the steps are bucketed, and nothing is captured
+    assert graphs["captured"] is False and graphs["same_tokens"] == 1.0 and graphs["same_as_cpu_reference"] >= 0.8
+    assert graphs["1"]["graphs"]["tokens_per_second"] > 0 and graphs["8"]["graphs"]["rows_per_step"] > 1
     lines = [line for line in ran.stdout.splitlines() if line.startswith("[")]
-    assert sum(": start" in line for line in lines) == 4 and all("+" in line and " s] " in line for line in lines)
+    assert sum(": start" in line for line in lines) == 5 and all("+" in line and " s] " in line for line in lines)
     assert (out / "server.log").stat().st_size > 0 and (out / "results.md").read_text().startswith("# GPU check")
     assert audit(report_of(report)) == [] and "torch" not in report_of(report)
 

@@ -43,3 +43,48 @@ def test_repetition_penalty_divides_positive_and_multiplies_negative_logits():
     logits = np.array([2.0, -2.0, 1.0])
     assert penalize_repetition(logits, [0, 1, 0], 2.0).tolist() == [1.0, -4.0, 1.0]
     assert next_token(np.array([2.0, 1.5]), [0], SamplingParams(repetition_penalty=2.0), np.random.default_rng(0)) == 1
+
+
+def reference_next_token(logits, generated, params: SamplingParams, rng) -> int:
+    """The plain form: a full stable sort for top_p, and rng.choice over the whole vocabulary."""
+    logits = penalize_repetition(logits.astype(np.float64), generated, params.repetition_penalty)
+    logits = logits / params.temperature
+    if 0 < params.top_k < logits.shape[0]:
+        kth = np.partition(logits, -params.top_k)[-params.top_k]
+        logits = np.where(logits >= kth, logits, -np.inf)
+    probabilities = np.exp(logits - logits.max())
+    probabilities /= probabilities.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-probabilities, kind="stable")
+        keep = order[: int(np.searchsorted(np.cumsum(probabilities[order]), params.top_p)) + 1]
+        nucleus = np.zeros_like(probabilities)
+        nucleus[keep] = probabilities[keep]
+        probabilities = nucleus / nucleus.sum()
+    return int(rng.choice(probabilities.shape[0], p=probabilities))
+
+
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    vocab=st.sampled_from([2, 7, 300, 5000]),
+    temperature=st.floats(0.05, 3.0),
+    top_k=st.sampled_from([0, 1, 5, 400]),
+    top_p=st.sampled_from([1.0, 0.999, 0.9, 0.5, 0.05]),
+    penalty=st.sampled_from([1.0, 1.3]),
+    ties=st.booleans(),
+)
+def test_the_token_and_the_draw_are_those_of_a_full_sort_and_rng_choice(
+    seed, vocab, temperature, top_k, top_p, penalty, ties
+):
+    """The same token at every one of 10 draws, and the generators left in the same state: a seed gives
+    the tokens it gave before the nucleus was looked for among the most probable tokens first. Flat
+    distributions (which make the nucleus outgrow the candidates) and tied logits included."""
+    values = np.random.default_rng(seed)
+    logits = values.standard_normal(vocab).astype(np.float32) * values.choice([0.1, 1.0, 8.0])
+    if ties:
+        logits = np.round(logits, 1)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=penalty)
+    generated = values.integers(0, vocab, 5).tolist()
+    fast, plain = np.random.default_rng(seed + 1), np.random.default_rng(seed + 1)
+    for _ in range(10):
+        assert next_token(logits, generated, params, fast) == reference_next_token(logits, generated, params, plain)
+    assert fast.random() == plain.random()

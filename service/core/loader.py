@@ -24,10 +24,20 @@ from ..engine.token_choice import GenerationRules, TokenChoice
 from ..ops.metrics import Metrics
 from ..runner.attention_maps import AttentionMapsRunner
 from ..runner.cache_memory import CacheGeometry
+from ..runner.decode_buckets import DecodeBuckets
 from ..runner.device_memory import cuda_memory, cuda_memory_used
 from ..runner.embedding import EmbeddingRunner
 from ..runner.seq2seq import Seq2SeqRunner
-from ..runner.sessions import CPU, CUDA, SessionSettings, create_session, provider_of, resolve_device, threads_for
+from ..runner.sessions import (
+    CPU,
+    CUDA,
+    ProviderError,
+    SessionSettings,
+    create_session,
+    provider_of,
+    resolve_device,
+    threads_for,
+)
 from .attention_maps import AttentionGraph, select_layers
 from .health import ModelHealth, probe, run_encoder
 from .registry import ModelRegistry
@@ -94,6 +104,7 @@ class LoadSettings:
     cache: CacheSettings
     attention_maps: bool  # load each model's attention-map graph
     fault_threshold: int  # consecutive failed model calls before a model is unhealthy
+    cuda_graphs: bool = False  # greedy decode steps in buckets, captured as CUDA graphs on CUDA
 
     def precision_on(self, provider: str) -> str:
         if self.precision != "auto":
@@ -143,8 +154,8 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
         # The cache graphs run seldom and copy rows: one thread, asleep between calls.
         small = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
         cache_graphs = {role: create_session(files.graphs[role], small, provider) for role in CACHE_GRAPHS}
-        decoder = create_session(files.decoder, sessions, provider)
-        runner = Seq2SeqRunner(encoder, decoder, cache_graphs, c.n_decoder_layers, precision)
+        decoder, captures = _decoder_session(files, sessions, provider, settings.cuda_graphs)
+        runner = Seq2SeqRunner(encoder, decoder, cache_graphs, c.n_decoder_layers, precision, captures)
         left = cuda_memory() if provider == CUDA and settings.cache.auto else None
         auto_bytes = int(left[0] * DEVICE_SHARE / seq2seq_left) if left else CPU_CACHE_BYTES
         rows = _rows(files.name, settings.cache, geometry, provider, auto_bytes)
@@ -158,6 +169,24 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
     graphs = precision if files.graph_set == precision else f"{precision}: {files.graph_set}, for this CPU"
     log.info("model %s (%s, %s) loaded from %s on %s", files.name, files.task, graphs, model_dir, opened.provider)
     return opened
+
+
+def _decoder_session(files: ModelFiles, sessions: SessionSettings, provider: str, cuda_graphs: bool):
+    """The decoder's session, and whether it captures CUDA graphs: asked for on CUDA, and granted by ONNX
+    Runtime (which refuses a graph with nodes it cannot capture: then the steps run eager, and say so)."""
+    if not cuda_graphs:
+        return create_session(files.decoder, sessions, provider), False
+    if provider != CUDA:
+        log.warning("model %s: --cuda-graphs on the CPU captures nothing: steps are only bucketed", files.name)
+        return create_session(files.decoder, sessions, provider), False
+    try:
+        return create_session(files.decoder, sessions, provider, cuda_graph=True), True
+    except ProviderError:
+        raise  # no CUDA at all: nothing to fall back to
+    except Exception as error:  # ONNX Runtime's own exception types: Fail, RuntimeException, ...
+        log.warning("model %s: ONNX Runtime cannot capture its decoder as CUDA graphs (%s): steps run eager",
+                    files.name, error)  # fmt: skip
+        return create_session(files.decoder, sessions, provider), False
 
 
 def _rows(
@@ -211,7 +240,13 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
                               normalize_by_default=c.normalize)  # fmt: skip
     g = opened.geometry
     memory = opened.runner.cache_memory(g, opened.rows, MIN_SOURCE_CAPACITY)
-    cache = GenerationCache(memory)
+    cache = GenerationCache(memory, shrinks=not settings.cuda_graphs)
+    buckets = None
+    if settings.cuda_graphs:
+        buckets = DecodeBuckets(opened.runner, memory, c.pad_id, capture=opened.runner.cuda_graphs)
+        sizes = ", ".join(str(b.rows) for b in buckets.buckets)
+        log.info("model %s: greedy decode steps in buckets of %s rows (captured: %s)", files.name, sizes,
+                 "yes" if buckets.capture else "no")  # fmt: skip
     rules = GenerationRules(
         eos_id=c.eos_id, suppressed_ids=c.suppressed_ids, forced_eos=c.forced_eos,
         renormalize_logits=c.renormalize_logits,
@@ -223,6 +258,7 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
     scheduler = Scheduler(
         scheduling, opened.runner, cache, opened.tokenizer, TokenChoice(rules), executor, model_metrics,
         health, opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
+        buckets,
     )  # fmt: skip
     model_metrics.watch_queue(lambda: len(scheduler.waiting))
     model_metrics.watch_cache(lambda: cache.usage_ratio, cache.capacity_tokens)

@@ -11,7 +11,8 @@ reads only each row's filled positions. When a holder leaves, the last row's hol
 
 Cross-attention reads its buffer's whole source capacity, so that capacity follows the longest source
 among running sequences: it doubles when a longer one arrives and returns to its minimum when the cache
-empties (a re-layout on the device at admission, never per step).
+empties (a re-layout on the device at admission, never per step), unless CUDA graphs replay steps: a
+graph keeps the buffers' addresses it was captured with, so there the capacity only grows.
 
 A holder is any object with a `row` attribute (int or None), which the cache keeps up to date.
 """
@@ -51,9 +52,11 @@ def reorder_beams(beam_rows: list, parents: list[int]) -> tuple[list, list[tuple
 
 
 class GenerationCache:
-    def __init__(self, memory: CacheMemory):
+    def __init__(self, memory: CacheMemory, shrinks: bool = True):
         """memory: the buffers on the device and their row operations (runner/cache_memory.py), its rows of
-        its geometry, source capacity MIN_SOURCE_CAPACITY."""
+        its geometry, source capacity MIN_SOURCE_CAPACITY; shrinks: whether the source capacity returns
+        to its minimum when the cache empties (not under CUDA graphs: runner/decode_buckets.py)."""
+        self.shrinks = shrinks
         geometry, rows = memory.geometry, memory.rows
         if rows < 1:
             raise ValueError(f"the cache must hold at least one row of {geometry.bytes_per_row} bytes")
@@ -143,7 +146,7 @@ class GenerationCache:
         self.holders.pop()
         self.reserved[last] = 0
         holder.row = None
-        if self.used == 0 and self.source_capacity > MIN_SOURCE_CAPACITY:
+        if self.shrinks and self.used == 0 and self.source_capacity > MIN_SOURCE_CAPACITY:
             self.memory.resize_cross(MIN_SOURCE_CAPACITY, 0)  # a long source once need not cost every step after
 
     def follow_parents(self, beam_rows: list, parents: list[int]) -> list:

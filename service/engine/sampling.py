@@ -29,10 +29,17 @@ def penalize_repetition(logits: np.ndarray, generated: np.ndarray | list[int], p
     return logits
 
 
+# The nucleus is looked for among this many of the most probable tokens first (and all tokens only when
+# they do not reach top_p): a stable sort of a 58k vocabulary took 3-7 ms a row, of 256 tokens microseconds.
+NUCLEUS_CANDIDATES = 256
+
+
 def next_token(
     logits: np.ndarray, generated: np.ndarray | list[int], params: SamplingParams, rng: np.random.Generator
 ) -> int:
-    """logits (vocab,) float32 -> a token id."""
+    """logits (vocab,) float32 -> a token id. The same token, and the same draw from rng, as
+    `rng.choice(vocab, p=probabilities)` over the whole distribution (tests/test_sampling.py), at a
+    fraction of its cost: no full sort for top_p, and the draw over the tokens that can be drawn."""
     logits = penalize_repetition(logits.astype(np.float64), generated, params.repetition_penalty)
     if params.temperature == 0.0:
         return int(np.argmax(logits))
@@ -42,11 +49,34 @@ def next_token(
         logits = np.where(logits >= kth, logits, -np.inf)
     probabilities = np.exp(logits - logits.max())
     probabilities /= probabilities.sum()
+    # Generator.choice(p=...) draws one uniform and finds it in the normalised cumulative sums (and first
+    # checks p, which took as long as the rest); tokens of probability 0 add nothing to those sums, so
+    # leaving them out finds the same token.
     if params.top_p < 1.0:
+        tokens = nucleus(probabilities, params.top_p)
+        kept = np.zeros_like(probabilities)
+        kept[tokens] = probabilities[tokens]
+        cumulative = np.cumsum(probabilities[tokens] / kept.sum())  # summed over the vocabulary: same rounding
+    else:
+        tokens, cumulative = None, np.cumsum(probabilities)
+    cumulative /= cumulative[-1]
+    index = int(cumulative.searchsorted(rng.random(), side="right"))
+    return index if tokens is None else int(tokens[index])
+
+
+def nucleus(probabilities: np.ndarray, top_p: float) -> np.ndarray:
+    """The smallest set of most probable tokens whose probability reaches top_p (ties in token order, as
+    a stable sort of the whole vocabulary gives them), in token order."""
+    size = probabilities.shape[0]
+    floor = 0.0
+    if size > NUCLEUS_CANDIDATES:
+        floor = np.partition(probabilities, size - NUCLEUS_CANDIDATES)[size - NUCLEUS_CANDIDATES]
+    # Every token tied with the floor too; tokens of probability 0 (top_k's cut) come last in any order.
+    candidates = np.flatnonzero(probabilities >= floor if floor > 0 else probabilities)
+    order = candidates[np.argsort(-probabilities[candidates], kind="stable")]
+    cumulative = np.cumsum(probabilities[order])
+    cut = int(np.searchsorted(cumulative, top_p))
+    if cut >= len(order) and len(order) < size:  # the candidates fall short of top_p: all tokens
         order = np.argsort(-probabilities, kind="stable")
-        cumulative = np.cumsum(probabilities[order])
-        keep = order[: int(np.searchsorted(cumulative, params.top_p)) + 1]
-        nucleus = np.zeros_like(probabilities)
-        nucleus[keep] = probabilities[keep]
-        probabilities = nucleus / nucleus.sum()
-    return int(rng.choice(probabilities.shape[0], p=probabilities))
+        cut = int(np.searchsorted(np.cumsum(probabilities[order]), top_p))
+    return np.sort(order[: cut + 1])

@@ -50,11 +50,13 @@ class Scheduler:
         metrics: ModelMetrics | None = None,
         health: HealthReport | None = None,
         release_memory: Callable[[], None] | None = None,
+        buckets=None,
     ):
         """runner: encode(ids, mask) -> EncoderOutput, and step(...) -> StepOutput (runner/seq2seq.py);
         detokenizer: the model's tokenizer, token ids -> text (text_stream.py); release_memory: gives the
-        runtime's memory back, run when idle after large encoder calls (as the batcher does: batcher.py)."""
-        self.settings = settings
+        runtime's memory back, run when idle after large encoder calls (as the batcher does: batcher.py);
+        buckets: where greedy steps run when CUDA graphs are on (runner/decode_buckets.py)."""
+        self.settings, self.buckets = settings, buckets
         self.runner, self.cache, self.choice, self.executor = runner, cache, choice, executor
         self.detokenizer, self.decode = detokenizer, detokenizer.decode
         self.bos_id, self.pad_id, self.eos_id = settings.bos_id, settings.pad_id, choice.eos_id
@@ -215,7 +217,11 @@ class Scheduler:
         rows, holders, cache, state = plan.rows, plan.holders, self.cache, self.rows
         last = state.next_input[:rows].reshape(rows, 1)
         logit_rows = self.choice.logit_rows(state, rows)
-        step = self.runner.step(last, cache.lengths[:rows], cache.source_lengths[:rows], logit_rows, cache.memory, rows)
+        lengths, sources = cache.lengths[:rows], cache.source_lengths[:rows]
+        if self.buckets is not None and not logit_rows:  # a graph returns argmaxes only
+            step = self.buckets.step(last, lengths, sources, rows)
+        else:
+            step = self.runner.step(last, lengths, sources, logit_rows, cache.memory, rows)
         cache.advance(rows)
         tokens = self.choice.choose(step, state, holders)
         for sequence in {id(h.sequence): h.sequence for h in holders if isinstance(h, BeamRow)}.values():

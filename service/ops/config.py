@@ -97,6 +97,13 @@ class ServerConfig:
         "most sequences in one decode step (cache rows are capped by it); 0: the device's default (64 on the CPU; "
         "on CUDA, as many as the cache holds, up to 1024)",
     )
+    cuda_graphs: bool = _setting(
+        False,
+        "on CUDA, run each greedy decode step as a CUDA graph, one captured per bucket of rows (1, 2, 4, ... "
+        "up to the cache's rows; the rows beyond a step's are padding), which launches a step's few hundred "
+        "kernels at once; off until the GPU check measures it (docs/benchmarks.md). On the CPU nothing is "
+        "captured: the steps are only bucketed, which costs their padding",
+    )
     max_waiting_sequences: int = _setting(1024, "Generate calls waiting for cache space; beyond: RESOURCE_EXHAUSTED")
     max_concurrent_requests: int = _setting(512, "calls in progress at once; beyond: RESOURCE_EXHAUSTED at once")
     max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")

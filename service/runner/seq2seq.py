@@ -43,10 +43,16 @@ class Seq2SeqRunner:
 
     def __init__(
         self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, cache_graphs: dict, n_layers: int,
-        precision: str,
+        precision: str, cuda_graphs: bool = False,
     ):  # fmt: skip
+        """cuda_graphs: the decoder session was created with enable_cuda_graph: its bucketed steps capture
+        and replay graphs (runner/decode_buckets.py), and its other steps must say they do not."""
         self.encoder, self.decoder, self.cache_graphs, self.n_layers = encoder, decoder, cache_graphs, n_layers
-        self.precision = precision
+        self.precision, self.cuda_graphs = precision, cuda_graphs
+        self.eager_options = None
+        if cuda_graphs:
+            self.eager_options = ort.RunOptions()
+            self.eager_options.add_run_config_entry("gpu_graph_id", "-1")  # ONNX Runtime's "no capture, no replay"
         self.provider = provider_of(decoder)
         self.device = DEVICE_TYPES[self.provider]
         self.past_names = cache_names("past", n_layers)
@@ -95,7 +101,7 @@ class Seq2SeqRunner:
         binding.bind_output("next_token", "cpu")  # bound first: get_outputs() keeps the binding order
         binding.bind_output("logits", "cpu")
         memory.bind_step(binding, self.past_names, self.present_names, self.cross_names, rows)
-        self.decoder.run_with_iobinding(binding, run_options)
+        self.decoder.run_with_iobinding(binding, run_options or self.eager_options)
         outputs = binding.get_outputs()
         next_tokens, logits = outputs[0].numpy(), outputs[1].numpy()
         return StepOutput(next_tokens, logits, list(logit_rows), sent, next_tokens.nbytes + logits.nbytes)

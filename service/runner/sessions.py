@@ -130,22 +130,27 @@ def _options(settings: SessionSettings, provider: str) -> ort.SessionOptions:
     return options
 
 
-def _provider_options(settings: SessionSettings, provider: str) -> list:
+def _provider_options(settings: SessionSettings, provider: str, cuda_graph: bool = False) -> list:
     if provider == CPU:
         return [CPU]
     cuda = {"device_id": "0", "arena_extend_strategy": "kSameAsRequested"}  # grow by what is asked, no more
     if settings.gpu_mem_limit:
         cuda["gpu_mem_limit"] = str(settings.gpu_mem_limit)
+    if cuda_graph:
+        cuda["enable_cuda_graph"] = "1"
     return [(CUDA, cuda), CPU]
 
 
-def create_session(path, settings: SessionSettings, provider: str | None = None) -> ort.InferenceSession:
+def create_session(
+    path, settings: SessionSettings, provider: str | None = None, cuda_graph: bool = False
+) -> ort.InferenceSession:
     """A session on `provider` (default: the settings' device, resolved). onnxruntime-gpu falls back to
     the CPU silently when the CUDA provider cannot load, so the provider the session really got is
-    checked, and on CUDA that no node but shape arithmetic runs on the CPU."""
+    checked, and on CUDA that no node but shape arithmetic runs on the CPU. cuda_graph: on CUDA, runs
+    may capture and replay CUDA graphs (ONNX Runtime refuses the session where the graph cannot be)."""
     provider = provider or resolve_device(settings.device)
     session = ort.InferenceSession(
-        str(path), _options(settings, provider), providers=_provider_options(settings, provider)
+        str(path), _options(settings, provider), providers=_provider_options(settings, provider, cuda_graph)
     )
     got = session.get_providers()[0]
     if provider == CUDA and got != CUDA:
