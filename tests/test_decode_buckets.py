@@ -16,7 +16,7 @@ from service.grpc_api.pb import inference_pb2 as pb
 from service.runner.decode_buckets import DecodeBuckets, buckets_for
 from testing.server_thread import ServerThread
 
-from .test_runner import generation
+from .numbers_steps import generation
 
 
 class Holder:

@@ -7,32 +7,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from modeldir.files import CACHE_GRAPHS, open_model_dir
-from modeldir.tokenizer import TextTokenizer, pad_batch
-from service.engine.generation_cache import MIN_SOURCE_CAPACITY, GenerationCache
-from service.runner.cache_memory import CacheGeometry
-from service.runner.seq2seq import Seq2SeqRunner
-from service.runner.sessions import CPU, CUDA, SessionSettings, cpu_fallbacks, create_session, placements
+from modeldir.files import open_model_dir
+from modeldir.tokenizer import pad_batch
+from service.runner.sessions import CPU, CUDA, SessionSettings, cpu_fallbacks, placements
 
-SETTINGS = SessionSettings(device="cpu", intra_op_threads=2)
-
-
-class Holder:
-    row = None
-
-
-def generation(model_dir, rows: int, target_tokens: int) -> tuple[Seq2SeqRunner, GenerationCache, TextTokenizer]:
-    """The numbers model's runner and a cache of `rows` rows of `target_tokens` positions, as the loader
-    makes them."""
-    files = open_model_dir(model_dir)
-    c = files.config
-    graphs = {role: create_session(files.graphs[role], SETTINGS) for role in CACHE_GRAPHS}
-    runner = Seq2SeqRunner(create_session(files.encoder, SETTINGS), create_session(files.decoder, SETTINGS), graphs,
-                           c.n_decoder_layers, "fp32")  # fmt: skip
-    d_head = c.d_model // c.n_heads
-    geometry = CacheGeometry(c.n_decoder_layers, c.n_heads, d_head, target_tokens, c.max_input_tokens)
-    memory = runner.cache_memory(geometry, rows, MIN_SOURCE_CAPACITY)
-    return runner, GenerationCache(memory), TextTokenizer(files.tokenizer, c.max_input_tokens)
+from .numbers_steps import Holder, generation
 
 
 def admit_and_step(runner, cache, tokenizer, texts: list[str], steps: int, logit_rows=()) -> list:

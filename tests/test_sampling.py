@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.engine.sampling import SamplingParams, next_token, penalize_repetition
+from testing.sampling_reference import reference_next_token
 
 LOGITS = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
 
@@ -43,24 +44,6 @@ def test_repetition_penalty_divides_positive_and_multiplies_negative_logits():
     logits = np.array([2.0, -2.0, 1.0])
     assert penalize_repetition(logits, [0, 1, 0], 2.0).tolist() == [1.0, -4.0, 1.0]
     assert next_token(np.array([2.0, 1.5]), [0], SamplingParams(repetition_penalty=2.0), np.random.default_rng(0)) == 1
-
-
-def reference_next_token(logits, generated, params: SamplingParams, rng) -> int:
-    """The plain form: a full stable sort for top_p, and rng.choice over the whole vocabulary."""
-    logits = penalize_repetition(logits.astype(np.float64), generated, params.repetition_penalty)
-    logits = logits / params.temperature
-    if 0 < params.top_k < logits.shape[0]:
-        kth = np.partition(logits, -params.top_k)[-params.top_k]
-        logits = np.where(logits >= kth, logits, -np.inf)
-    probabilities = np.exp(logits - logits.max())
-    probabilities /= probabilities.sum()
-    if params.top_p < 1.0:
-        order = np.argsort(-probabilities, kind="stable")
-        keep = order[: int(np.searchsorted(np.cumsum(probabilities[order]), params.top_p)) + 1]
-        nucleus = np.zeros_like(probabilities)
-        nucleus[keep] = probabilities[keep]
-        probabilities = nucleus / nucleus.sum()
-    return int(rng.choice(probabilities.shape[0], p=probabilities))
 
 
 @given(
