@@ -146,3 +146,25 @@ def test_a_server_with_graphs_on_answers_as_one_without(served, numbers_dir):
     finally:
         graphed.close()
     assert got == answers(served)
+
+
+def test_a_bucketed_step_that_fails_turns_graphs_off_and_the_step_runs_eager(numbers_dir):
+    """Should ONNX Runtime fail to capture or replay a graph on a device, the server goes on eager: the
+    call that met the failure gets its answer, and later steps do not try the buckets again."""
+    graphed = ServerThread([numbers_dir], cuda_graphs=True)
+    try:
+        stub = graphed.stub()
+        expected = stub.Generate(pb.GenerateRequest(input="312405"), timeout=60).text
+        scheduler = graphed.server.core.registry.models["numbers"].scheduler
+        buckets, tried = scheduler.buckets, []
+
+        def fails(*args):
+            tried.append(args[-1])
+            raise RuntimeError("capture failed (injected)")
+
+        buckets.step = fails
+        assert stub.Generate(pb.GenerateRequest(input="312405"), timeout=60).text == expected
+        assert scheduler.buckets is None and len(tried) == 1
+        assert stub.Generate(pb.GenerateRequest(input="12"), timeout=60).text == "twelve" and len(tried) == 1
+    finally:
+        graphed.close()

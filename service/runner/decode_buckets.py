@@ -21,8 +21,8 @@ import onnxruntime as ort
 from .cache_memory import CacheMemory
 from .seq2seq import Seq2SeqRunner, StepOutput
 
-# The row counts of the buckets below the cache's rows (which is always one): few graphs to capture, at
-# most half a step of padding.
+# The row counts of the buckets below the cache's rows (which are a bucket too): few graphs to capture,
+# at most half a step of padding.
 BUCKET_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
@@ -66,6 +66,9 @@ def _buffer(shape, dtype, device: str) -> ort.OrtValue:
 
 
 class DecodeBuckets:
+    """A cache's greedy decode steps in buckets; a captured session replays one graph per bucket and
+    cross capacity."""
+
     def __init__(self, runner: Seq2SeqRunner, memory: CacheMemory, pad_id: int, capture: bool):
         """capture: the decoder session was created with enable_cuda_graph (else the buckets only shape the
         steps, as on the CPU)."""
