@@ -245,8 +245,9 @@ def test_a_unary_call_with_stop_sequences_gets_one_event(served):
 
 
 def test_streams_keep_to_the_servers_message_budget(served):
-    """stream_messages_per_second 2 and one stream open: its messages are at least half a second apart,
-    so the tokens of the 16-token answer come in a few messages, the same tokens and text in all."""
+    """stream_messages_per_second 2 and one stream open: its messages are half a second apart, capped at a
+    quarter second, so the tokens of the 16-token answer come in a few messages, the same tokens and text
+    in all."""
     generation = served.server.core.generation
     budget, generation.stream_messages = generation.stream_messages, 2.0
     try:
@@ -255,3 +256,16 @@ def test_streams_keep_to_the_servers_message_budget(served):
         generation.stream_messages = budget
     assert "".join(m.text for m in messages) == NUMBERS_FULL and sum(len(m.token_ids) for m in messages) == 16
     assert len(messages) <= 4 and len(messages[0].token_ids) == 1  # the first token is never held back
+
+
+def test_a_stream_s_messages_are_budget_apart_and_never_more_than_a_quarter_second(served):
+    """The default budget (1,000 a second) spread over the streams open, up to a quarter second apart."""
+    generation = served.server.core.generation
+    assert generation.stream_messages == 1000.0
+    kept = generation.streams_open
+    try:
+        for streams, interval in ((1, 0.001), (32, 0.032), (250, 0.25), (1024, 0.25)):
+            generation.streams_open = streams
+            assert generation.interval() == pytest.approx(interval)
+    finally:
+        generation.streams_open = kept

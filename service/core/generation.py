@@ -19,6 +19,11 @@ from .validation import GenerationOptions, check_text, generation_params
 LENGTH, EOS, STOP, CANCELLED = sequence.LENGTH, sequence.EOS, sequence.STOP, sequence.CANCELLED
 
 
+# The longest a stream's news waits for its next message: however many streams are open, a reader sees
+# text at least four times a second (the budget may then be exceeded: 1,024 streams send 4,096 a second).
+MAX_STREAM_INTERVAL = 0.25
+
+
 @dataclass(frozen=True)
 class GenerationUsage:
     prompt_tokens: int
@@ -123,8 +128,9 @@ class Generation:
 
     def interval(self) -> float:
         """The least seconds between two events of one stream, for the streams open now to send at most
-        stream_messages a second together (one stream: a fraction of a millisecond, so never held back)."""
-        return self.streams_open / self.stream_messages
+        stream_messages a second together (one stream: a millisecond, so never held back), and never more
+        than MAX_STREAM_INTERVAL."""
+        return min(self.streams_open / self.stream_messages, MAX_STREAM_INTERVAL)
 
     def check_count(self, inputs: list[str]) -> None:
         """Several inputs in one call: 1 to max_client_batch_size of them."""

@@ -109,10 +109,11 @@ class ServerConfig:
     max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")
     drain_seconds: float = _setting(30.0, "on SIGTERM, how long calls in flight may take to finish")
     stream_messages_per_second: float = _setting(
-        4000.0,
+        1000.0,
         "the messages a second all streamed answers together aim at: each stream's messages are at least "
-        "(streams open / this) seconds apart, and the tokens that come meanwhile go in the next one; a message "
-        "costs the event loop tens of microseconds, a token far less (0: a message for every token)",
+        "(streams open / this) seconds apart, but never more than a quarter second, and the tokens that come "
+        "meanwhile go in the next one; a message costs the server about 80 microseconds of CPU, a token a "
+        "quarter of that (measured: docs/benchmarks.md; 0: a message for every token)",
     )
     stream_write_timeout: float = _setting(
         30.0,
