@@ -218,14 +218,9 @@ class Scheduler:
         last = state.next_input[:rows].reshape(rows, 1)
         logit_rows = self.choice.logit_rows(state, rows)
         lengths, sources = cache.lengths[:rows], cache.source_lengths[:rows]
-        step = None
-        if self.buckets is not None and not logit_rows:  # a graph returns argmaxes only
-            try:
-                step = self.buckets.step(last, lengths, sources, rows)
-            except Exception:  # a graph ONNX Runtime could not capture or replay: every step eager from now
-                log.exception("model %s: a bucketed decode step failed; CUDA graphs off, steps eager", self.name)
-                self.buckets = None
-        if step is None:  # the same inputs again: the K/V it writes in place are the same
+        if self.buckets is not None:  # greedy steps in a bucket, the others eager
+            step = self.buckets.step_rows(last, lengths, sources, logit_rows, rows)
+        else:
             step = self.runner.step(last, lengths, sources, logit_rows, cache.memory, rows)
         cache.advance(rows)
         tokens = self.choice.choose(step, state, holders)

@@ -15,11 +15,15 @@ the bucketing and the padding (tests/test_decode_buckets.py)."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnxruntime as ort
 
 from .cache_memory import CacheMemory
 from .seq2seq import Seq2SeqRunner, StepOutput
+
+log = logging.getLogger("attnserve.runner")
 
 # The row counts of the buckets below the cache's rows (which are a bucket too): few graphs to capture,
 # at most half a step of padding.
@@ -69,16 +73,17 @@ class DecodeBuckets:
     """A cache's greedy decode steps in buckets; a captured session replays one graph per bucket and
     cross capacity."""
 
-    def __init__(self, runner: Seq2SeqRunner, memory: CacheMemory, pad_id: int, capture: bool):
+    def __init__(self, runner: Seq2SeqRunner, memory: CacheMemory, pad_id: int, capture: bool, name: str = ""):
         """capture: the decoder session was created with enable_cuda_graph (else the buckets only shape the
-        steps, as on the CPU)."""
-        self.runner, self.memory, self.capture = runner, memory, capture
+        steps, as on the CPU); name: the model's, for logs."""
+        self.runner, self.memory, self.capture, self.name = runner, memory, capture, name
         self.buckets = [_Bucket(runner, rows, pad_id) for rows in buckets_for(memory.rows)]
         # GroupQueryAttention reads it on the host, once, when a graph is captured: the cache's positions.
         self.total_length = ort.OrtValue.ortvalue_from_numpy(np.array([memory.geometry.target_tokens], np.int32))
         self.capacities: list[int] = []  # the cross capacities seen, in order: their index names graphs
         self.run_options: dict[int, ort.RunOptions] = {}  # by graph id
         self.steps = 0  # steps run in a bucket (for the tests and the GPU check)
+        self.failed: Exception | None = None  # why bucketed steps stopped, if they did
 
     @property
     def largest(self) -> int:
@@ -108,6 +113,22 @@ class DecodeBuckets:
             self.memory.bind_step(binding, runner.past_names, runner.present_names, runner.cross_names, bucket.rows)
             bucket.bindings[capacity] = binding
         return binding
+
+    def step_rows(
+        self, input_ids: np.ndarray, past_lengths: np.ndarray, source_lengths: np.ndarray, logit_rows: list[int],
+        rows: int,
+    ) -> StepOutput:  # fmt: skip
+        """A decoder step of the cache's first `rows` rows: in a bucket when no row needs its logits (a
+        graph gives argmaxes only), else eager (Seq2SeqRunner.step). A bucketed step that fails (a graph
+        ONNX Runtime could not capture or replay) runs again eager, with the same inputs, so the K/V it
+        writes in place are the same; and every step after it runs eager too."""
+        if not logit_rows and self.failed is None:
+            try:
+                return self.step(input_ids, past_lengths, source_lengths, rows)
+            except Exception as error:
+                log.exception("model %s: a bucketed decode step failed: CUDA graphs off, steps eager", self.name)
+                self.failed = error
+        return self.runner.step(input_ids, past_lengths, source_lengths, logit_rows, self.memory, rows)
 
     def step(
         self, input_ids: np.ndarray, past_lengths: np.ndarray, source_lengths: np.ndarray, rows: int
