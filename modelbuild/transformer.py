@@ -35,6 +35,28 @@ def sinusoid_table(n_positions: int, d_model: int, split: bool = False) -> Tenso
     return table.float()
 
 
+def fairseq_sinusoid_table(n_positions: int, d_model: int, padding_idx: int) -> Tensor:
+    """fairseq's table (M2M100, NLLB): frequencies exp(-i ln(10000) / (d/2 - 1)), all sines then all
+    cosines (a zero column for an odd d_model), the padding_idx row zero; in float32, as fairseq and
+    transformers compute it, so that the values are theirs to the bit. (P, d_model)"""
+    half = d_model // 2
+    frequency = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+    angles = torch.arange(n_positions, dtype=torch.int64).float()[:, None] * frequency[None]
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    if d_model % 2:
+        table = torch.cat([table, torch.zeros(n_positions, 1)], dim=1)
+    table[padding_idx] = 0
+    return table
+
+
+def position_table(config: ModelConfig) -> Tensor:
+    """The fixed table of a sinusoidal kind, one row for each position the model takes, offset included."""
+    rows = config.max_positions + config.position_offset
+    if config.positions == "sinusoidal_fairseq":
+        return fairseq_sinusoid_table(rows, config.d_model, config.pad_id)
+    return sinusoid_table(rows, config.d_model, split=config.positions == "sinusoidal_split")
+
+
 class Embeddings(nn.Module):
     """Token embedding (optionally x sqrt(d_model)) + position encoding (+ token type 0), then an optional LayerNorm."""
 
@@ -42,19 +64,21 @@ class Embeddings(nn.Module):
         super().__init__()
         self.tokens = tokens
         self.scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
+        self.offset = config.position_offset
         if config.positions == "learned":
-            self.positions = nn.Embedding(config.max_positions, config.d_model)
+            self.positions = nn.Embedding(config.max_positions + self.offset, config.d_model)
         else:
             self.positions = None
             # A fixed table, rebuilt from the config: not a weight, so not saved.
-            table = sinusoid_table(config.max_positions, config.d_model, split=config.positions == "sinusoidal_split")
-            self.register_buffer("sinusoids", table, persistent=False)
+            self.register_buffer("sinusoids", position_table(config), persistent=False)
         self.token_types = nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embedding_norm else None
 
     def forward(self, input_ids: Tensor, positions: Tensor) -> Tensor:
         """input_ids (B, T), positions (B or 1, T) -> (B, T, d_model)"""
         x = self.tokens(input_ids) * self.scale
+        if self.offset:
+            positions = positions + self.offset
         if self.positions is None:
             x = x + self.sinusoids[positions]
         else:

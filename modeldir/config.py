@@ -27,8 +27,11 @@ class ModelConfig:
     n_decoder_layers: int = 0  # seq2seq only
     max_positions: int = 512  # longest sequence the position table covers
     # sinusoidal: the paper's table, sin and cos interleaved; sinusoidal_split: the same frequencies with all
-    # sines first, then all cosines (Marian); learned: a trained table.
-    positions: Literal["sinusoidal", "sinusoidal_split", "learned"] = "sinusoidal"
+    # sines first, then all cosines (Marian); sinusoidal_fairseq: fairseq's frequencies, sines then cosines,
+    # the pad token's row zero (M2M100, NLLB); learned: a trained table.
+    positions: Literal["sinusoidal", "sinusoidal_split", "sinusoidal_fairseq", "learned"] = "sinusoidal"
+    # Added to every position before the table is read: M2M100 and NLLB count from pad_id + 1, mBART from 2.
+    position_offset: int = 0
     norm_placement: Literal["post", "pre"] = "post"  # post: the paper; pre: LayerNorm inside the residual branch
     activation: Literal["relu", "gelu", "gelu_tanh", "silu"] = "relu"
     layer_norm_eps: float = 1e-5
@@ -75,6 +78,8 @@ class ModelConfig:
             problems.append("an embedding model has no decoder layers")
         if self.num_beams < 1:
             problems.append(f"num_beams must be >= 1, not {self.num_beams}")
+        if self.position_offset < 0:
+            problems.append(f"position_offset must be >= 0, not {self.position_offset}")
         if self.max_input_tokens > self.max_positions:
             problems.append(f"max_input_tokens {self.max_input_tokens} exceeds max_positions {self.max_positions}")
         if problems:

@@ -53,9 +53,15 @@ SEQ2SEQ_CONFIGS = {
         max_positions=640, norm_placement="post", positions="sinusoidal", activation="gelu_tanh",
         embedding_norm=True, type_vocab_size=2,
     ),
-    "h3-d48-pre": ModelConfig(
+    "h3-d48-pre": ModelConfig(  # mBART's positions: learned, counted from 2
         task="seq2seq", vocab_size=257, d_model=48, n_heads=3, d_ff=96, n_encoder_layers=3, n_decoder_layers=3,
         max_positions=640, norm_placement="pre", positions="learned", activation="silu", scale_embeddings=True,
+        position_offset=2,
+    ),
+    "h2-d32-pre-fairseq": ModelConfig(  # M2M100's and NLLB's form
+        task="seq2seq", vocab_size=90, d_model=32, n_heads=2, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
+        max_positions=640, norm_placement="pre", positions="sinusoidal_fairseq", position_offset=2, pad_id=1,
+        bos_id=2, eos_id=2, scale_embeddings=True,
     ),
 }  # fmt: skip
 
