@@ -1,11 +1,13 @@
-"""An M2M100 or NLLB-200 checkpoint (transformers' model_type "m2m_100": the same architecture) as our
-Seq2SeqModel: its config.json read into a ModelConfig, its safetensors tensors into our parameter names.
+"""The multilingual families' checkpoints as our Seq2SeqModel: M2M100 and NLLB-200 (transformers'
+model_type "m2m_100": the same architecture) and mBART-50 ("mbart"); config.json read into a
+ModelConfig, the safetensors tensors into our parameter names.
 
-The architecture: pre-norm residuals with a LayerNorm closing each stack, token embeddings scaled by
-sqrt(d_model), one token table for encoder, decoder and output layer, no bias on the logits, and
-fairseq's sinusoidal positions (modelbuild/transformer.py `fairseq_sinusoid_table`), counted from
-pad_id + 1. The decoder starts from eos; the target language's code is the first token generated,
-forced per request (the multilingual issue's next part, with the tokenizers).
+Both are pre-norm with a LayerNorm closing each stack and one token table for encoder, decoder and
+output layer. M2M100/NLLB: token embeddings scaled by sqrt(d_model), no bias on the logits, fairseq's
+sinusoidal positions (modelbuild/transformer.py `fairseq_sinusoid_table`) counted from pad_id + 1.
+mBART: learned positions counted from 2, a LayerNorm on the embeddings (layernorm_embedding), a bias on
+the logits (final_logits_bias). The decoder starts from eos; the target language's code is the first
+token generated, forced per request (the multilingual issue's next part, with the tokenizers).
 """
 
 from __future__ import annotations
@@ -21,20 +23,28 @@ from .import_marian import HF_ACTIVATIONS, MarianImportError, _token_tables
 from .import_marian import rename as rename_layer
 from .transformer import Seq2SeqModel
 
-STACK_NORMS = {"model.encoder.layer_norm": "encoder.final_norm", "model.decoder.layer_norm": "decoder.final_norm"}
+# Per stack: its closing LayerNorm, and mBART's embedding LayerNorm and learned positions.
+STACK_PARTS = {
+    f"model.{stack}.{theirs}": f"{stack}.{ours}"
+    for stack in ("encoder", "decoder")
+    for theirs, ours in (("layer_norm", "final_norm"), ("layernorm_embedding", "embeddings.norm"),
+                         ("embed_positions", "embeddings.positions"))
+}  # fmt: skip
+FAMILIES = ("m2m_100", "mbart")
 TABLES = {"model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
           "lm_head.weight"}  # fmt: skip
 
 
-class M2M100ImportError(MarianImportError):
-    """An M2M100/NLLB checkpoint this importer cannot take, with the reason."""
+class MultilingualImportError(MarianImportError):
+    """An M2M100, NLLB or mBART checkpoint this importer cannot take, with the reason."""
 
 
-def m2m100_config(source: Path) -> ModelConfig:
+def multilingual_config(source: Path) -> ModelConfig:
     path = Path(source) / "config.json"
     hf = json.loads(path.read_text())
-    if hf.get("model_type") != "m2m_100":
-        raise M2M100ImportError(f"{path}: model_type is {hf.get('model_type')!r}, not 'm2m_100'")
+    family = hf.get("model_type")
+    if family not in FAMILIES:
+        raise MultilingualImportError(f"{path}: model_type is {family!r}, not one of {', '.join(FAMILIES)}")
     generation_path = Path(source) / "generation_config.json"
     generation = {**hf, **(json.loads(generation_path.read_text()) if generation_path.is_file() else {})}
     problems = []
@@ -48,10 +58,13 @@ def m2m100_config(source: Path) -> ModelConfig:
     eos = generation.get("eos_token_id", 2)
     if isinstance(eos, list):
         problems.append(f"several eos tokens {eos}")
+    forced = generation.get("forced_eos_token_id")
+    if forced not in (None, eos):
+        problems.append(f"forced_eos_token_id {forced} that is not eos {eos}")
     if problems:
-        raise M2M100ImportError(f"{source}: not supported: " + "; ".join(problems))
+        raise MultilingualImportError(f"{source}: not supported: " + "; ".join(problems))
     early_stopping = generation.get("early_stopping", False)
-    pad = hf["pad_token_id"]
+    pad, mbart = hf["pad_token_id"], family == "mbart"
     return ModelConfig(
         task="seq2seq",
         vocab_size=hf["vocab_size"],
@@ -61,17 +74,19 @@ def m2m100_config(source: Path) -> ModelConfig:
         n_encoder_layers=hf["encoder_layers"],
         n_decoder_layers=hf["decoder_layers"],
         max_positions=hf["max_position_embeddings"],
-        positions="sinusoidal_fairseq",
-        position_offset=pad + 1,
+        positions="learned" if mbart else "sinusoidal_fairseq",
+        position_offset=2 if mbart else pad + 1,  # mBART's offset is 2 whatever its pad token
         norm_placement="pre",
         activation=HF_ACTIVATIONS[hf.get("activation_function", "relu")],
         layer_norm_eps=1e-5,
-        scale_embeddings=bool(hf.get("scale_embedding", True)),
+        embedding_norm=mbart,
+        scale_embeddings=bool(hf.get("scale_embedding", not mbart)),
         tie_output=True,
-        output_bias=False,
+        output_bias=mbart,
         pad_id=pad,
-        bos_id=hf["decoder_start_token_id"],
+        bos_id=hf.get("decoder_start_token_id") or eos,  # mBART-50's config leaves it to generation: eos
         eos_id=eos,
+        forced_eos=forced is not None,
         num_beams=int(generation.get("num_beams", 1)),
         length_penalty=float(generation.get("length_penalty", 1.0)),
         early_stopping=early_stopping if early_stopping == "never" else str(bool(early_stopping)).lower(),
@@ -83,31 +98,32 @@ def rename(name: str) -> str | None:
     if name in TABLES:
         return None
     stack, _, kind = name.rpartition(".")
-    if stack in STACK_NORMS:
-        return f"{STACK_NORMS[stack]}.{kind}"
+    if stack in STACK_PARTS:
+        return f"{STACK_PARTS[stack]}.{kind}"
     try:
         return rename_layer(name)
     except MarianImportError:
-        raise M2M100ImportError(f"unexpected tensor in the M2M100 checkpoint: {name}") from None
+        raise MultilingualImportError(f"unexpected tensor in the checkpoint: {name}") from None
 
 
-def m2m100_model(source: Path) -> Seq2SeqModel:
+def multilingual_model(source: Path) -> Seq2SeqModel:
     """The checkpoint's config and weights as our model (every tensor placed, none missing)."""
     source = Path(source)
     weights = source / "model.safetensors"
     if not weights.is_file():
-        raise M2M100ImportError(f"{weights}: not found (safetensors weights only; pickled ones are never loaded)")
-    config = m2m100_config(source)
+        raise MultilingualImportError(f"{weights}: not found (safetensors weights only; pickled ones are never loaded)")
+    config = multilingual_config(source)
     state, tables = {}, {}
     with safe_open(str(weights), framework="pt") as f:
         for key in f.keys():
             if key in TABLES:
                 tables[key] = f.get_tensor(key).float()
             elif (ours := rename(key)) is not None:
-                state[ours] = f.get_tensor(key).float()
+                tensor = f.get_tensor(key).float()
+                state[ours] = tensor.reshape(-1) if ours == "logits_bias" else tensor  # (1, vocab) in mBART
     token_tables, shared = _token_tables(tables, tie_output=True)
     if not shared:
-        raise M2M100ImportError(f"{source}: the encoder's and decoder's token tables differ")
+        raise MultilingualImportError(f"{source}: the encoder's and decoder's token tables differ")
     state.update(token_tables)
     model = Seq2SeqModel(config)
     model.load_state_dict(state, strict=True)
