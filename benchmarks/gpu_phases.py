@@ -168,20 +168,38 @@ def generation(ctx) -> dict:
 def served_tokens(server, refs: dict) -> list[list[int]]:
     with Client(server.target, timeout=120) as client:
         # num_beams 1: the checkpoint's default is beam search, the reference greedy.
-        return [list(client.generate(p, model="marian", max_new_tokens=refs["new_tokens"], num_beams=1).token_ids)
-                for p in refs["prompts"]]  # fmt: skip
+        return [
+            list(client.generate(p, model="marian", max_new_tokens=refs["new_tokens"], num_beams=1).token_ids)
+            for p in refs["prompts"]
+        ]
 
 
 def generate_rate(ctx, server, concurrency: int, count: int) -> dict:
     """Tokens/s of `concurrency` callers of the Marian model, and its decode steps' time and rows meanwhile."""
     before = decode_figures(server)
-    ours = run_json("-m", "benchmarks.engines", "attnserve-generate", "--target", server.target, "--served", "marian",
-                    "--count", str(count), "--concurrency", str(concurrency), "--new-tokens", str(ctx.sizes.new_tokens))  # fmt: skip
+    ours = run_json(
+        "-m",
+        "benchmarks.engines",
+        "attnserve-generate",
+        "--target",
+        server.target,
+        "--served",
+        "marian",
+        "--count",
+        str(count),
+        "--concurrency",
+        str(concurrency),
+        "--new-tokens",
+        str(ctx.sizes.new_tokens),
+    )
     after = decode_figures(server)
     steps = max(after["steps"] - before["steps"], 1)
-    return {"tokens_per_second": ours["tokens_per_second"], "seconds_per_token": ours["seconds_per_token"],
-            "decode_step_ms": 1e3 * (after["seconds"] - before["seconds"]) / steps,
-            "rows_per_step": (after["rows"] - before["rows"]) / steps}  # fmt: skip
+    return {
+        "tokens_per_second": ours["tokens_per_second"],
+        "seconds_per_token": ours["seconds_per_token"],
+        "decode_step_ms": 1e3 * (after["seconds"] - before["seconds"]) / steps,
+        "rows_per_step": (after["rows"] - before["rows"]) / steps,
+    }
 
 
 def cuda_graphs(ctx) -> dict:
@@ -201,8 +219,11 @@ def cuda_graphs(ctx) -> dict:
                 generate_rate(ctx, ctx.server, concurrency, count),
                 generate_rate(ctx, graphed, concurrency, count),
             )
-            out[str(concurrency)] = {"eager": eager, "graphs": graphs,
-                                     "tokens_per_second_vs_eager": graphs["tokens_per_second"] / eager["tokens_per_second"]}  # fmt: skip
+            out[str(concurrency)] = {
+                "eager": eager,
+                "graphs": graphs,
+                "tokens_per_second_vs_eager": graphs["tokens_per_second"] / eager["tokens_per_second"],
+            }
     finally:
         graphed.stop()
     return out
@@ -238,5 +259,12 @@ def memory(ctx) -> dict:
     return out
 
 
-PHASES = {"parity": parity, "parity-marian": parity_marian, "embeddings": embeddings, "generation": generation,
-          "memory": memory, "moonshot": moonshot, "cuda-graphs": cuda_graphs}  # fmt: skip
+PHASES = {
+    "parity": parity,
+    "parity-marian": parity_marian,
+    "embeddings": embeddings,
+    "generation": generation,
+    "memory": memory,
+    "moonshot": moonshot,
+    "cuda-graphs": cuda_graphs,
+}

@@ -20,8 +20,11 @@ PHASES = {  # phase -> seconds it is estimated to take on the device, in order o
     "moonshot": 120, "cuda-graphs": 90,
 }  # fmt: skip
 # The phases each call runs: the last call of group a (the first results), of group b, then one of its own.
-CALL_PHASES = (("a", ("preflight", "parity")), ("b", ("parity-marian", "embeddings", "generation", "memory")),
-               (None, ("moonshot", "cuda-graphs")))  # fmt: skip
+CALL_PHASES = (
+    ("a", ("preflight", "parity")),
+    ("b", ("parity-marian", "embeddings", "generation", "memory")),
+    (None, ("moonshot", "cuda-graphs")),
+)
 RESULTS = "$OUT/gpu"
 
 

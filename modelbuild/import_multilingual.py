@@ -27,12 +27,19 @@ from .transformer import Seq2SeqModel
 STACK_PARTS = {
     f"model.{stack}.{theirs}": f"{stack}.{ours}"
     for stack in ("encoder", "decoder")
-    for theirs, ours in (("layer_norm", "final_norm"), ("layernorm_embedding", "embeddings.norm"),
-                         ("embed_positions", "embeddings.positions"))
-}  # fmt: skip
+    for theirs, ours in (
+        ("layer_norm", "final_norm"),
+        ("layernorm_embedding", "embeddings.norm"),
+        ("embed_positions", "embeddings.positions"),
+    )
+}
 FAMILIES = ("m2m_100", "mbart")
-TABLES = {"model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
-          "lm_head.weight"}  # fmt: skip
+TABLES = {
+    "model.shared.weight",
+    "model.encoder.embed_tokens.weight",
+    "model.decoder.embed_tokens.weight",
+    "lm_head.weight",
+}
 
 
 class MultilingualImportError(MarianImportError):

@@ -177,13 +177,36 @@ def test_serving_graphs_run_attention_as_fused_ops_in_every_precision(exported, 
 # Inputs that ONNX Runtime's CUDA kernels read on the host (their CPU-input slots): a value computed from
 # shapes may go there without a copy node. Everything else a CUDA kernel reads is device memory.
 HOST_INPUTS = {
-    "Reshape": {1}, "Expand": {1}, "Range": {0, 1, 2}, "ConstantOfShape": {0}, "Slice": {1, 2, 3, 4},
-    "Tile": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "ReduceSum": {1}, "ReduceMax": {1}, "Pad": {1, 2},
-    "Split": {1}, "GroupQueryAttention": {6},
-}  # fmt: skip
+    "Reshape": {1},
+    "Expand": {1},
+    "Range": {0, 1, 2},
+    "ConstantOfShape": {0},
+    "Slice": {1, 2, 3, 4},
+    "Tile": {1},
+    "Unsqueeze": {1},
+    "Squeeze": {1},
+    "ReduceSum": {1},
+    "ReduceMax": {1},
+    "Pad": {1, 2},
+    "Split": {1},
+    "GroupQueryAttention": {6},
+}
 # Ops that ONNX Runtime leaves on the host when all their inputs are shape values (shape arithmetic).
-SHAPE_ARITHMETIC = {"Gather", "Cast", "Unsqueeze", "Squeeze", "Concat", "Slice", "Add", "Sub", "Mul", "Div", "Equal",
-                    "Where", "ConstantOfShape"}  # fmt: skip
+SHAPE_ARITHMETIC = {
+    "Gather",
+    "Cast",
+    "Unsqueeze",
+    "Squeeze",
+    "Concat",
+    "Slice",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Equal",
+    "Where",
+    "ConstantOfShape",
+}
 
 
 def shape_values_read_as_device_data(graph: onnx.GraphProto) -> list[tuple[str, str]]:
@@ -233,11 +256,16 @@ def test_a_shape_value_added_to_device_data_is_found():
         h.make_node("Reshape", ["q", "shape"], ["same"], name="reshape"),
     ]
     graph = h.make_graph(
-        nodes, "g",
-        [h.make_tensor_value_info("q", onnx.TensorProto.FLOAT, ["b", "t"]),
-         h.make_tensor_value_info("lengths", onnx.TensorProto.INT32, ["b"])],
-        [h.make_tensor_value_info("seqlens", onnx.TensorProto.INT32, ["b"]),
-         h.make_tensor_value_info("same", onnx.TensorProto.FLOAT, ["b", "t"])],
+        nodes,
+        "g",
+        [
+            h.make_tensor_value_info("q", onnx.TensorProto.FLOAT, ["b", "t"]),
+            h.make_tensor_value_info("lengths", onnx.TensorProto.INT32, ["b"]),
+        ],
+        [
+            h.make_tensor_value_info("seqlens", onnx.TensorProto.INT32, ["b"]),
+            h.make_tensor_value_info("same", onnx.TensorProto.FLOAT, ["b", "t"]),
+        ],
         [h.make_tensor("one", onnx.TensorProto.INT64, [], [1])],
-    )  # fmt: skip
+    )
     assert shape_values_read_as_device_data(graph) == [("add", "steps32")]

@@ -16,21 +16,65 @@ transformers = pytest.importorskip("transformers")
 
 # name -> (family, transformers' config fields): heads, layers, widths, activations and scaling vary.
 SHAPES = {
-    "m2m100-relu-h4-2x2": ("m2m_100", dict(d_model=64, encoder_attention_heads=4, decoder_attention_heads=4,
-                           encoder_layers=2, decoder_layers=2, encoder_ffn_dim=128, decoder_ffn_dim=128,
-                           activation_function="relu")),
-    "m2m100-gelu-h2-3x1": ("m2m_100", dict(d_model=32, encoder_attention_heads=2, decoder_attention_heads=2,
-                           encoder_layers=3, decoder_layers=1, encoder_ffn_dim=48, decoder_ffn_dim=48,
-                           activation_function="gelu", scale_embedding=False)),
-    "mbart-gelu-h4-2x2": ("mbart", dict(d_model=64, encoder_attention_heads=4, decoder_attention_heads=4,
-                          encoder_layers=2, decoder_layers=2, encoder_ffn_dim=96, decoder_ffn_dim=96,
-                          activation_function="gelu", scale_embedding=True)),
-    "mbart-relu-h2-1x3": ("mbart", dict(d_model=32, encoder_attention_heads=2, decoder_attention_heads=2,
-                          encoder_layers=1, decoder_layers=3, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                          activation_function="relu")),
-}  # fmt: skip
-CLASSES = {"m2m_100": ("M2M100Config", "M2M100ForConditionalGeneration"),
-           "mbart": ("MBartConfig", "MBartForConditionalGeneration")}  # fmt: skip
+    "m2m100-relu-h4-2x2": (
+        "m2m_100",
+        dict(
+            d_model=64,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_ffn_dim=128,
+            decoder_ffn_dim=128,
+            activation_function="relu",
+        ),
+    ),
+    "m2m100-gelu-h2-3x1": (
+        "m2m_100",
+        dict(
+            d_model=32,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_layers=3,
+            decoder_layers=1,
+            encoder_ffn_dim=48,
+            decoder_ffn_dim=48,
+            activation_function="gelu",
+            scale_embedding=False,
+        ),
+    ),
+    "mbart-gelu-h4-2x2": (
+        "mbart",
+        dict(
+            d_model=64,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_ffn_dim=96,
+            decoder_ffn_dim=96,
+            activation_function="gelu",
+            scale_embedding=True,
+        ),
+    ),
+    "mbart-relu-h2-1x3": (
+        "mbart",
+        dict(
+            d_model=32,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_layers=1,
+            decoder_layers=3,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            activation_function="relu",
+        ),
+    ),
+}
+CLASSES = {
+    "m2m_100": ("M2M100Config", "M2M100ForConditionalGeneration"),
+    "mbart": ("MBartConfig", "MBartForConditionalGeneration"),
+}
 VOCAB, LANGUAGE = 150, 140  # a "language code" among the last ids, forced as the first generated token
 NEW_TOKENS = 12
 
@@ -41,10 +85,18 @@ def checkpoint(directory, family: str, shape: dict, seed: int):
     torch.manual_seed(seed)
     config_class, model_class = (getattr(transformers, name) for name in CLASSES[family])
     config = config_class(
-        vocab_size=VOCAB, max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-        decoder_start_token_id=2, forced_eos_token_id=None, dropout=0.0, attention_dropout=0.0,
-        activation_dropout=0.0, **shape,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        forced_eos_token_id=None,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        **shape,
+    )
     model = model_class(config).eval()
     if family == "mbart":
         with torch.no_grad():
@@ -90,8 +142,15 @@ def test_greedy_with_a_forced_language_matches_generate(models, name):
     hf, ours, _ = models[name]
     ids, mask = batch(seed=1)
     with torch.no_grad():
-        expected = hf.generate(input_ids=ids, attention_mask=mask, forced_bos_token_id=LANGUAGE, num_beams=1,
-                               do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)  # fmt: skip
+        expected = hf.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            forced_bos_token_id=LANGUAGE,
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+        )
         target = torch.tensor([[2, LANGUAGE]] * 3)
         while target.shape[1] < expected.shape[1]:
             target = torch.cat([target, ours(ids, mask, target)[:, -1].argmax(-1, keepdim=True)], 1)

@@ -184,8 +184,9 @@ def _decoder_session(files: ModelFiles, sessions: SessionSettings, provider: str
     except ProviderError:
         raise  # no CUDA at all: nothing to fall back to
     except Exception as error:  # ONNX Runtime's own exception types: Fail, RuntimeException, ...
-        log.warning("model %s: ONNX Runtime cannot capture its decoder as CUDA graphs (%s): steps run eager",
-                    files.name, error)  # fmt: skip
+        log.warning(
+            "model %s: ONNX Runtime cannot capture its decoder as CUDA graphs (%s): steps run eager", files.name, error
+        )
         return create_session(files.decoder, sessions, provider), False
 
 
@@ -245,8 +246,12 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
     if settings.cuda_graphs:
         buckets = DecodeBuckets(opened.runner, memory, c.pad_id, opened.runner.cuda_graphs, files.name)
         sizes = ", ".join(str(b.rows) for b in buckets.buckets)
-        log.info("model %s: greedy decode steps in buckets of %s rows (captured: %s)", files.name, sizes,
-                 "yes" if buckets.capture else "no")  # fmt: skip
+        log.info(
+            "model %s: greedy decode steps in buckets of %s rows (captured: %s)",
+            files.name,
+            sizes,
+            "yes" if buckets.capture else "no",
+        )
     rules = GenerationRules(
         eos_id=c.eos_id, suppressed_ids=c.suppressed_ids, forced_eos=c.forced_eos,
         renormalize_logits=c.renormalize_logits,

@@ -57,8 +57,11 @@ class _Bucket:
     def fill(self, input_ids: np.ndarray, past_lengths: np.ndarray, source_lengths: np.ndarray) -> int:
         """The step's rows first, then padding rows; the device buffers updated. -> bytes sent."""
         rows, host = len(past_lengths), self.host
-        for name, values, pad in (("input_ids", input_ids, self.pad_id), ("past_lengths", past_lengths, 0),
-                                  ("source_lengths", source_lengths, 1)):  # fmt: skip
+        for name, values, pad in (
+            ("input_ids", input_ids, self.pad_id),
+            ("past_lengths", past_lengths, 0),
+            ("source_lengths", source_lengths, 1),
+        ):
             host[name][:rows] = values
             host[name][rows:] = pad
             self.inputs[name].update_inplace(host[name])
@@ -115,9 +118,13 @@ class DecodeBuckets:
         return binding
 
     def step_rows(
-        self, input_ids: np.ndarray, past_lengths: np.ndarray, source_lengths: np.ndarray, logit_rows: list[int],
+        self,
+        input_ids: np.ndarray,
+        past_lengths: np.ndarray,
+        source_lengths: np.ndarray,
+        logit_rows: list[int],
         rows: int,
-    ) -> StepOutput:  # fmt: skip
+    ) -> StepOutput:
         """A decoder step of the cache's first `rows` rows: in a bucket when no row needs its logits (a
         graph gives argmaxes only), else eager (Seq2SeqRunner.step). A bucketed step that fails (a graph
         ONNX Runtime could not capture or replay) runs again eager, with the same inputs, so the K/V it
