@@ -19,6 +19,10 @@ x tokens/s) against it. "loop ms/call": the CPU time of our server's main thread
 checks, tokenizing, batching, logging) per call, which the model's threads go without on these 2 cores.
 
     .venv/bin/python -m benchmarks.embed_bench [--model-dir build/models/minilm] [--rounds 3] [--threads 2]
+
+--against DIR: the service only, this checkout's server against that checkout's (e.g. `git worktree add
+../before <commit>`), each serving DIR/build/models/minilm as its own code exported it (`make models`
+there first), in turn each round.
 """
 
 from __future__ import annotations
@@ -75,10 +79,12 @@ def load(target: list[str], loads: list[tuple[int, int]], server: ServerProcess 
     return out
 
 
-def service(model_dir: Path, precision: str, threads: int, loads: list[tuple[int, int]], *flags: str) -> dict:
-    """One attnserve server process under the loads."""
+def service(
+    model_dir: Path, precision: str, threads: int, loads: list[tuple[int, int]], *flags: str, cwd: Path | None = None
+) -> dict:
+    """One attnserve server process (`cwd`'s code) under the loads."""
     server = ServerProcess("--precision", precision, "--intra-op-threads", str(threads), *flags,
-                           models=[str(model_dir)])  # fmt: skip
+                           models=[str(Path(model_dir).resolve())], cwd=cwd)  # fmt: skip
     try:
         return load(["--target", server.target], loads, server)
     finally:
@@ -94,14 +100,45 @@ def peer(precision: str, loads: list[tuple[int, int]]) -> dict:
         server.stop()
 
 
+def against(args, machine: dict) -> None:
+    """The service, float32 and int8, 32 callers x 1 and x 16 sentences, of this checkout and of
+    args.against (serving DIR/build/models/minilm, exported by its own code), in turn each round."""
+    before = args.against.resolve()
+    sides = {"after": (args.model_dir, None), "before": (before / "build/models/minilm", before)}
+    loads = [(32, 1), (32, 16)]
+    seconds: dict[tuple, list[float]] = {}
+    for round_ in range(args.rounds):
+        order = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
+        for precision in ("fp32", "int8"):
+            for side in order:
+                model_dir, cwd = sides[side]
+                for key, r in service(model_dir, precision, args.threads, loads, cwd=cwd).items():
+                    seconds.setdefault((side, precision, key), []).append(r["seconds"])
+        print(f"round {round_ + 1} done", file=sys.stderr, flush=True)
+    rows = []
+    for precision in ("fp32", "int8"):
+        for clients, per_call in loads:
+            rates = {s: [len(SENTENCES) / t for t in seconds[s, precision, (clients, per_call)]] for s in sides}
+            after, before = (float(np.median(rates[s])) for s in sides)
+            half = (max(rates["after"]) - min(rates["after"])) / 2 / after
+            load_name, ratio = f"{clients} x {per_call}", f"{after / before:.2f}x"
+            rows.append([f"service {precision}", load_name, round(after, 1), round(before, 1), ratio, f"±{half:.0%}"])
+    title = f"MiniLM service, sentences/s, medians of {args.rounds} rounds, against {args.against}"
+    print_table(title, ["engine", "callers x sentences", "sentences/s", "before", "ratio", "half spread"], rows)
+    write_results("embed_bench_against", {"machine": machine, "rows": rows})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-dir", type=Path, default=Path("build/models/minilm"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--against", type=Path, help="the service only: this checkout against that one (before)")
     args = parser.parse_args()
     machine = describe(args.threads)
     print_machine(machine)
+    if args.against:
+        return against(args, machine)
     files = open_model_dir(args.model_dir)
     tokenizer = TextTokenizer(files.tokenizer, files.config.max_input_tokens)
     tokens = sum(len(e.ids) for e in tokenizer.encode(SENTENCES))

@@ -10,6 +10,12 @@ first, and each engine's useful rate (the model's multiply-adds per generated to
 
     .venv/bin/pip install -e '.[bench]'    # ctranslate2
     .venv/bin/python -m benchmarks.marian_bench [--rounds 3] [--sentences 64] [--new-tokens 64] [--threads 2]
+
+--against DIR: attnserve only, this checkout's server against that checkout's (e.g. `git worktree add
+../before <commit>`), in turn each round; the table gives their ratio. Each side serves the checkpoint
+as its own code imported and exported it (DIR/build/bench/marian-base/attnserve, made there first, e.g.
+with `python -c` of import_marian and export_model_dir run in DIR): a newer export may carry config
+fields an older server does not know.
 """
 
 from __future__ import annotations
@@ -37,9 +43,9 @@ WORK = Path("build/bench/marian-base")
 SOURCE_TOKENS = 30  # about, per sentence of benchmarks/translation_load.py
 
 
-def build() -> tuple[Path, Path, Path]:
+def build(ctranslate2_model: bool = True) -> tuple[Path, Path, Path]:
     """The Hugging Face checkpoint, our model directory (float32 and int8) and the CTranslate2 model (made
-    once, then reused)."""
+    once, then reused; not made unless asked)."""
     from modelbuild.export import export_model_dir
     from modelbuild.import_marian import import_marian
     from modelbuild.random_marian import random_marian_checkpoint
@@ -51,7 +57,7 @@ def build() -> tuple[Path, Path, Path]:
     if not manifest.exists() or not set(GRAPH_SETS["int8"]) <= set(json.loads(manifest.read_text())):
         import_marian(hf, ours, "marian-base")
         export_model_dir(ours, progress_stream=io.StringIO(), reduced=("int8",))
-    if not (ct2 / "model.bin").exists():
+    if ctranslate2_model and not (ct2 / "model.bin").exists():
         import ctranslate2
 
         ctranslate2.converters.TransformersConverter(str(hf)).convert(str(ct2), force=True)
@@ -80,10 +86,11 @@ def decode_step_seconds(server: ServerProcess) -> tuple[float, float]:
             server.metric("attnserve_inference_duration_seconds_count", **labels))  # fmt: skip
 
 
-def run_attnserve(ours: Path, precision: str, batches: list[int], args) -> dict:
-    """One server (in its own process) for both batch sizes: -> batch -> figures, with the mean decode step."""
+def run_attnserve(ours: Path, precision: str, batches: list[int], args, cwd: Path | None = None) -> dict:
+    """One server (in its own process; `cwd`'s code) for both batch sizes: -> batch -> figures, with the
+    mean decode step."""
     server = ServerProcess("--precision", precision, "--intra-op-threads", str(args.threads), "--max-new-tokens",
-                           str(args.new_tokens), models=[str(ours)])  # fmt: skip
+                           str(args.new_tokens), models=[str(ours.resolve())], cwd=cwd)  # fmt: skip
     try:
         out = {}
         for batch in batches:
@@ -109,10 +116,13 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--against", type=Path, help="attnserve only: this checkout against that one (before)")
     args = parser.parse_args()
     machine = describe(args.threads)
     print_machine(machine)
-    hf_dir, ours, ct2_dir = build()
+    hf_dir, ours, ct2_dir = build(ctranslate2_model=not args.against)
+    if args.against:
+        return against(ours, args, machine)
     common = ["--threads", str(args.threads), "--new-tokens", str(args.new_tokens)]
     libraries = {
         "transformers": lambda b: engine("hf-generate", "--model", str(hf_dir), "--batch", str(b),
@@ -176,6 +186,38 @@ def main() -> None:
     print_table("Goals", ["figure", "goal", "measured"], [[g, f"{t}", round(m, 2)] for g, t, m in goals])
     figures.update(rows=rows, goals=goals, decode_step_ms=step, multiply_adds_per_token=macs)
     write_results("marian_bench", figures)
+
+
+def against(ours: Path, args, machine: dict) -> None:
+    """attnserve fp32 and int8 of this checkout and of args.against, each a fresh server, in turn each round."""
+    sides = {"after": None, "before": args.against.resolve()}
+    models = {"after": ours, "before": args.against.resolve() / WORK / "attnserve"}
+    runs: dict[tuple[str, str, int], list[dict]] = {}
+    for round_ in range(args.rounds):
+        order = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
+        for precision in ("fp32", "int8"):
+            for side in order:
+                for batch, r in run_attnserve(models[side], precision, args.batches, args, sides[side]).items():
+                    runs.setdefault((side, precision, batch), []).append(r)
+        print(f"round {round_ + 1} done", file=sys.stderr, flush=True)
+    rows = []
+    for precision in ("fp32", "int8"):
+        for batch in args.batches:
+            after, before = (
+                statistics.median(r["tokens_per_second"] for r in runs[s, precision, batch]) for s in sides
+            )
+            spread = max(r["tokens_per_second"] for r in runs["after", precision, batch]) - min(
+                r["tokens_per_second"] for r in runs["after", precision, batch]
+            )
+            ratio, half = f"{after / before:.2f}x", f"±{spread / 2 / after:.0%}"
+            rows.append([f"attnserve {precision}", batch, round(after, 1), round(before, 1), ratio, half])
+    print_table(
+        f"Marian-base, greedy, {args.new_tokens} new tokens, {args.threads} threads, medians of {args.rounds} "
+        f"rounds, against {args.against}",
+        ["engine", "batch", "tokens/s", "before", "ratio", "half spread"],
+        rows,
+    )
+    write_results("marian_bench_against", {"machine": machine, "rows": rows})
 
 
 if __name__ == "__main__":
