@@ -139,26 +139,44 @@ def marian_checkpoint(ctx) -> Path:
     return target
 
 
+def generate_loads(sizes) -> tuple[tuple[int, int], ...]:
+    """(callers, sentences) of the generation measurements: one caller, and the check's concurrency."""
+    return (1, max(4, sizes.generate_count // 8)), (sizes.concurrency, sizes.generate_count)
+
+
+def generate_rate(ctx, server, concurrency: int, count: int) -> dict:
+    """Tokens/s of `concurrency` callers of the Marian model, and its decode steps' time, rows and bytes
+    meanwhile."""
+    args = ["--target", server.target, "--served", "marian", "--count", str(count)]
+    args += ["--concurrency", str(concurrency), "--new-tokens", str(ctx.sizes.new_tokens)]
+    before = decode_figures(server)
+    ours = run_json("-m", "benchmarks.engines", "attnserve-generate", *args)
+    after = decode_figures(server)
+    steps = max(after["steps"] - before["steps"], 1)
+    return {
+        "tokens_per_second": ours["tokens_per_second"],
+        "seconds_per_token": ours["seconds_per_token"],
+        "decode_step_ms": 1e3 * (after["seconds"] - before["seconds"]) / steps,
+        "rows_per_step": (after["rows"] - before["rows"]) / steps,
+        "bytes_sent_per_step": (after["sent"] - before["sent"]) / steps,
+        "bytes_fetched_per_step": (after["fetched"] - before["fetched"]) / steps,
+    }
+
+
 def generation(ctx) -> dict:
     sizes, server, out, new = ctx.sizes, ctx.server, {}, str(ctx.sizes.new_tokens)
     checkpoint = marian_checkpoint(ctx)
-    for concurrency, count in ((1, max(4, sizes.generate_count // 8)), (sizes.concurrency, sizes.generate_count)):
-        before = decode_figures(server)
-        ours = run_json("-m", "benchmarks.engines", "attnserve-generate", "--target", server.target, "--served",
-                        "marian", "--count", str(count), "--concurrency", str(concurrency), "--new-tokens", new)  # fmt: skip
-        after = decode_figures(server)
+    for concurrency, count in generate_loads(sizes):
+        ours = generate_rate(ctx, server, concurrency, count)
         theirs = run_json("-m", "benchmarks.engines", "hf-generate", "--model", str(checkpoint), "--device",
                           ctx.device, "--count", str(count), "--batch", str(concurrency), "--new-tokens", new)  # fmt: skip
-        steps = max(after["steps"] - before["steps"], 1)
         out[str(concurrency)] = {
-            "attnserve_tokens_per_second": ours["tokens_per_second"], "attnserve_seconds_per_token": ours["seconds_per_token"],
+            "attnserve_tokens_per_second": ours.pop("tokens_per_second"),
+            "attnserve_seconds_per_token": ours.pop("seconds_per_token"),
             "transformers_tokens_per_second": theirs["tokens_per_second"],
             "transformers_seconds_per_token": theirs["seconds_per_token"],
-            "decode_step_ms": 1e3 * (after["seconds"] - before["seconds"]) / steps,
-            "rows_per_step": (after["rows"] - before["rows"]) / steps,
-            "bytes_sent_per_step": (after["sent"] - before["sent"]) / steps,
-            "bytes_fetched_per_step": (after["fetched"] - before["fetched"]) / steps,
-        }  # fmt: skip
+            **ours,
+        }
     high, one = out[str(sizes.concurrency)], out["1"]
     out["tokens_per_second_vs_hf"] = high["attnserve_tokens_per_second"] / high["transformers_tokens_per_second"]
     out["latency_1_vs_hf"] = one["attnserve_seconds_per_token"] / one["transformers_seconds_per_token"]
@@ -174,34 +192,6 @@ def served_tokens(server, refs: dict) -> list[list[int]]:
         ]
 
 
-def generate_rate(ctx, server, concurrency: int, count: int) -> dict:
-    """Tokens/s of `concurrency` callers of the Marian model, and its decode steps' time and rows meanwhile."""
-    before = decode_figures(server)
-    ours = run_json(
-        "-m",
-        "benchmarks.engines",
-        "attnserve-generate",
-        "--target",
-        server.target,
-        "--served",
-        "marian",
-        "--count",
-        str(count),
-        "--concurrency",
-        str(concurrency),
-        "--new-tokens",
-        str(ctx.sizes.new_tokens),
-    )
-    after = decode_figures(server)
-    steps = max(after["steps"] - before["steps"], 1)
-    return {
-        "tokens_per_second": ours["tokens_per_second"],
-        "seconds_per_token": ours["seconds_per_token"],
-        "decode_step_ms": 1e3 * (after["seconds"] - before["seconds"]) / steps,
-        "rows_per_step": (after["rows"] - before["rows"]) / steps,
-    }
-
-
 def cuda_graphs(ctx) -> dict:
     """Greedy decode steps replayed as CUDA graphs (`serve --cuda-graphs`), against the eager steps of the
     check's server in the same run: whether ONNX Runtime captured them, the same tokens, and tokens/s and
@@ -214,7 +204,7 @@ def cuda_graphs(ctx) -> dict:
         eager_tokens, graph_tokens = served_tokens(ctx.server, refs), served_tokens(graphed, refs)
         out["same_tokens"] = sum(a == b for a, b in zip(eager_tokens, graph_tokens)) / len(eager_tokens)
         out["same_as_cpu_reference"] = sum(a == b for a, b in zip(graph_tokens, refs["tokens"])) / len(graph_tokens)
-        for concurrency, count in ((1, max(4, sizes.generate_count // 8)), (sizes.concurrency, sizes.generate_count)):
+        for concurrency, count in generate_loads(sizes):
             eager, graphs = (
                 generate_rate(ctx, ctx.server, concurrency, count),
                 generate_rate(ctx, graphed, concurrency, count),

@@ -85,9 +85,7 @@ def marian_config(source: Path, separate_vocabs: bool = False) -> ModelConfig:
         problems.append("pre-norm or extra LayerNorms (normalize_before/add_final_layer_norm/normalize_embedding)")
     if hf.get("static_position_embeddings", True) is False:
         problems.append("learned positions")
-    heads = hf["encoder_attention_heads"]
-    if hf["decoder_attention_heads"] != heads or hf["decoder_ffn_dim"] != hf["encoder_ffn_dim"]:
-        problems.append("different encoder and decoder widths")
+    problems += stack_problems(hf)
     if hf.get("decoder_vocab_size") not in (None, hf["vocab_size"]):
         problems.append(f"a separate target vocabulary ({hf['decoder_vocab_size']} vs {hf['vocab_size']})")
     eos = generation.get("eos_token_id", 0)
@@ -100,16 +98,9 @@ def marian_config(source: Path, separate_vocabs: bool = False) -> ModelConfig:
         problems.append(f"forced_eos_token_id {forced} that is not eos {eos}")
     if problems:
         raise MarianImportError(f"{source}: not supported: " + "; ".join(problems))
-    early_stopping = generation.get("early_stopping", False)
     return ModelConfig(
         task="seq2seq",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["d_model"],
-        n_heads=heads,
-        d_ff=hf["encoder_ffn_dim"],
-        n_encoder_layers=hf["encoder_layers"],
-        n_decoder_layers=hf["decoder_layers"],
-        max_positions=hf["max_position_embeddings"],
+        **stack_fields(hf),
         positions="sinusoidal_split",
         norm_placement="post",
         activation=HF_ACTIVATIONS[hf["activation_function"]],
@@ -124,6 +115,33 @@ def marian_config(source: Path, separate_vocabs: bool = False) -> ModelConfig:
         suppressed_ids=_suppressed_ids(generation),
         forced_eos=forced is not None,
         renormalize_logits=bool(generation.get("renormalize_logits", False)),
+        **generation_defaults(generation),
+    )
+
+
+def stack_problems(hf: dict) -> list[str]:
+    """What our model cannot take of a BART-style config's stacks (Marian, M2M100 and mBART write alike)."""
+    same = hf["decoder_attention_heads"] == hf["encoder_attention_heads"]
+    return [] if same and hf["decoder_ffn_dim"] == hf["encoder_ffn_dim"] else ["different encoder and decoder widths"]
+
+
+def stack_fields(hf: dict) -> dict:
+    """The ModelConfig fields of a BART-style config's stacks."""
+    return dict(
+        vocab_size=hf["vocab_size"],
+        d_model=hf["d_model"],
+        n_heads=hf["encoder_attention_heads"],
+        d_ff=hf["encoder_ffn_dim"],
+        n_encoder_layers=hf["encoder_layers"],
+        n_decoder_layers=hf["decoder_layers"],
+        max_positions=hf["max_position_embeddings"],
+    )
+
+
+def generation_defaults(generation: dict) -> dict:
+    """A request's defaults as a checkpoint's generation settings state them (transformers' meanings)."""
+    early_stopping = generation.get("early_stopping", False)
+    return dict(
         num_beams=int(generation.get("num_beams", 1)),
         length_penalty=float(generation.get("length_penalty", 1.0)),
         early_stopping=early_stopping if early_stopping == "never" else str(bool(early_stopping)).lower(),

@@ -19,7 +19,14 @@ from safetensors import safe_open
 
 from modeldir.config import ModelConfig
 
-from .import_marian import HF_ACTIVATIONS, MarianImportError, _token_tables
+from .import_marian import (
+    HF_ACTIVATIONS,
+    MarianImportError,
+    _token_tables,
+    generation_defaults,
+    stack_fields,
+    stack_problems,
+)
 from .import_marian import rename as rename_layer
 from .transformer import Seq2SeqModel
 
@@ -57,9 +64,7 @@ def multilingual_config(source: Path) -> ModelConfig:
     problems = []
     if hf.get("activation_function", "relu") not in HF_ACTIVATIONS:
         problems.append(f"activation_function {hf['activation_function']!r}")
-    heads = hf["encoder_attention_heads"]
-    if hf["decoder_attention_heads"] != heads or hf["decoder_ffn_dim"] != hf["encoder_ffn_dim"]:
-        problems.append("different encoder and decoder widths")
+    problems += stack_problems(hf)
     if hf.get("tie_word_embeddings", True) is False:
         problems.append("an output layer apart from the token table (tie_word_embeddings false)")
     eos = generation.get("eos_token_id", 2)
@@ -70,17 +75,10 @@ def multilingual_config(source: Path) -> ModelConfig:
         problems.append(f"forced_eos_token_id {forced} that is not eos {eos}")
     if problems:
         raise MultilingualImportError(f"{source}: not supported: " + "; ".join(problems))
-    early_stopping = generation.get("early_stopping", False)
     pad, mbart = hf["pad_token_id"], family == "mbart"
     return ModelConfig(
         task="seq2seq",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["d_model"],
-        n_heads=heads,
-        d_ff=hf["encoder_ffn_dim"],
-        n_encoder_layers=hf["encoder_layers"],
-        n_decoder_layers=hf["decoder_layers"],
-        max_positions=hf["max_position_embeddings"],
+        **stack_fields(hf),
         positions="learned" if mbart else "sinusoidal_fairseq",
         position_offset=2 if mbart else pad + 1,  # mBART's offset is 2 whatever its pad token
         norm_placement="pre",
@@ -94,9 +92,7 @@ def multilingual_config(source: Path) -> ModelConfig:
         bos_id=hf.get("decoder_start_token_id") or eos,  # mBART-50's config leaves it to generation: eos
         eos_id=eos,
         forced_eos=forced is not None,
-        num_beams=int(generation.get("num_beams", 1)),
-        length_penalty=float(generation.get("length_penalty", 1.0)),
-        early_stopping=early_stopping if early_stopping == "never" else str(bool(early_stopping)).lower(),
+        **generation_defaults(generation),
     )
 
 

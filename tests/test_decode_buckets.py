@@ -80,7 +80,7 @@ def test_bucketed_steps_give_the_tokens_and_the_cache_of_eager_steps(numbers_dir
 
     _, cache, _ = generation(numbers_dir, 8, 24)
     cache.shrinks = False
-    buckets = DecodeBuckets(runner, cache.memory, pad_id=0, capture=False)
+    buckets = DecodeBuckets(runner, cache.memory, pad_id=0)
     used, graphs = set(), set()
 
     def bucketed(tokens, lengths, sources, rows):

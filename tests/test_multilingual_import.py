@@ -14,62 +14,28 @@ from modelbuild.import_multilingual import MultilingualImportError, multilingual
 
 transformers = pytest.importorskip("transformers")
 
+
+def stacks(d_model: int, heads: int, encoder_layers: int, decoder_layers: int, ffn: int, activation: str, **more):
+    """transformers' config fields of two stacks of the same widths."""
+    return dict(
+        d_model=d_model,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_layers=encoder_layers,
+        decoder_layers=decoder_layers,
+        encoder_ffn_dim=ffn,
+        decoder_ffn_dim=ffn,
+        activation_function=activation,
+        **more,
+    )
+
+
 # name -> (family, transformers' config fields): heads, layers, widths, activations and scaling vary.
 SHAPES = {
-    "m2m100-relu-h4-2x2": (
-        "m2m_100",
-        dict(
-            d_model=64,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_ffn_dim=128,
-            decoder_ffn_dim=128,
-            activation_function="relu",
-        ),
-    ),
-    "m2m100-gelu-h2-3x1": (
-        "m2m_100",
-        dict(
-            d_model=32,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_layers=3,
-            decoder_layers=1,
-            encoder_ffn_dim=48,
-            decoder_ffn_dim=48,
-            activation_function="gelu",
-            scale_embedding=False,
-        ),
-    ),
-    "mbart-gelu-h4-2x2": (
-        "mbart",
-        dict(
-            d_model=64,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_ffn_dim=96,
-            decoder_ffn_dim=96,
-            activation_function="gelu",
-            scale_embedding=True,
-        ),
-    ),
-    "mbart-relu-h2-1x3": (
-        "mbart",
-        dict(
-            d_model=32,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_layers=1,
-            decoder_layers=3,
-            encoder_ffn_dim=64,
-            decoder_ffn_dim=64,
-            activation_function="relu",
-        ),
-    ),
+    "m2m100-relu-h4-2x2": ("m2m_100", stacks(64, 4, 2, 2, 128, "relu")),
+    "m2m100-gelu-h2-3x1": ("m2m_100", stacks(32, 2, 3, 1, 48, "gelu", scale_embedding=False)),
+    "mbart-gelu-h4-2x2": ("mbart", stacks(64, 4, 2, 2, 96, "gelu", scale_embedding=True)),
+    "mbart-relu-h2-1x3": ("mbart", stacks(32, 2, 1, 3, 64, "relu")),
 }
 CLASSES = {
     "m2m_100": ("M2M100Config", "M2M100ForConditionalGeneration"),

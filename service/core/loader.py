@@ -244,7 +244,7 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
     cache = GenerationCache(memory, shrinks=not settings.cuda_graphs)
     buckets = None
     if settings.cuda_graphs:
-        buckets = DecodeBuckets(opened.runner, memory, c.pad_id, opened.runner.cuda_graphs, files.name)
+        buckets = DecodeBuckets(opened.runner, memory, c.pad_id, files.name)
         sizes = ", ".join(str(b.rows) for b in buckets.buckets)
         log.info(
             "model %s: greedy decode steps in buckets of %s rows (captured: %s)",

@@ -76,10 +76,11 @@ class DecodeBuckets:
     """A cache's greedy decode steps in buckets; a captured session replays one graph per bucket and
     cross capacity."""
 
-    def __init__(self, runner: Seq2SeqRunner, memory: CacheMemory, pad_id: int, capture: bool, name: str = ""):
-        """capture: the decoder session was created with enable_cuda_graph (else the buckets only shape the
-        steps, as on the CPU); name: the model's, for logs."""
-        self.runner, self.memory, self.capture, self.name = runner, memory, capture, name
+    def __init__(self, runner: Seq2SeqRunner, memory: CacheMemory, pad_id: int, name: str = ""):
+        """name: the model's, for logs. The steps are captured where the runner's decoder session was
+        created with enable_cuda_graph (runner.cuda_graphs); elsewhere, as on the CPU, only bucketed."""
+        self.runner, self.memory, self.name = runner, memory, name
+        self.capture = runner.cuda_graphs
         self.buckets = [_Bucket(runner, rows, pad_id) for rows in buckets_for(memory.rows)]
         # GroupQueryAttention reads it on the host, once, when a graph is captured: the cache's positions.
         self.total_length = ort.OrtValue.ortvalue_from_numpy(np.array([memory.geometry.target_tokens], np.int32))
