@@ -38,18 +38,20 @@ def cmd_export(args) -> None:
 
 
 def cmd_import(args) -> None:
-    """A Hugging Face MarianMT checkpoint (config.json says model_type "marian") or a sentence-transformers
-    BERT checkpoint."""
+    """A Hugging Face MarianMT checkpoint (config.json says model_type "marian"), an M2M100, NLLB-200 or
+    mBART-50 one ("m2m_100", "mbart"), or a sentence-transformers BERT checkpoint."""
     _needs_torch()
     import json
 
     from modelbuild.import_bert import import_sentence_transformer
     from modelbuild.import_marian import MarianImportError, import_marian
+    from modelbuild.import_multilingual import FAMILIES, import_multilingual
 
     config = Path(args.source) / "config.json"
     kind = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    importer = import_marian if kind == "marian" else import_multilingual if kind in FAMILIES else None
     try:
-        out = (import_marian if kind == "marian" else import_sentence_transformer)(args.source, args.out, args.name)
+        out = (importer or import_sentence_transformer)(args.source, args.out, args.name)
     except (MarianImportError, FileNotFoundError) as error:
         sys.exit(f"attnserve import: {error}")
     print(f"{out}: imported {args.source} ({kind or 'bert'}) as {args.name!r}; next: attnserve export {out}")

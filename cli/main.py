@@ -135,7 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(run=cmd_export)
 
     imp = commands.add_parser(
-        "import", help="convert a MarianMT (opus-mt) or sentence-transformers BERT checkpoint into a model directory"
+        "import",
+        help="convert a MarianMT (opus-mt), M2M100, NLLB-200, mBART-50 or sentence-transformers BERT checkpoint "
+        "into a model directory",
     )
     imp.add_argument(
         "source", type=Path, help="Hugging Face directory (config.json, model.safetensors, tokenizer files, ...)"

@@ -72,6 +72,25 @@ def _suppressed_ids(settings: dict) -> tuple[int, ...]:
     return tuple(sorted({words[0] for words in banned}))
 
 
+# A target language's token in a Marian vocabulary with several targets (opus-mt-en-ROMANCE: >>fra<<).
+_TARGET_CODE = re.compile(r"^>>(\w+)<<$")
+
+
+def marian_languages(source: Path) -> dict:
+    """The ModelConfig fields of a checkpoint's languages: its pair (tokenizer_config.json's source_lang and
+    target_lang), and where the vocabulary has target codes (>>fra<<), the targets a request chooses from,
+    put at the start of the source as transformers' MarianTokenizer reads them there."""
+    settings = _read_json(source / "tokenizer_config.json")
+    fields = {}
+    if settings.get("source_lang") and settings.get("target_lang"):
+        fields["language_pair"] = (str(settings["source_lang"]), str(settings["target_lang"]))
+    vocab = _read_json(source / "vocab.json")
+    codes = tuple(match.group(1) for token in vocab if (match := _TARGET_CODE.match(token)))
+    if codes:
+        fields.update(languages=codes, language_token=">>{}<<", target_language="source_prefix")
+    return fields
+
+
 def marian_config(source: Path, separate_vocabs: bool = False) -> ModelConfig:
     hf = _read_json(source / "config.json")
     if hf.get("model_type") != "marian":
@@ -116,6 +135,7 @@ def marian_config(source: Path, separate_vocabs: bool = False) -> ModelConfig:
         forced_eos=forced is not None,
         renormalize_logits=bool(generation.get("renormalize_logits", False)),
         **generation_defaults(generation),
+        **marian_languages(source),
     )
 
 

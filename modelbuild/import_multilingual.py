@@ -7,17 +7,27 @@ output layer. M2M100/NLLB: token embeddings scaled by sqrt(d_model), no bias on 
 sinusoidal positions (modelbuild/transformer.py `fairseq_sinusoid_table`) counted from pad_id + 1.
 mBART: learned positions counted from 2, a LayerNorm on the embeddings (layernorm_embedding), a bias on
 the logits (final_logits_bias). The decoder starts from eos; the target language's code is the first
-token generated, forced per request (the multilingual issue's next part, with the tokenizers).
+token generated, forced per request.
+
+Their tokenizers: M2M100's sentencepiece.bpe.model and vocab.json, its language tokens (__fr__) after
+the vocabulary in the order of transformers' table that tokenizer_config.json names (language_codes);
+NLLB's and mBART-50's tokenizer.json, whose added tokens hold the language codes (fra_Latn, fr_XX). The
+source's code goes before the text (NLLB with legacy_behaviour: after its </s>).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+import shutil
 from pathlib import Path
 
 from safetensors import safe_open
 
 from modeldir.config import ModelConfig
+from modeldir.files import M2M100_TOKENIZER_FILES, TOKENIZER_FILE, tokenizer_files
+from modeldir.language_tokenizer import load_model_tokenizer
 
 from .import_marian import (
     HF_ACTIVATIONS,
@@ -29,6 +39,7 @@ from .import_marian import (
 )
 from .import_marian import rename as rename_layer
 from .transformer import Seq2SeqModel
+from .weights import save_model_dir
 
 # Per stack: its closing LayerNorm, and mBART's embedding LayerNorm and learned positions.
 STACK_PARTS = {
@@ -47,6 +58,8 @@ TABLES = {
     "model.decoder.embed_tokens.weight",
     "lm_head.weight",
 }
+# How each family's tokenizer.json spells a language code.
+CODE_PATTERNS = {"m2m_100": re.compile(r"^[a-z]{3}_[A-Z][a-z]{3}$"), "mbart": re.compile(r"^[a-z]{2}_[A-Z]{2}$")}
 
 
 class MultilingualImportError(MarianImportError):
@@ -131,3 +144,65 @@ def multilingual_model(source: Path) -> Seq2SeqModel:
     model = Seq2SeqModel(config)
     model.load_state_dict(state, strict=True)
     return model.eval()
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _m2m100_codes(source: Path) -> tuple[str, ...]:
+    """M2M100's language codes in the order that gives their ids: transformers' table of the name that
+    tokenizer_config.json gives (language_codes), which no file of the checkpoint lists."""
+    table = _read_json(source / "tokenizer_config.json").get("language_codes", "m2m100")
+    try:
+        from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
+    except ImportError:
+        raise MultilingualImportError(
+            f"{source}: M2M100's language codes ({table!r}) are listed only in transformers; install it to import"
+        ) from None
+    if table not in FAIRSEQ_LANGUAGE_CODES:
+        raise MultilingualImportError(f"{source}: language_codes {table!r} is not one of transformers' tables")
+    return tuple(FAIRSEQ_LANGUAGE_CODES[table])
+
+
+def language_fields(source: Path, family: str) -> dict:
+    """The ModelConfig fields of the checkpoint's tokenizer and languages."""
+    source = Path(source)
+    if (source / TOKENIZER_FILE).is_file():
+        added = _read_json(source / TOKENIZER_FILE).get("added_tokens", [])
+        codes = tuple(
+            t["content"] for t in sorted(added, key=lambda t: t["id"]) if CODE_PATTERNS[family].match(t["content"])
+        )
+        legacy = bool(_read_json(source / "tokenizer_config.json").get("legacy_behaviour", False))
+        fields = dict(tokenizer="tokenizers", languages=codes, source_language="suffix" if legacy else "prefix")
+    elif all((source / f).is_file() for f in M2M100_TOKENIZER_FILES) and family == "m2m_100":
+        codes = _m2m100_codes(source)
+        fields = dict(tokenizer="m2m100", languages=codes, language_token="__{}__", source_language="prefix")
+    else:
+        m2m100 = f", or {' and '.join(M2M100_TOKENIZER_FILES)}" if family == "m2m_100" else ""
+        raise MultilingualImportError(f"{source}: no tokenizer ({TOKENIZER_FILE}{m2m100})")
+    if not fields["languages"]:
+        raise MultilingualImportError(f"{source}: the tokenizer names no language codes")
+    return {**fields, "target_language": "first_token"}
+
+
+def import_multilingual(source: Path, out_dir: Path, name: str) -> Path:
+    """Convert an M2M100, NLLB-200 or mBART-50 checkpoint directory into our model directory (tokenizer
+    files copied as they are)."""
+    source = Path(source)
+    model = multilingual_model(source)
+    family = json.loads((source / "config.json").read_text())["model_type"]
+    model.config = config = dataclasses.replace(model.config, **language_fields(source, family))
+    tokenizer = load_model_tokenizer(config, source / TOKENIZER_FILE if config.tokenizer == "tokenizers" else source)
+    # Every id the tokenizer gives must have a row in the token table, else the lookup fails when served.
+    highest = max(tokenizer.ids.values())
+    if config.tokenizer == "m2m100":
+        highest = max(highest, *tokenizer.base.vocab.values())
+    if highest >= config.vocab_size:
+        raise MultilingualImportError(
+            f"{source}: the tokenizer gives ids up to {highest}, beyond the model's {config.vocab_size} tokens"
+        )
+    out_dir = save_model_dir(model.eval(), name, out_dir)
+    for file in tokenizer_files(config.tokenizer):
+        shutil.copyfile(source / file, out_dir / file)
+    return out_dir

@@ -44,12 +44,17 @@ class MarianShape:
     tied: bool = True  # False: an output layer of its own (lm_head), not the token table
     eos_bias: float = 5.0  # eos's head start in final_logits_bias
     separate_vocabs: bool = False  # target.spm and target_vocab.json of their own; untied encoder/decoder tables
+    target_codes: tuple[str, ...] = ()  # several targets: their >>fra<< tokens in the vocabulary
+    pair: tuple[str, ...] = ()  # tokenizer_config.json's source_lang and target_lang
 
 
-def _vocabulary(spm_model: bytes, size: int) -> dict[str, int]:
-    """Pieces in sentencepiece's order (so </s> = 0, <unk> = 1), fillers, and <pad> last, as opus-mt has it."""
+def _vocabulary(spm_model: bytes, size: int, codes: tuple[str, ...] = ()) -> dict[str, int]:
+    """Pieces in sentencepiece's order (so </s> = 0, <unk> = 1), target codes, fillers, and <pad> last, as
+    opus-mt has it."""
     processor = sentencepiece.SentencePieceProcessor(model_proto=spm_model)
     vocab = {processor.id_to_piece(i): i for i in range(processor.get_piece_size())}
+    for code in codes:
+        vocab[f">>{code}<<"] = len(vocab)
     while len(vocab) < size - 1:
         vocab[f"<filler{len(vocab)}>"] = len(vocab)
     vocab["<pad>"] = len(vocab)
@@ -91,8 +96,9 @@ def random_marian_checkpoint(out_dir: Path, shape: MarianShape = MarianShape(), 
     out_dir.mkdir(parents=True, exist_ok=True)
     spm_model = train_sentencepiece(300, seed)
     target_spm = train_sentencepiece(250, seed + 1000) if shape.separate_vocabs else spm_model
-    size = shape.vocab_size or 1 + max(_piece_count(spm_model), _piece_count(target_spm))
-    vocab, target_vocab = _vocabulary(spm_model, size), _vocabulary(target_spm, size)
+    codes = shape.target_codes
+    size = shape.vocab_size or 1 + len(codes) + max(_piece_count(spm_model), _piece_count(target_spm))
+    vocab, target_vocab = _vocabulary(spm_model, size, codes), _vocabulary(target_spm, size, codes)
     pad, eos = vocab["<pad>"], vocab["</s>"]
     config = MarianConfig(
         vocab_size=len(vocab), share_encoder_decoder_embeddings=not shape.separate_vocabs,
@@ -115,9 +121,13 @@ def random_marian_checkpoint(out_dir: Path, shape: MarianShape = MarianShape(), 
     (out_dir / "source.spm").write_bytes(spm_model)
     (out_dir / "target.spm").write_bytes(target_spm)
     (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    settings = {"separate_vocabs": True} if shape.separate_vocabs else {}
+    if shape.pair:
+        settings.update(source_lang=shape.pair[0], target_lang=shape.pair[1])
     if shape.separate_vocabs:
         (out_dir / "target_vocab.json").write_text(json.dumps(target_vocab, ensure_ascii=False))
-        (out_dir / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": True}))
+    if settings:
+        (out_dir / "tokenizer_config.json").write_text(json.dumps(settings))
     return out_dir
 
 

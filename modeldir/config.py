@@ -46,8 +46,17 @@ class ModelConfig:
     normalize: bool = True  # L2-normalise by default (a request may say otherwise)
     # Tokenization: inputs longer than this are truncated (or refused). None: max_positions.
     max_input_tokens: int | None = None
-    # tokenizer.json, or Marian's sentencepiece files (with target_vocab.json: marian_separate_vocabs)
-    tokenizer: Literal["tokenizers", "marian", "marian_separate_vocabs"] = "tokenizers"
+    # tokenizer.json, or Marian's sentencepiece files (with target_vocab.json: marian_separate_vocabs), or
+    # M2M100's sentencepiece model and vocab.json (its language tokens after the vocabulary's last id)
+    tokenizer: Literal["tokenizers", "marian", "marian_separate_vocabs", "m2m100"] = "tokenizers"
+    # Multilingual models (modeldir/languages.py): the languages served, as the checkpoint names them; a
+    # code's token; where the source's code goes; where the target's goes.
+    languages: tuple[str, ...] = ()
+    language_token: str = "{}"
+    source_language: Literal["none", "prefix", "suffix"] = "none"
+    target_language: Literal["none", "first_token", "source_prefix"] = "none"
+    # The checkpoint's own language pair, where it names one (Marian's source_lang, target_lang).
+    language_pair: tuple[str, ...] = ()
     pad_id: int = 0
     bos_id: int = 1  # decoder start token (seq2seq)
     eos_id: int = 2
@@ -60,7 +69,8 @@ class ModelConfig:
     early_stopping: Literal["true", "false", "never"] = "false"  # as transformers defines it
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "suppressed_ids", tuple(self.suppressed_ids))  # a list, read from JSON
+        for name in ("suppressed_ids", "languages", "language_pair"):  # lists, read from JSON
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.max_input_tokens is None:
             object.__setattr__(self, "max_input_tokens", self.max_positions)
         problems = []
@@ -80,6 +90,10 @@ class ModelConfig:
             problems.append(f"num_beams must be >= 1, not {self.num_beams}")
         if self.position_offset < 0:
             problems.append(f"position_offset must be >= 0, not {self.position_offset}")
+        if self.target_language != "none" and not self.languages:
+            problems.append(f"target_language {self.target_language!r} needs the languages it chooses from")
+        if self.language_pair and len(self.language_pair) != 2:
+            problems.append(f"language_pair must be (source, target), not {self.language_pair}")
         if self.max_input_tokens > self.max_positions:
             problems.append(f"max_input_tokens {self.max_input_tokens} exceeds max_positions {self.max_positions}")
         if problems:

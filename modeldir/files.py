@@ -23,12 +23,17 @@ TOKENIZER_FILE = "tokenizer.json"
 MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
 MARIAN_TARGET_VOCAB_FILE = "target_vocab.json"  # checkpoints with a target vocabulary of its own
 MARIAN_KINDS = ("marian", "marian_separate_vocabs")
+# M2M100's tokenizer (it has no tokenizer.json): one sentencepiece model, and vocab.json mapping its pieces.
+M2M100_TOKENIZER_FILES = ("sentencepiece.bpe.model", "vocab.json")
+DIRECTORY_KINDS = (*MARIAN_KINDS, "m2m100")  # tokenizers that read several files of the model directory
 
 
 def tokenizer_files(kind: str) -> tuple[str, ...]:
     """The files a model's tokenizer reads, by the config's `tokenizer` kind."""
     if kind == "marian_separate_vocabs":
         return (*MARIAN_TOKENIZER_FILES, MARIAN_TARGET_VOCAB_FILE)
+    if kind == "m2m100":
+        return M2M100_TOKENIZER_FILES
     return MARIAN_TOKENIZER_FILES if kind == "marian" else (TOKENIZER_FILE,)
 
 
@@ -244,7 +249,7 @@ def open_model_dir(
         task=task,
         config=config,
         manifest=manifest,
-        tokenizer=root if tokenizer_kind in MARIAN_KINDS else root / TOKENIZER_FILE,
+        tokenizer=root if tokenizer_kind in DIRECTORY_KINDS else root / TOKENIZER_FILE,
         precision=precision,
         graph_set=chosen,
         graphs={role: root / relative for role, relative in graphs.items()},

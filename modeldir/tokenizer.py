@@ -35,6 +35,11 @@ class TextTokenizer:
     def encode(self, texts: list[str]) -> list[Encoded]:
         return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in self._tokenizer.encode_batch(texts)]
 
+    def content(self, texts: list[str]) -> list[list[int]]:
+        """Each text's own ids, without the special tokens the post-processor adds (a multilingual
+        tokenizer frames them with its language codes: modeldir/language_tokenizer.py)."""
+        return [e.ids for e in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
+
     def encode_target(self, text: str) -> Encoded:
         """A decoder target's own tokens, without special tokens (the caller frames them)."""
         e = self._tokenizer.encode(text, add_special_tokens=False)
@@ -69,6 +74,7 @@ class MarianTokenizer:
     target_vocab.json, where the special tokens keep their ids)."""
 
     SPECIALS = ("</s>", "<unk>", "<pad>")
+    codes_in_text = True  # a ">>fra<<" at the start of a stretch of text is one token
 
     def __init__(self, directory: Path, max_tokens: int, separate_vocabs: bool = False):
         directory = Path(directory)
@@ -86,6 +92,7 @@ class MarianTokenizer:
         self.unk_id, self.eos_id = self.vocab["<unk>"], self.vocab["</s>"]
         self.special_ids = {self.vocab[t] for t in self.SPECIALS}
         self._specials = re.compile("(" + "|".join(re.escape(t) for t in self.SPECIALS) + ")")
+        self.skipped = frozenset(self.SPECIALS)  # pieces decode leaves out
 
     def _pieces(self, text: str, processor: sentencepiece.SentencePieceProcessor) -> list[str]:
         pieces = []
@@ -93,7 +100,7 @@ class MarianTokenizer:
             if part in self.SPECIALS:
                 pieces.append(part)
                 continue
-            if part.startswith(">>") and (end := part.find("<<")) != -1:
+            if self.codes_in_text and part.startswith(">>") and (end := part.find("<<")) != -1:
                 pieces.append(part[: end + 2])
                 part = part[end + 2 :]
             if part:
@@ -109,6 +116,10 @@ class MarianTokenizer:
             encoded.append(Encoded([self.vocab.get(t, self.unk_id) for t in tokens], tokens, truncated))
         return encoded
 
+    def content(self, texts: list[str]) -> list[list[int]]:
+        """Each text's own ids, without </s> (a multilingual tokenizer frames them)."""
+        return [[self.vocab.get(t, self.unk_id) for t in self._pieces(text, self.source)] for text in texts]
+
     def encode_target(self, text: str) -> Encoded:
         """A decoder target's own tokens: as encode, with target.spm and the target vocabulary, no </s>."""
         tokens = self._pieces(text, self.target)
@@ -123,7 +134,7 @@ class MarianTokenizer:
         text, run = "", []  # run: the pieces since the last special token
         for i in ids:
             piece = self.pieces.get(i, "<unk>")
-            if piece in self.SPECIALS:
+            if piece in self.skipped:
                 if not skip_special_tokens:
                     text += self.target.decode_pieces(run) + piece + " "
                     run = []

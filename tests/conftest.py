@@ -26,7 +26,15 @@ settings.load_profile("attnserve")
 
 # Fixtures that export models or start servers: a test that uses one (directly or through another fixture)
 # is marked slow, and `make test-fast` leaves it out.
-SLOW_FIXTURES = {"minilm_dir", "numbers_dir", "exported", "marian_checkpoints", "reference_embeddings", "served"}
+SLOW_FIXTURES = {
+    "minilm_dir",
+    "numbers_dir",
+    "exported",
+    "marian_checkpoints",
+    "multilingual_checkpoints",
+    "reference_embeddings",
+    "served",
+}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -151,6 +159,16 @@ def marian_checkpoints(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("marian")
     return {name: Checkpoint(root, name, shape, seed) for seed, (name, shape) in enumerate(SHAPES.items())}
+
+
+@pytest.fixture(scope="session")
+def multilingual_checkpoints(tmp_path_factory):
+    """The random multilingual checkpoints of multilingual_checkpoints.SHAPES, imported and exported once."""
+    pytest.importorskip("transformers")
+    from .multilingual_checkpoints import SHAPES, Checkpoint
+
+    root = tmp_path_factory.mktemp("multilingual")
+    return {name: Checkpoint(root, name, seed) for seed, name in enumerate(SHAPES)}
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..engine import sequence
 from ..errors import QueueFull, ServiceError, invalid
 from ..ops.call_record import CallRecord
+from .languages import check_languages
 from .registry import ModelRegistry
 from .served_models import Seq2SeqModel
 from .tokenization import Tokenization
@@ -145,8 +146,10 @@ class Generation:
         model = self.registry.get(request.model, "seq2seq", call.rpc)
         call.use_model(model.name)
         check_text("input", request.input)
-        params = generation_params(model, request.options, streaming, self.max_beams)
-        (encoded,) = await self.tokenization.encode(model, [request.input])
+        options = request.options
+        languages = check_languages(model, options.source_language, options.target_language)
+        params = generation_params(model, options, streaming, self.max_beams, languages.first_token)
+        (encoded,) = await self.tokenization.encode(model, [request.input], languages)
         if encoded.truncated:
             raise invalid("input", f"more than {model.max_input_tokens} tokens, the most model {model.name!r} takes")
         model.metrics.prompt(len(encoded.ids))

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from modeldir.files import CACHE_GRAPHS, ModelFiles, open_model_dir, read_manifest
-from modeldir.tokenizer import load_tokenizer
+from modeldir.language_tokenizer import languages_of, load_model_tokenizer
 
 from ..engine.batcher import BatchLimits, EmbeddingBatcher
 from ..engine.generation_cache import MIN_SOURCE_CAPACITY, GenerationCache
@@ -140,7 +140,7 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
         geometry = settings.cache.geometry(architecture, c.max_input_tokens, precision)
         if not (settings.cache.auto and provider == CUDA):  # a cache of no row serves nothing: refuse early
             _rows(files.name, settings.cache, geometry, provider)
-    tokenizer = load_tokenizer(c.tokenizer, files.tokenizer, c.max_input_tokens)
+    tokenizer = load_model_tokenizer(c, files.tokenizer)
     special = SpecialTokens(c.bos_id, c.eos_id, c.pad_id, frozenset(tokenizer.special_ids))
     # Threads and spinning the settings leave open, by the model's size (runner/sessions.py threads_for).
     sessions = threads_for(settings.sessions, provider, 4 * c.d_model * c.d_model + 2 * c.d_model * c.d_ff)
@@ -226,7 +226,7 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
     common = dict(
         name=files.name, provider=opened.provider, opset=files.manifest["opset"], architecture=opened.architecture,
         max_input_tokens=c.max_input_tokens, special=opened.special, tokenizer=opened.tokenizer, health=health,
-        metrics=model_metrics,
+        languages=languages_of(c), language_pair=c.language_pair, metrics=model_metrics,
         attention=AttentionGraph(opened.attention, executor, model_metrics) if opened.attention else None,
     )  # fmt: skip
     metrics.model_info.labels(files.name, files.task, opened.provider, str(files.manifest["opset"])).set(1)

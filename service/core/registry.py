@@ -17,6 +17,10 @@ class ModelInfo:
     provider: str
     opset: int
     is_default: bool
+    languages: tuple[str, ...] = ()  # a multilingual model's, as the checkpoint names them
+    needs_source_language: bool = False
+    needs_target_language: bool = False
+    language_pair: tuple[str, ...] = ()  # (source, target) of a model of one pair that names it
 
 
 class ModelRegistry:
@@ -51,11 +55,23 @@ class ModelRegistry:
         return self.models[name]
 
     def infos(self) -> list[ModelInfo]:
-        return [
-            ModelInfo(m.name, m.task, m.dimensions, m.max_input_tokens, m.provider, m.opset,
-                      self.defaults.get(m.task) is m)
-            for m in self.models.values()
-        ]  # fmt: skip
+        return [self.info(m) for m in self.models.values()]
+
+    def info(self, m: ServedModel) -> ModelInfo:
+        languages = m.languages
+        return ModelInfo(
+            m.name,
+            m.task,
+            m.dimensions,
+            m.max_input_tokens,
+            m.provider,
+            m.opset,
+            self.defaults.get(m.task) is m,
+            languages=languages.codes if languages else (),
+            needs_source_language=bool(languages and languages.needs_source),
+            needs_target_language=bool(languages and languages.target != "none"),
+            language_pair=m.language_pair,
+        )
 
     @property
     def healthy(self) -> bool:

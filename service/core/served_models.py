@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from modeldir.language_tokenizer import LanguageTokenizer
+from modeldir.languages import Languages
 from modeldir.tokenizer import MarianTokenizer, TextTokenizer
 
 from ..engine.batcher import EmbeddingBatcher
@@ -65,7 +67,9 @@ class ServedModel:
     architecture: Architecture
     max_input_tokens: int
     special: SpecialTokens
-    tokenizer: TextTokenizer | MarianTokenizer
+    tokenizer: TextTokenizer | MarianTokenizer | LanguageTokenizer
+    languages: Languages | None  # a multilingual model's: what it serves, where the codes go
+    language_pair: tuple[str, ...]  # (source, target) of a model of one pair that names it; else ()
     health: ModelHealth
     metrics: ModelMetrics
     attention: AttentionGraph | None  # with attention maps on

@@ -4,12 +4,14 @@ off the event loop, so that the loop keeps accepting while long texts are cut in
 from __future__ import annotations
 
 import asyncio
+import functools
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from modeldir.tokenizer import Encoded
 
 from ..ops.call_record import CallRecord
+from .languages import NO_LANGUAGES, LanguageChoice
 from .registry import ModelRegistry
 from .served_models import ServedModel
 from .validation import check_texts
@@ -28,10 +30,17 @@ class Tokenization:
     def __init__(self, registry: ModelRegistry, executor: Executor, max_client_batch_size: int):
         self.registry, self.executor, self.max_client_batch_size = registry, executor, max_client_batch_size
 
-    async def encode(self, model: ServedModel, texts: list[str]) -> list[Encoded]:
+    async def encode(
+        self, model: ServedModel, texts: list[str], languages: LanguageChoice = NO_LANGUAGES
+    ) -> list[Encoded]:
+        """Each text's ids; a multilingual model's framed with the call's language codes."""
+        if languages.frames_source:
+            encode = functools.partial(model.tokenizer.encode, source=languages.source, target=languages.target)
+        else:
+            encode = model.tokenizer.encode
         if sum(len(t) for t in texts) <= INLINE_CHARACTERS:  # tens of microseconds: cheaper than a thread's round trip
-            return model.tokenizer.encode(texts)
-        return await asyncio.get_running_loop().run_in_executor(self.executor, model.tokenizer.encode, texts)
+            return encode(texts)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, encode, texts)
 
     async def encode_target(self, model: ServedModel, text: str) -> Encoded:
         """A decoder target's own tokens (seq2seq), without special tokens."""

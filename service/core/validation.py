@@ -63,6 +63,8 @@ class GenerationOptions:
     early_stopping: str | None = None  # one of EARLY_STOPPING_VALUES, else refused
     num_return_sequences: int = 0
     answers: int | None = None  # answers per input (OpenAI's n): more than 1 are the best beams of as many
+    source_language: str | None = None  # multilingual models (core/languages.py)
+    target_language: str | None = None
 
 
 def with_answers(p: GenerationOptions) -> GenerationOptions:
@@ -87,17 +89,22 @@ def check_counts(p: GenerationOptions) -> None:
             raise invalid(f"params.{name}", f"{getattr(p, name)}; at least 0 (0: unset)")
 
 
-def generation_params(model: Seq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int) -> GenerationParams:
-    """The options checked against the model's limits, unset ones filled from its defaults."""
+def generation_params(
+    model: Seq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int, first_token: int | None = None
+) -> GenerationParams:
+    """The options checked against the model's limits, unset ones filled from its defaults. first_token:
+    the forced first token (a target language's code), which takes a cache position of its own."""
     p = with_answers(p)
     check_counts(p)
-    limit = model.limits.max_new_tokens
+    forced = first_token is not None
+    limit = model.limits.max_new_tokens - forced
     max_new_tokens = p.max_new_tokens or limit
     if max_new_tokens > limit:
         raise invalid(
             "params.max_new_tokens",
             f"{max_new_tokens}; at most {limit} for model {model.name!r} "
-            f"(its cache rows hold {limit + 1} decoder positions)",
+            f"(its cache rows hold {limit + 1 + forced} decoder positions"
+            + (", one of them the target language's code)" if forced else ")"),
         )
     if not math.isfinite(p.temperature) or p.temperature < 0:
         raise invalid("params.temperature", f"{p.temperature:.7g}; must be finite and >= 0 (0: greedy)")
@@ -125,6 +132,7 @@ def generation_params(model: Seq2SeqModel, p: GenerationOptions, streaming: bool
         ignore_eos=p.ignore_eos,
         beams=beam_settings(model, p, streaming, max_beams),
         stream=streaming,
+        first_token=first_token,
     )
 
 

@@ -33,8 +33,10 @@ class RowState:
         self.counted = books(np.bool_)  # in the metrics (not the server's own probe)
         self.last_time = books(np.float64)  # when the row's last token came (0: none yet)
         self.tokens = books(np.int32, cache.geometry.target_tokens)  # the tokens so far
+        self.forced_first = books(np.int64)  # the first token, forced (a target language's code); -1: none
         self.index = np.arange(cache.rows)
         self.beams = self.sampled = self.ignoring_eos = self.awaiting_first = 0  # rows of each, now
+        self.forcing = 0  # greedy and sampled rows whose next token is their forced first one
 
     @property
     def all_greedy(self) -> bool:
@@ -55,22 +57,35 @@ class RowState:
         self.kind[row] = BEAM if isinstance(holder, BeamRow) else GREEDY if params.greedy else SAMPLED
         self.next_input[row] = self.bos_id
         self.count[row] = 0
-        self.max_new[row] = params.max_new_tokens
+        self.max_new[row] = params.steps
         self.eos_ends[row] = not params.ignore_eos
         self.forced_eos[row] = self.checkpoint_forces_eos and not params.ignore_eos
         self.per_token[row] = params.events_per_token
         self.counted[row] = not params.probe
         self.last_time[row] = 0.0
+        self.forced_first[row] = -1 if params.first_token is None else params.first_token
         self._count(int(self.kind[row]), params.ignore_eos, True, 1)
+        self.forcing += params.first_token is not None and self.kind[row] != BEAM
 
     def leave(self, holder: Sequence | BeamRow) -> None:
         """A holder about to give its row back."""
         row = holder.row
         self._count(int(self.kind[row]), not bool(self.eos_ends[row]), bool(self.last_time[row] == 0.0), -1)
+        self.forcing -= bool(self.forced_first[row] >= 0 and self.count[row] == 0 and self.kind[row] != BEAM)
+
+    def forced_now(self, count: int) -> np.ndarray | None:
+        """Which of the first `count` rows take their forced first token this step (None: none do)."""
+        if not self.forcing:
+            return None
+        return (self.count[:count] == 0) & (self.forced_first[:count] >= 0) & (self.kind[:count] != BEAM)
 
     def generated(self, row: int) -> np.ndarray:
         """The row's tokens so far (a view)."""
         return self.tokens[row, : self.count[row]]
+
+    def reported(self, row: int) -> list[int]:
+        """The row's tokens so far that its caller gets: without the forced first token."""
+        return self.tokens[row, int(self.forced_first[row] >= 0) : self.count[row]].tolist()
 
     def follow_beams(self, sequence: Sequence) -> None:
         """A beam search's rows read its beams' last tokens next (the start token before any)."""

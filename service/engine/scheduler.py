@@ -30,7 +30,7 @@ from .batcher import RELEASE_AFTER_TOKENS, RELEASE_IDLE_SECONDS, split_by_length
 from .beam_search import BeamSearch
 from .generation_cache import GenerationCache
 from .rows import BEAM, RowState
-from .sequence import EOS, LENGTH, STOP, BeamRow, Event, GenerationParams, Hypothesis, Sequence, owner
+from .sequence import EOS, LENGTH, STOP, BeamRow, Event, GenerationParams, Sequence, owner
 from .steps import HealthReport, ModelCall, SchedulerSettings, StepPlan, StepResult
 from .text_stream import Detokenizer, TextStream
 from .token_choice import TokenChoice
@@ -106,7 +106,7 @@ class Scheduler:
         text = TextStream(self.detokenizer.stream_decoder(), params.stop)
         sequence = Sequence(prompt, params, text, np.random.default_rng(seed))
         if params.beams:
-            sequence.search = BeamSearch(params.beams, self.eos_id, params.max_new_tokens)
+            sequence.search = BeamSearch(params.beams, self.eos_id, params.steps)
         self.waiting.append(sequence)
         self._wake.set()
         loop = asyncio.get_running_loop()
@@ -184,7 +184,7 @@ class Scheduler:
             if sequence.search:
                 sequence.beam_rows = [BeamRow(sequence, beam) for beam in range(sequence.params.width)]
             for holder in sequence.holders:
-                self.cache.allocate(holder, len(sequence.prompt), sequence.params.max_new_tokens)
+                self.cache.allocate(holder, len(sequence.prompt), sequence.params.steps)
                 self.rows.admit(holder)
             sequence.admitted = time.perf_counter()
             if self.metrics and not sequence.params.probe:
@@ -238,10 +238,12 @@ class Scheduler:
 
     def _update(self, plan: StepPlan, result: StepResult) -> None:
         """The step's tokens into every row's books at once; Python work only for the rows that finish,
-        stream or follow stop sequences, and once per sequence for its first token."""
+        stream or follow stop sequences, and once per sequence for its first token. A forced first token
+        (a target language's code) goes into the books only: no news, not timed, not counted."""
         now = time.perf_counter()
         count, holders, state, tokens = plan.rows, plan.holders, self.rows, result.tokens
         chosen = None if state.beams == 0 else state.kind[:count] != BEAM  # None: every row
+        forced = state.forced_now(count)  # before the counts grow
         ended = tokens == self.eos_id  # never a beam row's: its token is BEAM_ROW
         if state.ignoring_eos:
             ended &= state.eos_ends[:count]
@@ -251,9 +253,14 @@ class Scheduler:
         state.next_input[grown] = tokens[grown]
         at_limit = np.zeros(count, np.bool_)
         at_limit[grown] = state.count[grown] >= state.max_new[grown]
-        self._count_tokens(holders, chosen, grown, now)
         news = ended | at_limit
         news[grown] |= state.per_token[grown]
+        if forced is None:
+            self._count_tokens(holders, chosen, grown, now)
+        else:
+            state.forcing -= int(np.count_nonzero(forced))
+            news &= ~forced
+            self._count_tokens(holders, ~forced if chosen is None else chosen & ~forced, grown[~forced[grown]], now)
         for i in news.nonzero()[0].tolist():
             sequence = holders[i]
             if not sequence.gone:  # gone: leaves at the start of the next turn
@@ -270,7 +277,7 @@ class Scheduler:
         state, row = self.rows, sequence.row
         per_token = sequence.params.events_per_token
         if ended or at_limit:
-            sequence.generated = state.generated(row).tolist()
+            sequence.generated = state.reported(row)
         if not per_token:  # the text is decoded once, at the end
             sequence.unsent = list(sequence.generated)
         if ended:
@@ -289,7 +296,7 @@ class Scheduler:
             text += sequence.text.end()
         if sequence.text.stopped or at_limit:
             if not at_limit:
-                sequence.generated = state.generated(row).tolist()
+                sequence.generated = state.reported(row)
             sequence.finish(STOP if sequence.text.stopped else LENGTH, text)
             self._leave(sequence)
         else:
@@ -325,10 +332,7 @@ class Scheduler:
 
     def _finish_search(self, sequence: Sequence, now: float) -> None:
         """A beam search ends with one event: the best hypothesis, whole, and the n best."""
-        hypotheses = tuple(
-            self._hypothesis(sequence, tokens, score)
-            for tokens, score in sequence.search.best(sequence.params.beams.num_return_sequences)
-        )
+        hypotheses = self.choice.hypotheses(sequence, self.decode)
         best = hypotheses[0]
         sequence.generated = best.token_ids
         sequence.unsent = list(best.token_ids)
@@ -338,10 +342,3 @@ class Scheduler:
             self.metrics.generated(len(best.token_ids))
         sequence.finish(best.finish_reason, best.text, hypotheses)
         self._leave(sequence)
-
-    def _hypothesis(self, sequence: Sequence, tokens: list[int], score: float) -> Hypothesis:
-        ended = bool(tokens) and tokens[-1] == self.eos_id
-        forced = ended and self.choice.forced_eos_at(sequence, len(tokens) - 1)
-        generated = tokens[:-1] if ended else tokens
-        reason = EOS if ended and not forced else LENGTH
-        return Hypothesis(self.decode(generated), generated, reason, score)

@@ -29,6 +29,14 @@ class GenerationParams:
     # (each step's decode, and waking the caller, would take the cores the model needs).
     stream: bool = True
     probe: bool = False  # the server's own check (warm-up, health probe): not counted in the metrics
+    # The first token generated, forced: a target language's code (multilingual models). It takes a decoder
+    # step and a cache position, but is never reported (text, ids, usage) nor counted in max_new_tokens.
+    first_token: int | None = None
+
+    @property
+    def steps(self) -> int:
+        """Decoder steps the sequence may take: its new tokens, and the forced first token."""
+        return self.max_new_tokens + (self.first_token is not None)
 
     @property
     def events_per_token(self) -> bool:

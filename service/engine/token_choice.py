@@ -14,7 +14,7 @@ import numpy as np
 from .beam_search import log_softmax
 from .rows import BEAM, GREEDY, SAMPLED, RowState
 from .sampling import next_token
-from .sequence import Sequence
+from .sequence import EOS, LENGTH, Hypothesis, Sequence
 from .steps import BEAM_ROW
 
 
@@ -38,7 +38,7 @@ class TokenChoice:
     def forced_eos_at(self, sequence: Sequence, generated: int) -> bool:
         """Whether the checkpoint forces eos after `generated` tokens: at the last position allowed."""
         params = sequence.params
-        return self.rules.forced_eos and not params.ignore_eos and generated == params.max_new_tokens - 1
+        return self.rules.forced_eos and not params.ignore_eos and generated == params.steps - 1
 
     @staticmethod
     def logit_rows(rows: RowState, count: int) -> list[int]:
@@ -49,12 +49,17 @@ class TokenChoice:
         """The next token of each greedy or sampled row (BEAM_ROW for beam rows), over the step's rows at
         once; holders in row order (a sampled row's generator is its sequence's)."""
         count = len(holders)
-        if rows.all_greedy and not self.rules.forced_eos:
+        first = rows.forced_now(count)
+        if rows.all_greedy and not self.rules.forced_eos and first is None:
             return step.next_tokens[:count]  # the device's argmax, as it is
         kind = rows.kind[:count]
         tokens = np.array(step.next_tokens[:count], np.int64)
         forced = rows.forced_eos[:count] & (rows.count[:count] == rows.max_new[:count] - 1) & (kind != BEAM)
-        sampled = np.flatnonzero((kind == SAMPLED) & ~forced).tolist()
+        sampled_rows = kind == SAMPLED
+        if first is not None:  # the forced first token (a target language's code), whatever the logits say
+            tokens[first] = rows.forced_first[:count][first]
+            sampled_rows &= ~first
+        sampled = np.flatnonzero(sampled_rows & ~forced).tolist()
         if sampled:
             logits = step.row_logits(sampled)
             logits[:, self.suppressed_ids] = -np.inf
@@ -71,10 +76,26 @@ class TokenChoice:
         search = sequence.search
         log_probs = log_softmax(step.row_logits([holder.row for holder in sequence.beam_rows]))
         log_probs[:, self.suppressed_ids] = -np.inf
-        if self.forced_eos_at(sequence, search.length - 1):
+        first = sequence.params.first_token
+        if first is not None and search.length == 1:  # as transformers' forced_bos_token_id
+            log_probs[:] = -np.inf
+            log_probs[:, first] = 0.0
+        elif self.forced_eos_at(sequence, search.length - 1):
             log_probs[:] = -np.inf
             log_probs[:, self.eos_id] = 0.0
         if self.rules.renormalize_logits:
             log_probs = log_softmax(log_probs)
         parents = search.step(log_probs)
         return None if search.done else parents.tolist()
+
+    def hypotheses(self, sequence: Sequence, decode) -> tuple[Hypothesis, ...]:
+        """A finished beam search's n best, best first, as its caller gets them: without eos or the forced
+        first token, and ended by length where the checkpoint forced eos."""
+        found = []
+        first = int(sequence.params.first_token is not None)
+        for tokens, score in sequence.search.best(sequence.params.beams.num_return_sequences):
+            ended = bool(tokens) and tokens[-1] == self.eos_id
+            forced = ended and self.forced_eos_at(sequence, len(tokens) - 1)
+            generated = tokens[first : len(tokens) - ended]
+            found.append(Hypothesis(decode(generated), generated, EOS if ended and not forced else LENGTH, score))
+        return tuple(found)

@@ -39,7 +39,7 @@ EMBEDDING_PARAMETERS = {"normalize": bool, "truncate": bool, "dimensions": int}
 GENERATION_PARAMETERS = {
     "max_new_tokens": int, "temperature": float, "top_k": int, "top_p": float, "repetition_penalty": float,
     "seed": int, "stop": str, "ignore_eos": bool, "num_beams": int, "length_penalty": float,
-    "early_stopping": str, "num_return_sequences": int,
+    "early_stopping": str, "num_return_sequences": int, "source_language": str, "target_language": str,
 }  # fmt: skip
 STREAM_PARAMETER = {"stream": bool}  # ModelStreamInfer: answer a seq2seq request piece by piece
 # The core's field names, as this protocol's callers name them.
@@ -47,6 +47,7 @@ FIELD_NAMES = {
     "model": "model_name", "inputs": TEXT, "input": TEXT, "dimensions": "parameters.dimensions",
     "stream": "parameters.stream",
     **{f"params.{name}": f"parameters.{name}" for name in GENERATION_PARAMETERS},
+    **{name: f"parameters.{name}" for name in ("source_language", "target_language")},
 }  # fmt: skip
 OUTPUTS = {"embedding": ["embedding"], "seq2seq": [TEXT, "token_ids", "finish_reason"]}
 FINAL = "triton_final_response"

@@ -3,10 +3,13 @@ validation, limits and policy are the core's, and status codes are call_handling
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..core.attention_maps import CROSS, DECODER_SELF, ENCODER_SELF, AttentionRequest, AttentionResult
 from ..core.calls import Call
 from ..core.embeddings import EmbedRequest
 from ..core.generation import CANCELLED, EOS, LENGTH, STOP, GenerateRequest, GenerationUsage
+from ..core.registry import ModelInfo
 from ..core.serving import ServingCore
 from ..core.validation import GenerationOptions
 from .call_handling import handler
@@ -39,7 +42,30 @@ def generation_options(p: pb.GenerationParams) -> GenerationOptions:
 
 
 def generate_request(request: pb.GenerateRequest) -> GenerateRequest:
-    return GenerateRequest(request.model, request.input, generation_options(request.params))
+    options = dataclasses.replace(
+        generation_options(request.params),
+        source_language=request.source_language or None,
+        target_language=request.target_language or None,
+    )
+    return GenerateRequest(request.model, request.input, options)
+
+
+def model_info(m: ModelInfo) -> pb.ModelInfo:
+    source, target = m.language_pair or ("", "")
+    return pb.ModelInfo(
+        name=m.name,
+        task=TASKS[m.task],
+        dimensions=m.dimensions,
+        max_input_tokens=m.max_input_tokens,
+        execution_provider=m.provider,
+        opset=m.opset,
+        is_default=m.is_default,
+        languages=m.languages,
+        needs_source_language=m.needs_source_language,
+        needs_target_language=m.needs_target_language,
+        source_language=source,
+        target_language=target,
+    )
 
 
 def usage_message(usage: GenerationUsage | None) -> pb.GenerateUsage | None:
@@ -121,14 +147,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
 
     @handler
     async def ListModels(self, request: pb.ListModelsRequest, context, call: Call) -> pb.ListModelsResponse:
-        return pb.ListModelsResponse(
-            models=[
-                pb.ModelInfo(name=m.name, task=TASKS[m.task], dimensions=m.dimensions,
-                             max_input_tokens=m.max_input_tokens, execution_provider=m.provider, opset=m.opset,
-                             is_default=m.is_default)
-                for m in self.core.models()
-            ]
-        )  # fmt: skip
+        return pb.ListModelsResponse(models=[model_info(m) for m in self.core.models()])
 
     @handler
     async def Attention(self, request: pb.AttentionRequest, context, call: Call) -> pb.AttentionResponse:

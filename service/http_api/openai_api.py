@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from ..core.calls import Call, failure
 from ..core.embeddings import EmbedRequest
 from ..core.generation import LENGTH
+from ..core.registry import ModelInfo
 from ..core.serving import ServingCore
 from ..core.streaming import merged
 from ..core.validation import GenerationOptions
@@ -55,8 +56,23 @@ def generation_options(body: CompletionsRequest) -> GenerationOptions:
     return GenerationOptions(
         max_new_tokens=body.max_tokens or 0, temperature=body.temperature or 0.0, top_k=body.top_k or 0,
         top_p=body.top_p or 0.0, repetition_penalty=body.repetition_penalty or 0.0, seed=body.seed, stop=stop,
-        ignore_eos=body.ignore_eos, answers=body.n,
+        ignore_eos=body.ignore_eos, answers=body.n, source_language=body.source_language or None,
+        target_language=body.target_language or None,
     )  # fmt: skip
+
+
+def model_card(m: ModelInfo) -> dict:
+    """A model as /v1/models lists it: OpenAI's fields, its task, and a multilingual model's languages."""
+    card = {"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "task": m.task}
+    if m.languages:
+        card.update(
+            languages=list(m.languages),
+            needs_source_language=m.needs_source_language,
+            needs_target_language=m.needs_target_language,
+        )
+    if m.language_pair:
+        card.update(source_language=m.language_pair[0], target_language=m.language_pair[1])
+    return card
 
 
 def prompts_of(body: CompletionsRequest) -> list[str]:
@@ -94,9 +110,7 @@ def create_app(core: ServingCore, abort_connection: AbortConnection) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
         async def listing(call: Call) -> Response:
-            data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "task": m.task}
-                    for m in core.models()]  # fmt: skip
-            return JSONResponse({"object": "list", "data": data})
+            return JSONResponse({"object": "list", "data": [model_card(m) for m in core.models()]})
 
         return await handle(core, request, {}, listing)
 

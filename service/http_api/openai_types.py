@@ -40,6 +40,8 @@ class CompletionsRequest(BaseModel):
     top_k: int | None = None
     repetition_penalty: float | None = None
     ignore_eos: bool = False
+    source_language: str | None = Field(None, description="multilingual models: the prompt's language")
+    target_language: str | None = Field(None, description="multilingual models: the language to write in")
     # OpenAI's options that a seq2seq model here does not serve: refused when set
     echo: bool = False
     logprobs: int | None = None

@@ -24,21 +24,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x61ttnserve/v1/inference.proto\x12\x0c\x61ttnserve.v1\"w\n\x0c\x45mbedRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x16\n\tnormalize\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x15\n\x08truncate\x18\x04 \x01(\x08H\x01\x88\x01\x01\x42\x0c\n\n_normalizeB\x0b\n\t_truncate\"\x1b\n\tEmbedding\x12\x0e\n\x06values\x18\x01 \x03(\x02\"\x8d\x01\n\nEmbedUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x18\n\x10truncated_inputs\x18\x02 \x01(\r\x12\x15\n\rqueue_seconds\x18\x03 \x01(\x01\x12\x1c\n\x14tokenization_seconds\x18\x04 \x01(\x01\x12\x19\n\x11inference_seconds\x18\x05 \x01(\x01\"t\n\rEmbedResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12+\n\nembeddings\x18\x02 \x03(\x0b\x32\x17.attnserve.v1.Embedding\x12\'\n\x05usage\x18\x03 \x01(\x0b\x32\x18.attnserve.v1.EmbedUsage\"0\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\"@\n\x0eTokenizedInput\x12\x0b\n\x03ids\x18\x01 \x03(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\t\x12\x11\n\ttruncated\x18\x03 \x01(\x08\"R\n\x10TokenizeResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12/\n\ttokenized\x18\x02 \x03(\x0b\x32\x1c.attnserve.v1.TokenizedInput\"\x13\n\x11ListModelsRequest\"\xa8\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x04task\x18\x02 \x01(\x0e\x32\x12.attnserve.v1.Task\x12\x12\n\ndimensions\x18\x03 \x01(\r\x12\x18\n\x10max_input_tokens\x18\x04 \x01(\r\x12\x1a\n\x12\x65xecution_provider\x18\x05 \x01(\t\x12\r\n\x05opset\x18\x06 \x01(\r\x12\x12\n\nis_default\x18\x07 \x01(\x08\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.attnserve.v1.ModelInfo\"\xcd\x02\n\x10GenerationParams\x12\x16\n\x0emax_new_tokens\x18\x01 \x01(\r\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\r\x12\r\n\x05top_p\x18\x04 \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\x05 \x01(\x02\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x12\x11\n\tnum_beams\x18\t \x01(\r\x12\x1b\n\x0elength_penalty\x18\n \x01(\x02H\x01\x88\x01\x01\x12\x33\n\x0e\x65\x61rly_stopping\x18\x0b \x01(\x0e\x32\x1b.attnserve.v1.EarlyStopping\x12\x1c\n\x14num_return_sequences\x18\x0c \x01(\rB\x07\n\x05_seedB\x11\n\x0f_length_penalty\"_\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x05input\x18\x02 \x01(\t\x12.\n\x06params\x18\x03 \x01(\x0b\x32\x1e.attnserve.v1.GenerationParams\"|\n\rGenerateUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x18\n\x10generated_tokens\x18\x02 \x01(\r\x12#\n\x1btime_to_first_token_seconds\x18\x03 \x01(\x01\x12\x15\n\rqueue_seconds\x18\x04 \x01(\x01\"\xcf\x01\n\x10GenerateResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x31\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x1a.attnserve.v1.FinishReason\x12*\n\x05usage\x18\x05 \x01(\x0b\x32\x1b.attnserve.v1.GenerateUsage\x12,\n\nhypotheses\x18\x06 \x03(\x0b\x32\x18.attnserve.v1.Hypothesis\"o\n\nHypothesis\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x31\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x1a.attnserve.v1.FinishReason\x12\r\n\x05score\x18\x04 \x01(\x02\"\xa7\x01\n\x16GenerateStreamResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x31\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x1a.attnserve.v1.FinishReason\x12*\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.attnserve.v1.GenerateUsage\x12\r\n\x05model\x18\x05 \x01(\t\"x\n\x10\x41ttentionRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x05input\x18\x02 \x01(\t\x12\x13\n\x06target\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x16\n\x0emax_new_tokens\x18\x04 \x01(\r\x12\x0e\n\x06layers\x18\x05 \x03(\rB\t\n\x07_target\"j\n\x10\x41ttentionWeights\x12)\n\x04kind\x18\x01 \x01(\x0e\x32\x1b.attnserve.v1.AttentionKind\x12\r\n\x05shape\x18\x02 \x03(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0e\n\x06layers\x18\x04 \x03(\r\"\xa2\x02\n\x11\x41ttentionResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rsource_tokens\x18\x02 \x03(\t\x12\x12\n\nsource_ids\x18\x03 \x03(\r\x12\x16\n\x0esource_special\x18\x04 \x03(\x08\x12\x15\n\rtarget_tokens\x18\x05 \x03(\t\x12\x12\n\ntarget_ids\x18\x06 \x03(\r\x12\x16\n\x0etarget_special\x18\x07 \x03(\x08\x12\x18\n\x10predicted_tokens\x18\x08 \x03(\t\x12\x15\n\rpredicted_ids\x18\t \x03(\r\x12\x13\n\x0btarget_text\x18\n \x01(\t\x12\x32\n\nattentions\x18\x0b \x03(\x0b\x32\x1e.attnserve.v1.AttentionWeights*B\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\x12\n\x0eTASK_EMBEDDING\x10\x01\x12\x10\n\x0cTASK_SEQ2SEQ\x10\x02*~\n\rEarlyStopping\x12\x1e\n\x1a\x45\x41RLY_STOPPING_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x45\x41RLY_STOPPING_HEURISTIC\x10\x01\x12\x15\n\x11\x45\x41RLY_STOPPING_ON\x10\x02\x12\x18\n\x14\x45\x41RLY_STOPPING_NEVER\x10\x03*\x93\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x15\n\x11\x46INISH_REASON_EOS\x10\x02\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x03\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x04*\x8b\x01\n\rAttentionKind\x12\x1e\n\x1a\x41TTENTION_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x41TTENTION_KIND_ENCODER_SELF\x10\x01\x12\x1f\n\x1b\x41TTENTION_KIND_DECODER_SELF\x10\x02\x12\x18\n\x14\x41TTENTION_KIND_CROSS\x10\x03\x32\xdb\x03\n\tInference\x12@\n\x05\x45mbed\x12\x1a.attnserve.v1.EmbedRequest\x1a\x1b.attnserve.v1.EmbedResponse\x12I\n\x08Tokenize\x12\x1d.attnserve.v1.TokenizeRequest\x1a\x1e.attnserve.v1.TokenizeResponse\x12O\n\nListModels\x12\x1f.attnserve.v1.ListModelsRequest\x1a .attnserve.v1.ListModelsResponse\x12I\n\x08Generate\x12\x1d.attnserve.v1.GenerateRequest\x1a\x1e.attnserve.v1.GenerateResponse\x12W\n\x0eGenerateStream\x12\x1d.attnserve.v1.GenerateRequest\x1a$.attnserve.v1.GenerateStreamResponse0\x01\x12L\n\tAttention\x12\x1e.attnserve.v1.AttentionRequest\x1a\x1f.attnserve.v1.AttentionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x61ttnserve/v1/inference.proto\x12\x0c\x61ttnserve.v1\"w\n\x0c\x45mbedRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x16\n\tnormalize\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x15\n\x08truncate\x18\x04 \x01(\x08H\x01\x88\x01\x01\x42\x0c\n\n_normalizeB\x0b\n\t_truncate\"\x1b\n\tEmbedding\x12\x0e\n\x06values\x18\x01 \x03(\x02\"\x8d\x01\n\nEmbedUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x18\n\x10truncated_inputs\x18\x02 \x01(\r\x12\x15\n\rqueue_seconds\x18\x03 \x01(\x01\x12\x1c\n\x14tokenization_seconds\x18\x04 \x01(\x01\x12\x19\n\x11inference_seconds\x18\x05 \x01(\x01\"t\n\rEmbedResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12+\n\nembeddings\x18\x02 \x03(\x0b\x32\x17.attnserve.v1.Embedding\x12\'\n\x05usage\x18\x03 \x01(\x0b\x32\x18.attnserve.v1.EmbedUsage\"0\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\"@\n\x0eTokenizedInput\x12\x0b\n\x03ids\x18\x01 \x03(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\t\x12\x11\n\ttruncated\x18\x03 \x01(\x08\"R\n\x10TokenizeResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12/\n\ttokenized\x18\x02 \x03(\x0b\x32\x1c.attnserve.v1.TokenizedInput\"\x13\n\x11ListModelsRequest\"\xab\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x04task\x18\x02 \x01(\x0e\x32\x12.attnserve.v1.Task\x12\x12\n\ndimensions\x18\x03 \x01(\r\x12\x18\n\x10max_input_tokens\x18\x04 \x01(\r\x12\x1a\n\x12\x65xecution_provider\x18\x05 \x01(\t\x12\r\n\x05opset\x18\x06 \x01(\r\x12\x12\n\nis_default\x18\x07 \x01(\x08\x12\x11\n\tlanguages\x18\x08 \x03(\t\x12\x1d\n\x15needs_source_language\x18\t \x01(\x08\x12\x1d\n\x15needs_target_language\x18\n \x01(\x08\x12\x17\n\x0fsource_language\x18\x0b \x01(\t\x12\x17\n\x0ftarget_language\x18\x0c \x01(\t\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.attnserve.v1.ModelInfo\"\xcd\x02\n\x10GenerationParams\x12\x16\n\x0emax_new_tokens\x18\x01 \x01(\r\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\r\x12\r\n\x05top_p\x18\x04 \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\x05 \x01(\x02\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x12\x11\n\tnum_beams\x18\t \x01(\r\x12\x1b\n\x0elength_penalty\x18\n \x01(\x02H\x01\x88\x01\x01\x12\x33\n\x0e\x65\x61rly_stopping\x18\x0b \x01(\x0e\x32\x1b.attnserve.v1.EarlyStopping\x12\x1c\n\x14num_return_sequences\x18\x0c \x01(\rB\x07\n\x05_seedB\x11\n\x0f_length_penalty\"\x91\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x05input\x18\x02 \x01(\t\x12.\n\x06params\x18\x03 \x01(\x0b\x32\x1e.attnserve.v1.GenerationParams\x12\x17\n\x0fsource_language\x18\x04 \x01(\t\x12\x17\n\x0ftarget_language\x18\x05 \x01(\t\"|\n\rGenerateUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x18\n\x10generated_tokens\x18\x02 \x01(\r\x12#\n\x1btime_to_first_token_seconds\x18\x03 \x01(\x01\x12\x15\n\rqueue_seconds\x18\x04 \x01(\x01\"\xcf\x01\n\x10GenerateResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x31\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x1a.attnserve.v1.FinishReason\x12*\n\x05usage\x18\x05 \x01(\x0b\x32\x1b.attnserve.v1.GenerateUsage\x12,\n\nhypotheses\x18\x06 \x03(\x0b\x32\x18.attnserve.v1.Hypothesis\"o\n\nHypothesis\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x31\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x1a.attnserve.v1.FinishReason\x12\r\n\x05score\x18\x04 \x01(\x02\"\xa7\x01\n\x16GenerateStreamResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x31\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x1a.attnserve.v1.FinishReason\x12*\n\x05usage\x18\x04 \x01(\x0b\x32\x1b.attnserve.v1.GenerateUsage\x12\r\n\x05model\x18\x05 \x01(\t\"x\n\x10\x41ttentionRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x05input\x18\x02 \x01(\t\x12\x13\n\x06target\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x16\n\x0emax_new_tokens\x18\x04 \x01(\r\x12\x0e\n\x06layers\x18\x05 \x03(\rB\t\n\x07_target\"j\n\x10\x41ttentionWeights\x12)\n\x04kind\x18\x01 \x01(\x0e\x32\x1b.attnserve.v1.AttentionKind\x12\r\n\x05shape\x18\x02 \x03(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0e\n\x06layers\x18\x04 \x03(\r\"\xa2\x02\n\x11\x41ttentionResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rsource_tokens\x18\x02 \x03(\t\x12\x12\n\nsource_ids\x18\x03 \x03(\r\x12\x16\n\x0esource_special\x18\x04 \x03(\x08\x12\x15\n\rtarget_tokens\x18\x05 \x03(\t\x12\x12\n\ntarget_ids\x18\x06 \x03(\r\x12\x16\n\x0etarget_special\x18\x07 \x03(\x08\x12\x18\n\x10predicted_tokens\x18\x08 \x03(\t\x12\x15\n\rpredicted_ids\x18\t \x03(\r\x12\x13\n\x0btarget_text\x18\n \x01(\t\x12\x32\n\nattentions\x18\x0b \x03(\x0b\x32\x1e.attnserve.v1.AttentionWeights*B\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\x12\n\x0eTASK_EMBEDDING\x10\x01\x12\x10\n\x0cTASK_SEQ2SEQ\x10\x02*~\n\rEarlyStopping\x12\x1e\n\x1a\x45\x41RLY_STOPPING_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x45\x41RLY_STOPPING_HEURISTIC\x10\x01\x12\x15\n\x11\x45\x41RLY_STOPPING_ON\x10\x02\x12\x18\n\x14\x45\x41RLY_STOPPING_NEVER\x10\x03*\x93\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x15\n\x11\x46INISH_REASON_EOS\x10\x02\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x03\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x04*\x8b\x01\n\rAttentionKind\x12\x1e\n\x1a\x41TTENTION_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x41TTENTION_KIND_ENCODER_SELF\x10\x01\x12\x1f\n\x1b\x41TTENTION_KIND_DECODER_SELF\x10\x02\x12\x18\n\x14\x41TTENTION_KIND_CROSS\x10\x03\x32\xdb\x03\n\tInference\x12@\n\x05\x45mbed\x12\x1a.attnserve.v1.EmbedRequest\x1a\x1b.attnserve.v1.EmbedResponse\x12I\n\x08Tokenize\x12\x1d.attnserve.v1.TokenizeRequest\x1a\x1e.attnserve.v1.TokenizeResponse\x12O\n\nListModels\x12\x1f.attnserve.v1.ListModelsRequest\x1a .attnserve.v1.ListModelsResponse\x12I\n\x08Generate\x12\x1d.attnserve.v1.GenerateRequest\x1a\x1e.attnserve.v1.GenerateResponse\x12W\n\x0eGenerateStream\x12\x1d.attnserve.v1.GenerateRequest\x1a$.attnserve.v1.GenerateStreamResponse0\x01\x12L\n\tAttention\x12\x1e.attnserve.v1.AttentionRequest\x1a\x1f.attnserve.v1.AttentionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'attnserve.v1.inference_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TASK']._serialized_start=2488
-  _globals['_TASK']._serialized_end=2554
-  _globals['_EARLYSTOPPING']._serialized_start=2556
-  _globals['_EARLYSTOPPING']._serialized_end=2682
-  _globals['_FINISHREASON']._serialized_start=2685
-  _globals['_FINISHREASON']._serialized_end=2832
-  _globals['_ATTENTIONKIND']._serialized_start=2835
-  _globals['_ATTENTIONKIND']._serialized_end=2974
+  _globals['_TASK']._serialized_start=2670
+  _globals['_TASK']._serialized_end=2736
+  _globals['_EARLYSTOPPING']._serialized_start=2738
+  _globals['_EARLYSTOPPING']._serialized_end=2864
+  _globals['_FINISHREASON']._serialized_start=2867
+  _globals['_FINISHREASON']._serialized_end=3014
+  _globals['_ATTENTIONKIND']._serialized_start=3017
+  _globals['_ATTENTIONKIND']._serialized_end=3156
   _globals['_EMBEDREQUEST']._serialized_start=46
   _globals['_EMBEDREQUEST']._serialized_end=165
   _globals['_EMBEDDING']._serialized_start=167
@@ -56,27 +56,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTMODELSREQUEST']._serialized_start=658
   _globals['_LISTMODELSREQUEST']._serialized_end=677
   _globals['_MODELINFO']._serialized_start=680
-  _globals['_MODELINFO']._serialized_end=848
-  _globals['_LISTMODELSRESPONSE']._serialized_start=850
-  _globals['_LISTMODELSRESPONSE']._serialized_end=911
-  _globals['_GENERATIONPARAMS']._serialized_start=914
-  _globals['_GENERATIONPARAMS']._serialized_end=1247
-  _globals['_GENERATEREQUEST']._serialized_start=1249
-  _globals['_GENERATEREQUEST']._serialized_end=1344
-  _globals['_GENERATEUSAGE']._serialized_start=1346
-  _globals['_GENERATEUSAGE']._serialized_end=1470
-  _globals['_GENERATERESPONSE']._serialized_start=1473
-  _globals['_GENERATERESPONSE']._serialized_end=1680
-  _globals['_HYPOTHESIS']._serialized_start=1682
-  _globals['_HYPOTHESIS']._serialized_end=1793
-  _globals['_GENERATESTREAMRESPONSE']._serialized_start=1796
-  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1963
-  _globals['_ATTENTIONREQUEST']._serialized_start=1965
-  _globals['_ATTENTIONREQUEST']._serialized_end=2085
-  _globals['_ATTENTIONWEIGHTS']._serialized_start=2087
-  _globals['_ATTENTIONWEIGHTS']._serialized_end=2193
-  _globals['_ATTENTIONRESPONSE']._serialized_start=2196
-  _globals['_ATTENTIONRESPONSE']._serialized_end=2486
-  _globals['_INFERENCE']._serialized_start=2977
-  _globals['_INFERENCE']._serialized_end=3452
+  _globals['_MODELINFO']._serialized_end=979
+  _globals['_LISTMODELSRESPONSE']._serialized_start=981
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1042
+  _globals['_GENERATIONPARAMS']._serialized_start=1045
+  _globals['_GENERATIONPARAMS']._serialized_end=1378
+  _globals['_GENERATEREQUEST']._serialized_start=1381
+  _globals['_GENERATEREQUEST']._serialized_end=1526
+  _globals['_GENERATEUSAGE']._serialized_start=1528
+  _globals['_GENERATEUSAGE']._serialized_end=1652
+  _globals['_GENERATERESPONSE']._serialized_start=1655
+  _globals['_GENERATERESPONSE']._serialized_end=1862
+  _globals['_HYPOTHESIS']._serialized_start=1864
+  _globals['_HYPOTHESIS']._serialized_end=1975
+  _globals['_GENERATESTREAMRESPONSE']._serialized_start=1978
+  _globals['_GENERATESTREAMRESPONSE']._serialized_end=2145
+  _globals['_ATTENTIONREQUEST']._serialized_start=2147
+  _globals['_ATTENTIONREQUEST']._serialized_end=2267
+  _globals['_ATTENTIONWEIGHTS']._serialized_start=2269
+  _globals['_ATTENTIONWEIGHTS']._serialized_end=2375
+  _globals['_ATTENTIONRESPONSE']._serialized_start=2378
+  _globals['_ATTENTIONRESPONSE']._serialized_end=2668
+  _globals['_INFERENCE']._serialized_start=3159
+  _globals['_INFERENCE']._serialized_end=3634
 # @@protoc_insertion_point(module_scope)

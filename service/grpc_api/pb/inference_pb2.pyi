@@ -124,7 +124,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "task", "dimensions", "max_input_tokens", "execution_provider", "opset", "is_default")
+    __slots__ = ("name", "task", "dimensions", "max_input_tokens", "execution_provider", "opset", "is_default", "languages", "needs_source_language", "needs_target_language", "source_language", "target_language")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,11 @@ class ModelInfo(_message.Message):
     EXECUTION_PROVIDER_FIELD_NUMBER: _ClassVar[int]
     OPSET_FIELD_NUMBER: _ClassVar[int]
     IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGES_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_SOURCE_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_TARGET_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     task: Task
     dimensions: int
@@ -139,7 +144,12 @@ class ModelInfo(_message.Message):
     execution_provider: str
     opset: int
     is_default: bool
-    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., dimensions: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., execution_provider: _Optional[str] = ..., opset: _Optional[int] = ..., is_default: _Optional[bool] = ...) -> None: ...
+    languages: _containers.RepeatedScalarFieldContainer[str]
+    needs_source_language: bool
+    needs_target_language: bool
+    source_language: str
+    target_language: str
+    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., dimensions: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., execution_provider: _Optional[str] = ..., opset: _Optional[int] = ..., is_default: _Optional[bool] = ..., languages: _Optional[_Iterable[str]] = ..., needs_source_language: _Optional[bool] = ..., needs_target_language: _Optional[bool] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)
@@ -176,14 +186,18 @@ class GenerationParams(_message.Message):
     def __init__(self, max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., ignore_eos: _Optional[bool] = ..., num_beams: _Optional[int] = ..., length_penalty: _Optional[float] = ..., early_stopping: _Optional[_Union[EarlyStopping, str]] = ..., num_return_sequences: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "input", "params")
+    __slots__ = ("model", "input", "params", "source_language", "target_language")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     model: str
     input: str
     params: GenerationParams
-    def __init__(self, model: _Optional[str] = ..., input: _Optional[str] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ...) -> None: ...
+    source_language: str
+    target_language: str
+    def __init__(self, model: _Optional[str] = ..., input: _Optional[str] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ...) -> None: ...
 
 class GenerateUsage(_message.Message):
     __slots__ = ("prompt_tokens", "generated_tokens", "time_to_first_token_seconds", "queue_seconds")
