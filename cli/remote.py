@@ -35,7 +35,8 @@ def cmd_generate(args) -> None:
     params = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
               "top_p": args.top_p, "repetition_penalty": args.repetition_penalty, "stop": args.stop,
               "ignore_eos": args.ignore_eos, "num_beams": args.num_beams,
-              "num_return_sequences": args.num_return_sequences}  # fmt: skip
+              "num_return_sequences": args.num_return_sequences, "source_language": args.source_language,
+              "target_language": args.target_language}  # fmt: skip
     if args.seed is not None:
         params["seed"] = args.seed
     try:

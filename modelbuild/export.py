@@ -169,6 +169,38 @@ def library_versions() -> dict:
     return versions
 
 
+PROTOBUF_LIMIT = 2 << 30  # bytes: the largest ONNX graph with its weights inside it
+
+
+def float32_bytes(module) -> int:
+    return sum(p.numel() * 4 for p in module.parameters())
+
+
+def graph_bytes(model) -> dict[str, int]:
+    """About the float32 weights each graph holds: a stack's own, and in the decoder the output layer as
+    one more table (a tied one too: the graph holds it apart); the attention-map graph holds them all."""
+    sizes = {"encoder": float32_bytes(model.encoder)}
+    if getattr(model, "decoder", None) is not None:
+        output = model.lm_head if not model.config.tie_output else model.decoder.embeddings.tokens
+        sizes["decoder"] = float32_bytes(model.decoder) + float32_bytes(output)
+    sizes["attention"] = sum(sizes.values())
+    return sizes
+
+
+def refuse_graphs_over_the_protobuf_limit(model, name: str) -> None:
+    """A graph holds its weights (no external data files): a serving graph over 2 GiB cannot be written.
+    Refused before the export starts, naming the sizes. (NLLB-200 1.3B and 3.3B and M2M100 1.2B are this
+    large; their float32 graphs would need ONNX external data, every data file under the manifest's
+    checksums.) The attention-map graph, which holds both stacks, is left out where it alone is too large."""
+    for role, size in graph_bytes(model).items():
+        if role != "attention" and size > PROTOBUF_LIMIT:
+            raise ValueError(
+                f"model {name!r}: its float32 {role} graph would hold {size / 2**30:.2f} GiB of weights, over the "
+                f"{PROTOBUF_LIMIT >> 30} GiB an ONNX file can hold without external data, which attnserve does not "
+                "write yet; models up to about 1 billion parameters (NLLB-200 distilled 600M, M2M100 418M) export"
+            )
+
+
 def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple[str, ...] = ()) -> dict:
     """Export model_dir (config.json, model.safetensors, the tokenizer's files) in place: the float32
     graphs, and copies of the serving graphs in each precision of `reduced` (fp16: for GPUs; int8: for
@@ -180,6 +212,7 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
         raise ValueError(f"precision {', '.join(unknown)}: one of {', '.join(REDUCED_PRECISIONS)} (float32 always)")
     with torch.no_grad():
         name, config, model = load_model_dir(model_dir)
+        refuse_graphs_over_the_protobuf_limit(model, name)
         seq2seq = config.task == "seq2seq"
         files = graph_files(config.task)
         sets = [graph_set for precision in reduced for graph_set in GRAPH_SETS[precision]]
@@ -194,12 +227,18 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
                 graphs.update({role: make(config.n_decoder_layers, "fp32") for role, make in CACHE_GRAPHS.items()})
         for role, proto in graphs.items():
             onnx.save_model(proto, model_dir / files[role])
-        with progress.step(f"attention maps -> {ATTENTION_FILE}"):
-            attention = export_attention(model, name, _to_onnx)
-            onnx.save_model(attention, model_dir / ATTENTION_FILE)
+        attention = None  # the optional attention-map graph holds the whole model: none over the limit
+        whole = graph_bytes(model)["attention"]
+        fits = whole <= PROTOBUF_LIMIT
+        skipped = f"attention maps: none, the whole model's {whole / 2**30:.2f} GiB exceed what an ONNX file holds"
+        with progress.step(f"attention maps -> {ATTENTION_FILE}" if fits else skipped):
+            if fits:
+                attention = export_attention(model, name, _to_onnx)
+                onnx.save_model(attention, model_dir / ATTENTION_FILE)
         with progress.step("parity, ONNX Runtime vs PyTorch (float32)"):
             parity = measure_parity(model, model_dir, files)
-            parity.update(measure_attention_parity(model, cpu_session(model_dir / ATTENTION_FILE)))
+            if attention is not None:
+                parity.update(measure_attention_parity(model, cpu_session(model_dir / ATTENTION_FILE)))
         copies = {}
         for graph_set in sets:
             copy_files = graph_files(config.task, graph_set)
@@ -214,10 +253,12 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
                     copies[graph_set]["parity_against_float16"] = measure_against_half(model, model_dir, copy_files)
         with progress.step("checksums and manifest"):
             tokenizer = tokenizer_files(config.tokenizer)
-            written = [*files.values(), ATTENTION_FILE] + [f for c in copies.values() for f in _files_of(c)]
+            optional = [ATTENTION_FILE] if attention is not None else []
+            written = [*files.values(), *optional] + [f for c in copies.values() for f in _files_of(c)]
             checksums = {a: sha256_file(model_dir / a) for a in [CONFIG_FILE, WEIGHTS_FILE, *tokenizer, *written]}
             described = {role: {"file": files[role], **describe_graph(proto)} for role, proto in graphs.items()}
-            described["attention"] = {"file": ATTENTION_FILE, **describe_graph(attention)}
+            if attention is not None:
+                described["attention"] = {"file": ATTENTION_FILE, **describe_graph(attention)}
             manifest = {
                 "format": MANIFEST_FORMAT,
                 "name": name,

@@ -227,7 +227,8 @@ def open_model_dir(
         if ATTENTION_FILE not in manifest["sha256"]:
             raise ModelFilesError(
                 f"{manifest_path}: no attention-map graph ({ATTENTION_FILE}), which attention_maps needs; "
-                f"export the model again (attnserve export {root})"
+                f"export the model again (attnserve export {root}); a model whose weights exceed the 2 GiB an "
+                "ONNX file holds has none"
             )
         served.append(ATTENTION_FILE)
     for relative in served:

@@ -32,6 +32,7 @@ SLOW_FIXTURES = {
     "exported",
     "marian_checkpoints",
     "multilingual_checkpoints",
+    "multilingual_numbers_dir",
     "reference_embeddings",
     "served",
 }
@@ -159,6 +160,18 @@ def marian_checkpoints(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("marian")
     return {name: Checkpoint(root, name, shape, seed) for seed, (name, shape) in enumerate(SHAPES.items())}
+
+
+@pytest.fixture(scope="session")
+def multilingual_numbers_dir(tmp_path_factory) -> Path:
+    """The committed multilingual numbers checkpoint, imported and exported as `attnserve build` does."""
+    from cli.build import CHECKPOINTS_DIR
+    from modelbuild.import_multilingual import import_multilingual
+
+    name = "numbers-multilingual"
+    target = import_multilingual(CHECKPOINTS_DIR / name, tmp_path_factory.mktemp("models") / name, name)
+    export_model_dir(target, progress_stream=io.StringIO())
+    return target
 
 
 @pytest.fixture(scope="session")

@@ -26,14 +26,17 @@ ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 
 texts = st.text(max_size=60)  # any unicode, NUL and lone surrogates' neighbours included
-models = st.one_of(st.sampled_from(["", "minilm", "numbers"]), st.text(max_size=20))
+models = st.one_of(st.sampled_from(["", "minilm", "numbers", "numbers-multilingual"]), st.text(max_size=20))
+# The multilingual model's codes, codes it does not serve, and any text.
+languages = st.sampled_from(["", "zxx", "zxx_Zyyy", "fra_Latn", "fr", "de-DE", "zh", "eng_Latn"]) | st.text(max_size=12)
 floats = st.floats(width=32, allow_nan=True, allow_infinity=True)
 
 
 @pytest.fixture(scope="module")
-def small_limits_server(minilm_dir, numbers_dir):
+def small_limits_server(minilm_dir, numbers_dir, multilingual_numbers_dir):
     # Small limits keep each accepted call cheap, so that 10,000 of them fit in a CI run.
-    server = ServerThread([minilm_dir, numbers_dir], max_new_tokens=16, max_client_batch_size=8)
+    models = [minilm_dir, numbers_dir, multilingual_numbers_dir]
+    server = ServerThread(models, max_new_tokens=16, max_client_batch_size=8)
     before = baseline(server)
     yield server
     assert_back_to(server, before, timeout=30)
@@ -74,7 +77,14 @@ params = st.builds(
     early_stopping=st.integers(-3, 6),
     num_return_sequences=st.integers(0, 2**32 - 1) | st.integers(0, 6),
 )
-generate_requests = st.builds(pb.GenerateRequest, model=models, input=texts, params=params)
+generate_requests = st.builds(
+    pb.GenerateRequest,
+    model=models,
+    input=texts,
+    params=params,
+    source_language=languages,
+    target_language=languages,
+)
 
 
 @FUZZ
@@ -111,7 +121,8 @@ parameters = st.one_of(
 )
 parameter_names = st.sampled_from(
     ["max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "num_beams", "num_return_sequences",
-     "early_stopping", "normalize", "truncate", "dimensions", "stream", "priority"]
+     "early_stopping", "normalize", "truncate", "dimensions", "stream", "priority", "source_language",
+     "target_language"]
 ) | st.text(max_size=12)  # fmt: skip
 
 

@@ -210,7 +210,8 @@ JSON = st.recursive(
     max_leaves=12,
 )
 FIELDS = st.sampled_from(["input", "model", "encoding_format", "dimensions", "user", "prompt", "max_tokens",
-                          "temperature", "n", "stop", "stream", "seed", "top_p"])  # fmt: skip
+                          "temperature", "n", "stop", "stream", "seed", "top_p", "source_language",
+                          "target_language"])  # fmt: skip
 
 
 @given(path=st.sampled_from(["/v1/embeddings", "/v1/completions"]), body=st.dictionaries(FIELDS, JSON, max_size=5))

@@ -106,13 +106,28 @@ class Client:
         vectors = np.array([e.values for e in response.embeddings], dtype=np.float32)
         return Embeddings(response.model, vectors, response.usage)
 
-    def generate(self, text: str, model: str = "", **params) -> pb.GenerateResponse:
-        """params: the fields of GenerationParams (max_new_tokens, temperature, top_k, top_p, ...)."""
-        request = pb.GenerateRequest(model=model, input=text, params=pb.GenerationParams(**params))
+    @staticmethod
+    def _generate_request(text: str, model: str, source_language: str, target_language: str, params: dict):
+        return pb.GenerateRequest(
+            model=model,
+            input=text,
+            source_language=source_language,
+            target_language=target_language,
+            params=pb.GenerationParams(**params),
+        )
+
+    def generate(
+        self, text: str, model: str = "", source_language: str = "", target_language: str = "", **params
+    ) -> pb.GenerateResponse:
+        """params: the fields of GenerationParams (max_new_tokens, temperature, top_k, top_p, ...); the
+        languages: a multilingual model's."""
+        request = self._generate_request(text, model, source_language, target_language, params)
         return self.stub.Generate(request, timeout=self.timeout)
 
-    def generate_stream(self, text: str, model: str = "", **params) -> Iterator[pb.GenerateStreamResponse]:
-        request = pb.GenerateRequest(model=model, input=text, params=pb.GenerationParams(**params))
+    def generate_stream(
+        self, text: str, model: str = "", source_language: str = "", target_language: str = "", **params
+    ) -> Iterator[pb.GenerateStreamResponse]:
+        request = self._generate_request(text, model, source_language, target_language, params)
         return self.stub.GenerateStream(request, timeout=self.timeout)
 
     def attention(
