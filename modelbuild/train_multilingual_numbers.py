@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from .multilingual_numbers import MultilingualTrainSettings, build_tokenizer, sample_examples
-from .train_numbers import _clock, learning_rate
+from .train_numbers import _clock, learning_rate, optimizer_step, padded, report, report_due
 
 PAD, EOS = 1, 2
 MAX_POSITIONS = 64  # the longest sequence is 16 tokens with its codes
@@ -48,11 +48,6 @@ def hf_config(settings: MultilingualTrainSettings, vocab_size: int):
         activation_dropout=0.0,
         layerdrop=0.0,
     )
-
-
-def padded(rows: list[list[int]], value: int) -> torch.Tensor:
-    width = max(len(r) for r in rows)
-    return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
 
 
 class Batches:
@@ -102,26 +97,15 @@ def train(settings: MultilingualTrainSettings, out_dir: Path, log=sys.stderr) ->
         logits = model(input_ids=source, attention_mask=mask, decoder_input_ids=decoder_input).logits
         real = labels != PAD
         loss = F.cross_entropy(logits[real], labels[real])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        optimizer_step(model, optimizer, loss)
         with torch.no_grad():
             loss_sum += float(loss)
             # Without the target's code (column 0): the decoder cannot know it (it is forced when served); the
             # loss counts it still, at no cost to the rest.
             hits += float(((logits.argmax(-1) == labels) | ~real)[:, 1:].all(dim=1).sum())
             sequences += labels.shape[0]
-        if (step + 1) % settings.report_every == 0 or step + 1 == settings.steps:
-            elapsed = time.perf_counter() - started
-            left = elapsed / (step + 1) * (settings.steps - step - 1)
-            print(
-                f"step {step + 1:>6}/{settings.steps}  loss {loss_sum / settings.report_every:.4f}  "
-                f"sequence acc {100 * hits / sequences:6.2f}%  lr {learning_rate(step, settings):.2e}  "
-                f"elapsed {_clock(elapsed)}  left {_clock(left)}",
-                file=log,
-                flush=True,
-            )
+        if report_due(step, settings):
+            report(step, settings, loss_sum, f"sequence acc {100 * hits / sequences:6.2f}%", started, log)
             loss_sum = hits = sequences = 0.0
     model.generation_config = GenerationConfig(
         decoder_start_token_id=EOS, eos_token_id=EOS, pad_token_id=PAD, bos_token_id=0, num_beams=1

@@ -86,6 +86,30 @@ def _clock(seconds: float) -> str:
     return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
 
 
+def optimizer_step(model, optimizer, loss) -> None:
+    """Backward, gradients clipped to norm 1, one step: as both numbers models train."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+
+def report_due(step: int, settings) -> bool:
+    return (step + 1) % settings.report_every == 0 or step + 1 == settings.steps
+
+
+def report(step: int, settings, loss_sum: float, accuracy: str, started: float, log) -> None:
+    """One progress line: the mean loss since the last, the accuracy figures given, time spent and left."""
+    elapsed = time.perf_counter() - started
+    left = elapsed / (step + 1) * (settings.steps - step - 1)
+    print(
+        f"step {step + 1:>6}/{settings.steps}  loss {loss_sum / settings.report_every:.4f}  {accuracy}  "
+        f"lr {learning_rate(step, settings):.2e}  elapsed {_clock(elapsed)}  left {_clock(left)}",
+        file=log,
+        flush=True,
+    )
+
+
 def train(settings: TrainSettings, out_dir: Path, name: str = "numbers", log=sys.stderr) -> Path:
     torch.set_num_threads(settings.threads)
     torch.manual_seed(settings.seed)
@@ -106,10 +130,7 @@ def train(settings: TrainSettings, out_dir: Path, name: str = "numbers", log=sys
         logits = model(source, source_mask, decoder_input)  # (B, T, vocab)
         real = target != 0
         loss = F.cross_entropy(logits[real], target[real])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        optimizer_step(model, optimizer, loss)
 
         with torch.no_grad():
             correct = (logits.argmax(-1) == target) | ~real
@@ -118,16 +139,11 @@ def train(settings: TrainSettings, out_dir: Path, name: str = "numbers", log=sys
             tokens += float(real.sum())
             sequence_hits += float(correct.all(dim=1).sum())
             sequences += target.shape[0]
-        if (step + 1) % settings.report_every == 0 or step + 1 == settings.steps:
-            elapsed = time.perf_counter() - started
-            left = elapsed / (step + 1) * (settings.steps - step - 1)
-            print(
-                f"step {step + 1:>6}/{settings.steps}  loss {loss_sum / settings.report_every:.4f}  "
-                f"token acc {100 * token_hits / tokens:6.2f}%  sequence acc {100 * sequence_hits / sequences:6.2f}%  "
-                f"lr {learning_rate(step, settings):.2e}  elapsed {_clock(elapsed)}  left {_clock(left)}",
-                file=log,
-                flush=True,
+        if report_due(step, settings):
+            accuracy = (
+                f"token acc {100 * token_hits / tokens:6.2f}%  sequence acc {100 * sequence_hits / sequences:6.2f}%"
             )
+            report(step, settings, loss_sum, accuracy, started, log)
             loss_sum = token_hits = tokens = sequence_hits = sequences = 0.0
 
     out_dir = save_model_dir(model.eval(), name, out_dir)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import langcodes
@@ -71,6 +72,11 @@ class Languages:
     def needs_source(self) -> bool:
         return self.source != "none"
 
+    @cached_property
+    def _tags(self) -> dict[str, _Tag | None]:
+        """Each served code as BCP-47 reads it: parsed once, not at every request."""
+        return {code: language_tag(code) for code in self.codes}
+
     def token_of(self, code: str) -> str:
         return self.token.format(code)
 
@@ -83,7 +89,7 @@ class Languages:
         if asked.lower() in exact:
             return exact[asked.lower()]
         tag = language_tag(asked)
-        matches = [code for code in self.codes if tag and (served := language_tag(code)) and _agrees(served, tag)]
+        matches = [code for code, served in self._tags.items() if tag and served and _agrees(served, tag)]
         if len(matches) == 1:
             return matches[0]
         if matches:
@@ -96,7 +102,7 @@ class Languages:
         asked = asked.lower()
 
         def distance(code: str) -> tuple[bool, float]:
-            served = language_tag(code)
+            served = self._tags[code]
             same = bool(tag and served and served.language == tag.language)
             return (not same, -difflib.SequenceMatcher(None, asked, code.lower()).ratio())
 
