@@ -19,7 +19,7 @@ CARRIED = (
     "onnxruntime-gpu", "grpcio", "grpcio-health-checking", "grpcio-reflection", "protobuf", "prometheus-client",
     "fastapi", "starlette", "pydantic", "pydantic-core", "annotated-types", "annotated-doc", "typing-inspection",
     "typing-extensions", "opentelemetry-api", "uvicorn", "httptools", "h11", "click", "anyio", "idna", "num2words",
-    "langcodes",
+    "langcodes", "language-data", "marisa-trie", "sentencex", "py3langid",
 )  # fmt: skip
 # The image's own, at its versions, that the serve path imports: the rehearsal installs these.
 IMAGE_SERVE = ("numpy", "tokenizers", "sentencepiece", "safetensors", "packaging", "flatbuffers")

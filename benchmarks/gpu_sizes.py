@@ -7,9 +7,10 @@ from dataclasses import asdict, dataclass, field
 # The Marian-shaped random checkpoints (modelbuild/random_marian.py MarianShape's fields: this module is read on
 # the device too, where the check imports no torch). Base-sized, as marian_bench's: d_model 512, 8 heads,
 # 6 + 6 layers, a vocabulary of 32,000.
+# Its pair (en -> de) lets the translation doors route to it.
 MARIAN_BASE = {"d_model": 512, "heads": 8, "encoder_layers": 6, "decoder_layers": 6, "d_ff": 2048,
-               "activation": "swish", "vocab_size": 32000, "max_positions": 512}  # fmt: skip
-MARIAN_SMALL = {"max_positions": 128}
+               "activation": "swish", "vocab_size": 32000, "max_positions": 512, "pair": ["en", "de"]}  # fmt: skip
+MARIAN_SMALL = {"max_positions": 128, "pair": ["en", "de"]}
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,8 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         max_client_batch_size=config.max_client_batch_size, max_beams=config.max_beams, attention=attention,
         probe_seconds=config.probe_seconds, stream_write_timeout=config.stream_write_timeout,
         access_log_share=config.access_log_share, stream_messages=config.stream_messages_per_second,
+        translation_characters=config.translation_max_characters,
+        translation_sentences=config.translation_max_sentences,
     )  # fmt: skip
 
 

@@ -185,6 +185,33 @@ def multilingual_checkpoints(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def marian_en_it(tmp_path_factory) -> Path:
+    """A random Marian checkpoint of one pair, English to Italian (which the bundled models do not serve),
+    imported and exported."""
+    pytest.importorskip("transformers")
+    from modelbuild.import_marian import import_marian
+    from modelbuild.random_marian import MarianShape, random_marian_checkpoint
+
+    root = tmp_path_factory.mktemp("marian-en-it")
+    source = random_marian_checkpoint(root / "hf", MarianShape(pair=("en", "it"), num_beams=2), seed=11)
+    directory = import_marian(source, root / "marian-en-it", "marian-en-it")
+    export_model_dir(directory, progress_stream=io.StringIO())
+    return directory
+
+
+@pytest.fixture(scope="session")
+def translating(numbers_dir, multilingual_numbers_dir, marian_en_it):
+    """The translation doors' server: the numbers model (no languages), the multilingual numbers model,
+    and a Marian model of one pair, with small limits on a translation call."""
+    from testing.server_thread import ServerThread
+
+    models = [numbers_dir, multilingual_numbers_dir, marian_en_it]
+    server = ServerThread(models, max_new_tokens=40, translation_max_characters=6000, translation_max_sentences=80)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
 def served(minilm_dir, numbers_dir):
     """The bundled models (MiniLM, numbers) served with the default settings, as `make run` serves them: one
     server for every test that needs no setting of its own (the tests that drain, stop or hold a server

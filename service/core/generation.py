@@ -46,6 +46,7 @@ class BestAnswer:
     token_ids: list[int]  # without the eos token
     finish_reason: str
     score: float  # what it was ranked by: sum(log p) / generated_length ** length_penalty
+    mean_log_prob: float  # sum(log p) / its tokens, eos included
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class GenerateResult:
     finish_reason: str
     usage: GenerationUsage
     hypotheses: tuple[BestAnswer, ...]  # beam search: the n best, best first
+    mean_log_prob: float | None = None  # with options.scores (or a beam search): per token, eos included
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,15 @@ async def whole_answer(model: Seq2SeqModel, ids: list[int], params: sequence.Gen
     except QueueFull as error:
         raise queue_full(model, error) from None
     return "".join(text), token_ids, event
+
+
+def answer(model: str, text: str, token_ids: list[int], last: sequence.Event) -> GenerateResult:
+    """A whole answer from its text, ids and last event."""
+    hypotheses = tuple(
+        BestAnswer(h.text, h.token_ids, h.finish_reason, h.score, h.mean_log_prob) for h in last.hypotheses
+    )
+    usage = GenerationUsage.of(last.usage)
+    return GenerateResult(model, text, token_ids, last.finish_reason, usage, hypotheses, last.mean_log_prob)
 
 
 def record_usage(call: CallRecord, last: sequence.Event) -> None:
@@ -187,10 +198,7 @@ class Generation:
         model, params, ids = await self._prepare(request, call, streaming=False)
         text, token_ids, event = await whole_answer(model, ids, params)
         record_usage(call, event)
-        hypotheses = tuple(BestAnswer(h.text, h.token_ids, h.finish_reason, h.score) for h in event.hypotheses)
-        return GenerateResult(
-            model.name, text, token_ids, event.finish_reason, GenerationUsage.of(event.usage), hypotheses
-        )
+        return answer(model.name, text, token_ids, event)
 
     async def generate_all(
         self, model: str, inputs: list[str], options: GenerationOptions, call: CallRecord

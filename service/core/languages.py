@@ -73,3 +73,15 @@ def check_languages(model: ServedModel, source: str | None, target: str | None) 
         raise invalid(error.field, error.message) from None
     first = model.tokenizer.language_id(target) if target and languages.target == "first_token" else None
     return LanguageChoice(source, target, first)
+
+
+def serves_target(model: ServedModel, target: str) -> bool:
+    """The model translates into `target` (from some source it may need named)."""
+    languages, pair = model.languages, model.language_pair
+    if languages is not None and languages.target != "none":
+        try:
+            languages.resolve(TARGET, target)
+        except UnknownLanguage:
+            return False
+        return True
+    return bool(pair) and _same_language(target, pair[1])

@@ -1,7 +1,7 @@
 """The serving core: what every front door calls. Each call's lifecycle (calls.py) and admission, the
-loaded models, one object per capability (embeddings, generation, tokenize, models, attention maps), and
-the server's lifecycle (load, health probes, drain, stop). It knows no transport: plain dataclasses in
-and out, domain errors raised."""
+loaded models, one object per capability (embeddings, generation, translation, tokenize, models, attention
+maps), and the server's lifecycle (load, health probes, drain, stop). It knows no transport: plain
+dataclasses in and out, domain errors raised."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from .loader import LoadSettings, load_models
 from .registry import ModelInfo, ModelRegistry
 from .streaming import StreamPolicy
 from .tokenization import Tokenization
+from .translation import TranslationLimits, TranslationService
 
 log = logging.getLogger("attnserve.core")
 
@@ -40,6 +41,8 @@ class CoreSettings:
     attention: AttentionLimits
     probe_seconds: float  # how often an unhealthy model is probed
     stream_write_timeout: float  # how long a streamed message may wait for its client
+    translation_characters: int = 100_000  # all texts of one Translate call together
+    translation_sentences: int = 512  # the sentences one Translate call's texts are cut into
     stream_messages: float = 0.0  # messages a second all streams together aim at (0: one for every token)
     access_log_share: float = 1.0  # of answered calls, the share that get an access-log line
 
@@ -58,6 +61,7 @@ class ServingCore:
         self.generation: Generation | None = None
         self.tokenization: Tokenization | None = None
         self.attention_maps: AttentionMaps | None = None
+        self.translation: TranslationService | None = None
         self._readiness_listeners: list[Callable[[bool], None]] = []
         self._probes: asyncio.Task | None = None
 
@@ -95,6 +99,8 @@ class ServingCore:
             registry, self.tokenization, s.max_beams, s.max_client_batch_size, stream_messages=s.stream_messages
         )
         self.attention_maps = AttentionMaps(registry, self.tokenization, s.attention)
+        limits = TranslationLimits(s.max_client_batch_size, s.translation_characters, s.translation_sentences)
+        self.translation = TranslationService(registry, self.tokenization, limits, s.max_beams)
         self.registry = registry
         self.admission.loaded = True
         self._probes = asyncio.get_running_loop().create_task(self._probe_unhealthy_models(), name="probes")

@@ -4,7 +4,6 @@ off the event loop, so that the loop keeps accepting while long texts are cut in
 from __future__ import annotations
 
 import asyncio
-import functools
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -34,13 +33,16 @@ class Tokenization:
         self, model: ServedModel, texts: list[str], languages: LanguageChoice = NO_LANGUAGES
     ) -> list[Encoded]:
         """Each text's ids; a multilingual model's framed with the call's language codes."""
-        if languages.frames_source:
-            encode = functools.partial(model.tokenizer.encode, source=languages.source, target=languages.target)
-        else:
-            encode = model.tokenizer.encode
         if sum(len(t) for t in texts) <= INLINE_CHARACTERS:  # tens of microseconds: cheaper than a thread's round trip
-            return encode(texts)
-        return await asyncio.get_running_loop().run_in_executor(self.executor, encode, texts)
+            return self.encode_now(model, texts, languages)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self.encode_now, model, texts, languages)
+
+    @staticmethod
+    def encode_now(model: ServedModel, texts: list[str], languages: LanguageChoice = NO_LANGUAGES) -> list[Encoded]:
+        """encode(), in the calling thread."""
+        if languages.frames_source:
+            return model.tokenizer.encode(texts, source=languages.source, target=languages.target)
+        return model.tokenizer.encode(texts)
 
     async def encode_target(self, model: ServedModel, text: str) -> Encoded:
         """A decoder target's own tokens (seq2seq), without special tokens."""

@@ -65,6 +65,7 @@ class GenerationOptions:
     answers: int | None = None  # answers per input (OpenAI's n): more than 1 are the best beams of as many
     source_language: str | None = None  # multilingual models (core/languages.py)
     target_language: str | None = None
+    scores: bool = False  # each answer's mean log-probability per token (translation confidence)
 
 
 def with_answers(p: GenerationOptions) -> GenerationOptions:
@@ -133,6 +134,7 @@ def generation_params(
         beams=beam_settings(model, p, streaming, max_beams),
         stream=streaming,
         first_token=first_token,
+        scores=p.scores,
     )
 
 

@@ -34,9 +34,13 @@ class RowState:
         self.last_time = books(np.float64)  # when the row's last token came (0: none yet)
         self.tokens = books(np.int32, cache.geometry.target_tokens)  # the tokens so far
         self.forced_first = books(np.int64)  # the first token, forced (a target language's code); -1: none
+        self.scored = books(np.bool_)  # the row sums its tokens' log-probabilities (params.scores)
+        self.log_prob = books(np.float64)  # their sum so far
+        self.scored_tokens = books(np.int32)  # and how many
         self.index = np.arange(cache.rows)
         self.beams = self.sampled = self.ignoring_eos = self.awaiting_first = 0  # rows of each, now
         self.forcing = 0  # greedy and sampled rows whose next token is their forced first one
+        self.scoring = 0  # rows that sum their log-probabilities
 
     @property
     def all_greedy(self) -> bool:
@@ -66,12 +70,22 @@ class RowState:
         self.forced_first[row] = -1 if params.first_token is None else params.first_token
         self._count(int(self.kind[row]), params.ignore_eos, True, 1)
         self.forcing += params.first_token is not None and self.kind[row] != BEAM
+        self.scored[row] = params.scores and self.kind[row] != BEAM  # a beam search scores its beams itself
+        self.log_prob[row], self.scored_tokens[row] = 0.0, 0
+        self.scoring += bool(self.scored[row])
 
     def leave(self, holder: Sequence | BeamRow) -> None:
         """A holder about to give its row back."""
         row = holder.row
         self._count(int(self.kind[row]), not bool(self.eos_ends[row]), bool(self.last_time[row] == 0.0), -1)
         self.forcing -= bool(self.forced_first[row] >= 0 and self.count[row] == 0 and self.kind[row] != BEAM)
+        self.scoring -= bool(self.scored[row])
+
+    def mean_log_prob(self, row: int) -> float | None:
+        """A scored row's mean log-probability per token so far (None: not scored)."""
+        if not self.scored[row]:
+            return None
+        return float(self.log_prob[row]) / max(int(self.scored_tokens[row]), 1)
 
     def forced_now(self, count: int) -> np.ndarray | None:
         """Which of the first `count` rows take their forced first token this step (None: none do)."""

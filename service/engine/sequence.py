@@ -32,6 +32,9 @@ class GenerationParams:
     # The first token generated, forced: a target language's code (multilingual models). It takes a decoder
     # step and a cache position, but is never reported (text, ids, usage) nor counted in max_new_tokens.
     first_token: int | None = None
+    # The mean log-probability of the tokens chosen (eos included, the forced first token not) goes in the
+    # last event: it takes every step's logits of the row off the device (beam searches score anyway).
+    scores: bool = False
 
     @property
     def steps(self) -> int:
@@ -70,6 +73,7 @@ class Hypothesis:
     token_ids: list[int]  # without the eos token
     finish_reason: str
     score: float  # what it was ranked by: sum(log p) / generated_length ** length_penalty
+    mean_log_prob: float  # sum(log p) / its tokens (eos included, a forced first token not)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class Event:
     finish_reason: str | None = None
     usage: Usage | None = None
     hypotheses: tuple[Hypothesis, ...] = ()
+    mean_log_prob: float | None = None  # with params.scores, or a beam search's best
 
 
 @dataclass(eq=False)
@@ -117,7 +122,9 @@ class Sequence:
         if self.params.stream:
             self._wake()
 
-    def finish(self, reason: str, last_text: str = "", hypotheses: tuple[Hypothesis, ...] = ()) -> None:
+    def finish(
+        self, reason: str, last_text: str = "", hypotheses: tuple[Hypothesis, ...] = (), score: float | None = None
+    ) -> None:
         now = time.perf_counter()
         usage = Usage(
             prompt_tokens=len(self.prompt),
@@ -127,7 +134,9 @@ class Sequence:
         )
         if last_text:
             self.unsent_text.append(last_text)
-        self.ending = Event("", [], reason, usage, hypotheses)
+        if hypotheses:
+            score = hypotheses[0].mean_log_prob
+        self.ending = Event("", [], reason, usage, hypotheses, score)
         self._wake()
 
     def fail(self, error: Exception) -> None:
@@ -151,7 +160,7 @@ class Sequence:
         if self.ending is None:
             return Event(text, ids)
         e = self.ending
-        return Event(text, ids, e.finish_reason, e.usage, e.hypotheses)
+        return Event(text, ids, e.finish_reason, e.usage, e.hypotheses, e.mean_log_prob)
 
 
 @dataclass(eq=False)

@@ -42,15 +42,21 @@ class TokenChoice:
 
     @staticmethod
     def logit_rows(rows: RowState, count: int) -> list[int]:
-        """The rows whose token needs their whole logits: beam search and sampling do, greedy rows not."""
-        return [] if rows.all_greedy else (rows.kind[:count] != GREEDY).nonzero()[0].tolist()
+        """The rows whose token needs their whole logits: beam search, sampling and scored rows do, plain
+        greedy rows not."""
+        if rows.all_greedy and not rows.scoring:
+            return []
+        wanted = rows.kind[:count] != GREEDY
+        if rows.scoring:
+            wanted |= rows.scored[:count]
+        return wanted.nonzero()[0].tolist()
 
     def choose(self, step, rows: RowState, holders: list) -> np.ndarray:
         """The next token of each greedy or sampled row (BEAM_ROW for beam rows), over the step's rows at
         once; holders in row order (a sampled row's generator is its sequence's)."""
         count = len(holders)
         first = rows.forced_now(count)
-        if rows.all_greedy and not self.rules.forced_eos and first is None:
+        if rows.all_greedy and not self.rules.forced_eos and first is None and not rows.scoring:
             return step.next_tokens[:count]  # the device's argmax, as it is
         kind = rows.kind[:count]
         tokens = np.array(step.next_tokens[:count], np.int64)
@@ -67,8 +73,23 @@ class TokenChoice:
                 sequence = holders[i]
                 tokens[i] = next_token(row_logits, rows.generated(i), sequence.params.sampling, sequence.rng)
         tokens[forced] = self.eos_id
+        if rows.scoring:
+            self._score(step, rows, tokens, count, first)
         tokens[kind == BEAM] = BEAM_ROW
         return tokens
+
+    def _score(self, step, rows: RowState, tokens: np.ndarray, count: int, first: np.ndarray | None) -> None:
+        """Each scored row's chosen token's log-probability, under the distribution it was chosen from
+        (suppressed tokens left out), into the row's sum; a forced first token is not the model's choice."""
+        scored = rows.scored[:count] if first is None else rows.scored[:count] & ~first
+        where = np.flatnonzero(scored)
+        if not where.size:
+            return
+        logits = step.row_logits(where.tolist()).astype(np.float32)
+        logits[:, self.suppressed_ids] = -np.inf
+        log_probs = log_softmax(logits)[np.arange(where.size), tokens[where]]
+        rows.log_prob[where] += log_probs
+        rows.scored_tokens[where] += 1
 
     def beam_step(self, sequence: Sequence, step) -> list[int] | None:
         """One step of a beam search over its beams' rows of logits. -> the parent (old beam) of each new
@@ -93,9 +114,13 @@ class TokenChoice:
         first token, and ended by length where the checkpoint forced eos."""
         found = []
         first = int(sequence.params.first_token is not None)
+        penalty = sequence.params.beams.length_penalty
         for tokens, score in sequence.search.best(sequence.params.beams.num_return_sequences):
             ended = bool(tokens) and tokens[-1] == self.eos_id
             forced = ended and self.forced_eos_at(sequence, len(tokens) - 1)
             generated = tokens[first : len(tokens) - ended]
-            found.append(Hypothesis(decode(generated), generated, EOS if ended and not forced else LENGTH, score))
+            # The search ranked sum(log p) / len(tokens) ** penalty; the forced first token's log p is 0.
+            mean = score * len(tokens) ** penalty / max(len(tokens) - first, 1)
+            reason = EOS if ended and not forced else LENGTH
+            found.append(Hypothesis(decode(generated), generated, reason, score, mean))
         return tuple(found)

@@ -7,10 +7,12 @@ import dataclasses
 
 from ..core.attention_maps import CROSS, DECODER_SELF, ENCODER_SELF, AttentionRequest, AttentionResult
 from ..core.calls import Call
+from ..core.documents import SPLIT_ALL, SPLIT_NO_NEWLINES, SPLIT_NONE
 from ..core.embeddings import EmbedRequest
 from ..core.generation import CANCELLED, EOS, LENGTH, STOP, GenerateRequest, GenerationUsage
 from ..core.registry import ModelInfo
 from ..core.serving import ServingCore
+from ..core.translation import TranslateRequest, Translation, TranslationOptions
 from ..core.validation import GenerationOptions
 from .call_handling import handler
 from .pb import inference_pb2 as pb
@@ -28,6 +30,12 @@ ATTENTION_KINDS = {
 EARLY_STOPPING = {
     pb.EARLY_STOPPING_HEURISTIC: "false", pb.EARLY_STOPPING_ON: "true", pb.EARLY_STOPPING_NEVER: "never",
 }  # fmt: skip
+
+SENTENCE_SPLITTING = {
+    pb.SENTENCE_SPLITTING_UNSPECIFIED: SPLIT_ALL,
+    pb.SENTENCE_SPLITTING_NO_NEWLINES: SPLIT_NO_NEWLINES,
+    pb.SENTENCE_SPLITTING_NONE: SPLIT_NONE,
+}
 
 
 def generation_options(p: pb.GenerationParams) -> GenerationOptions:
@@ -48,6 +56,37 @@ def generate_request(request: pb.GenerateRequest) -> GenerateRequest:
         target_language=request.target_language or None,
     )
     return GenerateRequest(request.model, request.input, options)
+
+
+def translate_request(request: pb.TranslateRequest) -> TranslateRequest:
+    options = TranslationOptions(
+        num_beams=request.num_beams,
+        alternatives=request.alternatives,
+        max_new_tokens=request.max_new_tokens,
+        split_sentences=SENTENCE_SPLITTING.get(request.sentence_splitting, str(request.sentence_splitting)),
+        scores=request.return_scores,
+    )
+    return TranslateRequest(
+        list(request.texts), request.target_language, request.source_language or None, request.model, options
+    )
+
+
+def translation_message(t: Translation) -> pb.Translation:
+    message = pb.Translation(
+        text=t.text,
+        model=t.model,
+        source_language=t.source_language or "",
+        target_language=t.target_language or "",
+        alternatives=t.alternatives,
+        sentences=t.sentences,
+        prompt_tokens=t.prompt_tokens,
+        generated_tokens=t.generated_tokens,
+    )
+    if t.detected_confidence is not None:
+        message.detected_confidence = t.detected_confidence
+    if t.mean_log_prob is not None:
+        message.score = t.mean_log_prob
+    return message
 
 
 def model_info(m: ModelInfo) -> pb.ModelInfo:
@@ -97,6 +136,8 @@ def attention_response(r: AttentionResult) -> pb.AttentionResponse:
 
 
 class InferenceServicer(pb_grpc.InferenceServicer):
+    field_names = {"split_sentences": "sentence_splitting"}  # the core's names that differ from this API's
+
     def __init__(self, core: ServingCore):
         self.core = core
 
@@ -156,3 +197,8 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             request.model, request.input, target, request.max_new_tokens, tuple(request.layers)
         )
         return attention_response(await self.core.attention_maps.maps(attention, call.record))
+
+    @handler
+    async def Translate(self, request: pb.TranslateRequest, context, call: Call) -> pb.TranslateResponse:
+        translations = await self.core.translation.translate(translate_request(request), call.record)
+        return pb.TranslateResponse(translations=[translation_message(t) for t in translations])

@@ -1,10 +1,12 @@
-"""The HTTP port's part of every call: its table of statuses and OpenAI's error shape, and a refusal sent
-as that. The lifecycle itself is the core's (core/calls.py). The core names fields as the gRPC API does
-("params.max_new_tokens"); a refusal here names the field as this front door's caller sent it ("max_tokens")."""
+"""The HTTP port's part of every call: each API's statuses and error shape (OpenAI's here; DeepL's and
+LibreTranslate's in their modules), and a refusal sent as that. The lifecycle itself is the core's
+(core/calls.py). The core names fields as the gRPC API does ("params.max_new_tokens"); a refusal here
+names the field as this front door's caller sent it ("max_tokens")."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -21,6 +23,7 @@ from ..errors import (
     Unauthenticated,
     Unavailable,
 )
+from ..ops.auth import BEARER
 from ..ops.call_record import REQUEST_ID_HEADER, request_id
 
 # HTTP status and OpenAI's error type for each kind of domain error.
@@ -42,21 +45,35 @@ STATUSES = StatusTable(
 )
 
 
-def rpc_name(path: str) -> str:
-    """A route's name in call records and metrics: /v1/embeddings -> http.embeddings."""
-    return f"http.{path.rsplit('/', 1)[-1]}"
-
-
-def error_body(refusal: Refusal) -> dict:
+def openai_error(refusal: Refusal) -> dict:
     return {"error": {"message": refusal.message, "type": refusal.status[1], "param": refusal.field,
                       "code": refusal.kind}}  # fmt: skip
 
 
-def error_response(refusal: Refusal, call_id: str | None = None) -> JSONResponse:
-    response = JSONResponse(error_body(refusal), status_code=refusal.status[0])
-    if call_id:
-        response.headers[REQUEST_ID_HEADER] = call_id
-    return response
+@dataclass(frozen=True)
+class HttpApi:
+    """One API on the HTTP port: how its calls are named in records and metrics, its statuses (an HTTP
+    status first), and its error body."""
+
+    name: str  # the records' prefix: http (OpenAI's), deepl, libretranslate
+    statuses: StatusTable  # each an HTTP status, or a tuple of one and the API's error type
+    error_body: Callable[[Refusal], dict]
+    auth_schemes: tuple[str, ...] = (BEARER,)  # how its clients send a token in the authorization header
+    key_in_body: bool = False  # its clients may send the token in the body instead: the route checks it
+
+    def rpc_name(self, path: str) -> str:
+        """A route's name in call records and metrics: /v1/embeddings -> http.embeddings."""
+        return f"{self.name}.{path.rsplit('/', 1)[-1]}"
+
+    def error_response(self, refusal: Refusal, call_id: str | None = None) -> JSONResponse:
+        status = refusal.status[0] if isinstance(refusal.status, tuple) else refusal.status  # (status, type)
+        response = JSONResponse(self.error_body(refusal), status_code=status)
+        if call_id:
+            response.headers[REQUEST_ID_HEADER] = call_id
+        return response
+
+
+OPENAI = HttpApi("http", STATUSES, openai_error)
 
 
 class BodyTooLarge(Exception):
@@ -70,23 +87,28 @@ class BodyTooLarge(Exception):
         return RequestTooLarge(f"request body: {self.size} bytes or more; at most {self.limit} (max_message_bytes)")
 
 
-def refuse(core: ServingCore, headers: Mapping[str, str], path: str, error) -> JSONResponse:
+def refuse(core: ServingCore, headers: Mapping[str, str], path: str, error, api: HttpApi = OPENAI) -> JSONResponse:
     """A request turned away before its route runs (no valid token, a body too large or not valid), as
     a call of its own: recorded and logged."""
     call_id = request_id(headers.items())
-    return error_response(core.refuse(rpc_name(path), call_id, STATUSES, error), call_id)
+    return api.error_response(core.refuse(api.rpc_name(path), call_id, api.statuses, error), call_id)
 
 
-async def handle(core: ServingCore, request: Request, names: Mapping[str, str],
-                 work: Callable[[Call], Awaitable[Response]]) -> Response:  # fmt: skip
-    """work(call) as one call of the core; a refusal is its status and OpenAI's error body. A call whose
+async def handle(
+    core: ServingCore,
+    request: Request,
+    names: Mapping[str, str],
+    work: Callable[[Call], Awaitable[Response]],
+    api: HttpApi = OPENAI,
+) -> Response:
+    """work(call) as one call of the core; a refusal is its status and the API's error body. A call whose
     answer streams (call.hold()) is closed by its stream."""
-    rpc = rpc_name(request.url.path)
+    rpc = api.rpc_name(request.url.path)
     call_id = request_id(request.headers.items())
     try:
-        async with core.call(rpc, call_id, STATUSES, names) as call:
+        async with core.call(rpc, call_id, api.statuses, names) as call:
             response = await work(call)
     except Refused as refused:
-        response = error_response(refused.refusal)
+        response = api.error_response(refused.refusal)
     response.headers[REQUEST_ID_HEADER] = call_id
     return response

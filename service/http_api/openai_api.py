@@ -25,7 +25,7 @@ from ..core.serving import ServingCore
 from ..core.streaming import merged
 from ..core.validation import GenerationOptions
 from ..errors import ServiceError, invalid
-from .call_handling import BodyTooLarge, error_body, handle, refuse
+from .call_handling import BodyTooLarge, handle, openai_error, refuse
 from .event_stream import AbortConnection, PacedEventStream, sse
 from .openai_types import CompletionsRequest, EmbeddingsRequest
 
@@ -90,7 +90,8 @@ def field_of(loc) -> str:
 
 def create_app(core: ServingCore, abort_connection: AbortConnection) -> FastAPI:
     """The API; abort_connection(scope) drops the connection of a request whose stream is given up."""
-    app = FastAPI(title="attnserve", summary="OpenAI-compatible embeddings and completions", docs_url="/docs")
+    summary = "OpenAI-compatible embeddings and completions; DeepL's and LibreTranslate's translation APIs"
+    app = FastAPI(title="attnserve", summary=summary, docs_url="/docs")
 
     @app.exception_handler(RequestValidationError)
     async def refuse_invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -198,10 +199,10 @@ async def events(call: Call, streams: list, include_usage: bool) -> AsyncIterato
         call.went_away()
         raise
     except ServiceError as error:  # after the answer started: the error goes as the last event
-        yield sse(error_body(call.refuse(error)))
+        yield sse(openai_error(call.refuse(error)))
     except Exception:
         log.exception("completions stream failed")
-        yield sse(error_body(call.refuse(failure(call.record.rpc))))
+        yield sse(openai_error(call.refuse(failure(call.record.rpc))))
     finally:
         call.close()
 

@@ -1,5 +1,6 @@
-"""The HTTP port: the OpenAI-compatible API (openai_api.py) served by uvicorn on the same event loop as the
-gRPC port, with TLS, bearer tokens and a request size limit as configured."""
+"""The HTTP port: the OpenAI-compatible API (openai_api.py), DeepL's (deepl_api.py) and LibreTranslate's
+(libretranslate_api.py), served by uvicorn on the same event loop as the gRPC port, with TLS, bearer
+tokens and a request size limit as configured."""
 
 from __future__ import annotations
 
@@ -17,10 +18,22 @@ from ..errors import Unauthenticated
 from ..ops.auth import REQUIRED, bearer_allowed, read_tokens
 from ..ops.config import ServerConfig
 from ..ops.listen import address_text, listening_sockets
-from .call_handling import BodyTooLarge, refuse
+from . import deepl_api, libretranslate_api
+from .call_handling import OPENAI, BodyTooLarge, HttpApi, refuse
+from .deepl_api import add_deepl_routes
+from .libretranslate_api import add_libretranslate_routes
 from .openai_api import create_app
 
 OPEN_PATHS = ("/health",)  # probes and load balancers need no secret
+# Each path's API, for the refusals sent before a route runs: OpenAI's where none other claims it.
+APIS = {
+    **{path: deepl_api.DEEPL for path in deepl_api.PATHS},
+    **{path: libretranslate_api.LIBRETRANSLATE for path in libretranslate_api.PATHS},
+}
+
+
+def api_of(path: str) -> HttpApi:
+    return APIS.get(path, OPENAI)
 
 
 class Guard:
@@ -36,12 +49,18 @@ class Guard:
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         path = scope["path"] if scope["path"] in self.routes else "/unknown"
-        if self.tokens and path not in OPEN_PATHS and not bearer_allowed(headers.get("authorization"), self.tokens):
-            return await refuse(self.core, headers, path, Unauthenticated(REQUIRED))(scope, receive, send)
+        api = api_of(path)
+        if (
+            self.tokens
+            and path not in OPEN_PATHS
+            and not api.key_in_body  # its route checks the body's key too
+            and not bearer_allowed(headers.get("authorization"), self.tokens, api.auth_schemes)
+        ):
+            return await refuse(self.core, headers, path, Unauthenticated(REQUIRED), api)(scope, receive, send)
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_body_bytes:
             error = BodyTooLarge(int(length), self.max_body_bytes).error()
-            return await refuse(self.core, headers, path, error)(scope, receive, send)
+            return await refuse(self.core, headers, path, error, api)(scope, receive, send)
         received = 0
 
         async def counted() -> dict:  # a body sent without a length (chunked) is counted as it comes
@@ -77,6 +96,8 @@ class HttpServer:
         c = self.config
         tokens = read_tokens(c.auth_token_file) if c.auth_token_file else None
         api = create_app(self.core, self.abort_connection)
+        add_deepl_routes(api, self.core)
+        add_libretranslate_routes(api, self.core, tokens)
         app = Guard(api, tokens, c.max_message_bytes, self.core)
         settings = uvicorn.Config(
             app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c)

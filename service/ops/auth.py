@@ -16,11 +16,13 @@ def read_tokens(path: str) -> list[bytes]:
     return tokens
 
 
-def bearer_allowed(authorization: str | None, tokens: list[bytes]) -> bool:
-    """Whether an 'authorization' value carries one of the tokens. Every token is compared whatever the
-    outcome: the time taken says nothing about which matched."""
+def bearer_allowed(authorization: str | None, tokens: list[bytes], schemes: tuple[str, ...] = (BEARER,)) -> bool:
+    """Whether an 'authorization' value carries one of the tokens, after one of the schemes (DeepL's
+    clients send 'DeepL-Auth-Key <token>'). Every token is compared whatever the outcome: the time taken
+    says nothing about which matched."""
     presented = b""
-    if isinstance(authorization, str) and authorization.startswith(BEARER):
-        presented = authorization[len(BEARER) :].encode()
+    scheme = next((s for s in schemes if isinstance(authorization, str) and authorization.startswith(s)), None)
+    if scheme is not None:
+        presented = authorization[len(scheme) :].encode()
     matches = [hmac.compare_digest(presented, token) for token in tokens]
     return bool(presented) and any(matches)

@@ -104,6 +104,14 @@ class ServerConfig:
         "kernels at once; off until the GPU check measures it (docs/benchmarks.md). On the CPU nothing is "
         "captured: the steps are only bucketed, which costs their padding",
     )
+    translation_max_characters: int = _setting(
+        100_000, "most characters of one translation call's texts together (Translate, /v2/translate, /translate)"
+    )
+    translation_max_sentences: int = _setting(
+        512,
+        "most sentences one translation call's texts are cut into, together (each is a generation of its own, "
+        "so keep this under max_waiting_sequences)",
+    )
     max_waiting_sequences: int = _setting(1024, "Generate calls waiting for cache space; beyond: RESOURCE_EXHAUSTED")
     max_concurrent_requests: int = _setting(512, "calls in progress at once; beyond: RESOURCE_EXHAUSTED at once")
     max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")
@@ -161,7 +169,8 @@ class ServerConfig:
             "max_batch_tokens", "max_batch_size", "max_queue_inputs", "max_client_batch_size",
             "max_concurrent_requests", "max_message_bytes", "max_new_tokens",
             "max_waiting_sequences", "max_beams", "attention_max_input_tokens",
-            "attention_max_response_bytes", "attention_max_concurrent",
+            "attention_max_response_bytes", "attention_max_concurrent", "translation_max_characters",
+            "translation_max_sentences",
         ]  # fmt: skip
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
         if not 0.0 <= self.access_log_share <= 1.0:

@@ -28,6 +28,12 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_STOP: _ClassVar[FinishReason]
     FINISH_REASON_CANCELLED: _ClassVar[FinishReason]
 
+class SentenceSplitting(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SENTENCE_SPLITTING_UNSPECIFIED: _ClassVar[SentenceSplitting]
+    SENTENCE_SPLITTING_NO_NEWLINES: _ClassVar[SentenceSplitting]
+    SENTENCE_SPLITTING_NONE: _ClassVar[SentenceSplitting]
+
 class AttentionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ATTENTION_KIND_UNSPECIFIED: _ClassVar[AttentionKind]
@@ -46,6 +52,9 @@ FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_EOS: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_CANCELLED: FinishReason
+SENTENCE_SPLITTING_UNSPECIFIED: SentenceSplitting
+SENTENCE_SPLITTING_NO_NEWLINES: SentenceSplitting
+SENTENCE_SPLITTING_NONE: SentenceSplitting
 ATTENTION_KIND_UNSPECIFIED: AttentionKind
 ATTENTION_KIND_ENCODER_SELF: AttentionKind
 ATTENTION_KIND_DECODER_SELF: AttentionKind
@@ -252,6 +261,58 @@ class GenerateStreamResponse(_message.Message):
     usage: GenerateUsage
     model: str
     def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[GenerateUsage, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
+
+class TranslateRequest(_message.Message):
+    __slots__ = ("model", "texts", "source_language", "target_language", "num_beams", "alternatives", "max_new_tokens", "sentence_splitting", "return_scores")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    NUM_BEAMS_FIELD_NUMBER: _ClassVar[int]
+    ALTERNATIVES_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_SPLITTING_FIELD_NUMBER: _ClassVar[int]
+    RETURN_SCORES_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    source_language: str
+    target_language: str
+    num_beams: int
+    alternatives: int
+    max_new_tokens: int
+    sentence_splitting: SentenceSplitting
+    return_scores: bool
+    def __init__(self, model: _Optional[str] = ..., texts: _Optional[_Iterable[str]] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., num_beams: _Optional[int] = ..., alternatives: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., sentence_splitting: _Optional[_Union[SentenceSplitting, str]] = ..., return_scores: _Optional[bool] = ...) -> None: ...
+
+class Translation(_message.Message):
+    __slots__ = ("text", "model", "source_language", "target_language", "detected_confidence", "score", "alternatives", "sentences", "prompt_tokens", "generated_tokens")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    DETECTED_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    ALTERNATIVES_FIELD_NUMBER: _ClassVar[int]
+    SENTENCES_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    model: str
+    source_language: str
+    target_language: str
+    detected_confidence: float
+    score: float
+    alternatives: _containers.RepeatedScalarFieldContainer[str]
+    sentences: int
+    prompt_tokens: int
+    generated_tokens: int
+    def __init__(self, text: _Optional[str] = ..., model: _Optional[str] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., detected_confidence: _Optional[float] = ..., score: _Optional[float] = ..., alternatives: _Optional[_Iterable[str]] = ..., sentences: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ...) -> None: ...
+
+class TranslateResponse(_message.Message):
+    __slots__ = ("translations",)
+    TRANSLATIONS_FIELD_NUMBER: _ClassVar[int]
+    translations: _containers.RepeatedCompositeFieldContainer[Translation]
+    def __init__(self, translations: _Optional[_Iterable[_Union[Translation, _Mapping]]] = ...) -> None: ...
 
 class AttentionRequest(_message.Message):
     __slots__ = ("model", "input", "target", "max_new_tokens", "layers")

@@ -64,6 +64,11 @@ class InferenceStub:
                 request_serializer=attnserve_dot_v1_dot_inference__pb2.AttentionRequest.SerializeToString,
                 response_deserializer=attnserve_dot_v1_dot_inference__pb2.AttentionResponse.FromString,
                 _registered_method=True)
+        self.Translate = channel.unary_unary(
+                '/attnserve.v1.Inference/Translate',
+                request_serializer=attnserve_dot_v1_dot_inference__pb2.TranslateRequest.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_inference__pb2.TranslateResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServicer:
@@ -114,6 +119,15 @@ class InferenceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Translate(self, request, context):
+        """Texts into a target language: each text, a whole document if need be, cut into sentences that are
+        translated at once and put back together with its spaces, line breaks and paragraphs; the source
+        detected where unset; the model named, or the served one that covers the pair.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +160,11 @@ def add_InferenceServicer_to_server(servicer, server):
                     servicer.Attention,
                     request_deserializer=attnserve_dot_v1_dot_inference__pb2.AttentionRequest.FromString,
                     response_serializer=attnserve_dot_v1_dot_inference__pb2.AttentionResponse.SerializeToString,
+            ),
+            'Translate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Translate,
+                    request_deserializer=attnserve_dot_v1_dot_inference__pb2.TranslateRequest.FromString,
+                    response_serializer=attnserve_dot_v1_dot_inference__pb2.TranslateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +329,33 @@ class Inference:
             '/attnserve.v1.Inference/Attention',
             attnserve_dot_v1_dot_inference__pb2.AttentionRequest.SerializeToString,
             attnserve_dot_v1_dot_inference__pb2.AttentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Translate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attnserve.v1.Inference/Translate',
+            attnserve_dot_v1_dot_inference__pb2.TranslateRequest.SerializeToString,
+            attnserve_dot_v1_dot_inference__pb2.TranslateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,304 @@
+"""The translation capability: texts into a target language from a source one (given, or detected), by the
+model named or the served one that covers the pair; each text cut into sentences and put back together
+around their translations (documents.py), every sentence of a call generated at once; beside each text
+its detected language, its confidence and its alternatives."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from modeldir.languages import language_tag
+
+from ..engine.sequence import GenerationParams
+from ..errors import InvalidArgument, RequestTooLarge, invalid, renamed
+from ..ops.call_record import CallRecord
+from .documents import SPLIT_ALL, SPLIT_MODES, Document, fit_pieces, split_document
+from .generation import GenerateResult, answer, whole_answer
+from .language_detection import Detected, LanguageDetector
+from .languages import SOURCE, LanguageChoice, check_languages, serves_target
+from .registry import ModelRegistry
+from .served_models import Seq2SeqModel
+from .tokenization import Tokenization
+from .validation import GenerationOptions, check_text, generation_params
+
+# The generation options' names as a translation call has them.
+OPTION_NAMES = {
+    "params.max_new_tokens": "max_new_tokens",
+    "params.num_beams": "num_beams",
+    "params.answers": "alternatives",
+    "params.num_return_sequences": "alternatives",
+}
+AUTO = "auto"  # a source language to detect, as LibreTranslate (and an unset one) asks
+SEGMENTER_FALLBACK = "en"
+MIN_LISTED = 0.01  # a detection's candidates less likely than this are not listed  # sentence rules for a language without a two-letter code
+
+
+@dataclass(frozen=True)
+class TranslationLimits:
+    max_texts: int  # texts per call (max_client_batch_size)
+    max_characters: int  # all texts of a call together
+    max_sentences: int  # pieces a call's texts are cut into, together
+
+
+@dataclass(frozen=True)
+class TranslationOptions:
+    num_beams: int = 0  # 0: the checkpoint's default
+    alternatives: int = 0  # more translations of each text, next best first (a beam search)
+    max_new_tokens: int = 0  # per sentence; 0: the model's limit
+    split_sentences: str = SPLIT_ALL  # documents.SPLIT_MODES
+    scores: bool = False  # each text's confidence: the mean log-probability of its tokens
+
+
+@dataclass(frozen=True)
+class TranslateRequest:
+    texts: list[str]
+    target_language: str
+    source_language: str | None = None  # None or "auto": detected
+    model: str = ""  # empty: the served model that covers the pair
+    options: TranslationOptions = TranslationOptions()
+
+
+@dataclass(frozen=True)
+class Translation:
+    text: str
+    model: str
+    source_language: str | None  # the model's code for it, given or detected (None: the model names none)
+    target_language: str | None  # the model's code for it (None: the model names none)
+    detected_confidence: float | None  # where the source was detected: 0 to 1
+    mean_log_prob: float | None  # with options.scores: over all its sentences' tokens, eos included
+    alternatives: tuple[str, ...]  # next best first
+    sentences: int  # the pieces it was translated as
+    prompt_tokens: int
+    generated_tokens: int
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one text goes: its model, its languages as that model names them, and how sure the
+    detection was (None: the source was given)."""
+
+    model: Seq2SeqModel
+    languages: LanguageChoice
+    source: str | None
+    confidence: float | None
+
+
+def segmenter_language(code: str | None) -> str:
+    """The two-letter code whose sentence rules apply to a source language (English's for none)."""
+    tag = language_tag(code) if code else None
+    return tag.language if tag and tag.language and len(tag.language) == 2 else SEGMENTER_FALLBACK
+
+
+def weighted_mean(results: Sequence[GenerateResult]) -> float | None:
+    """The mean log-probability per token over several answers, each weighted by its tokens (and eos)."""
+    if any(r.mean_log_prob is None for r in results):
+        return None
+    weights = [r.usage.generated_tokens + 1 for r in results]
+    return sum(r.mean_log_prob * w for r, w in zip(results, weights)) / sum(weights)
+
+
+class TranslationService:
+    def __init__(self, registry: ModelRegistry, tokenization: Tokenization, limits: TranslationLimits, max_beams: int):
+        self.registry, self.tokenization, self.limits, self.max_beams = registry, tokenization, limits, max_beams
+        self.detector = LanguageDetector()
+
+    # where each text goes
+
+    def seq2seq_models(self) -> list[Seq2SeqModel]:
+        return [m for m in self.registry.models.values() if m.task == "seq2seq"]
+
+    @staticmethod
+    def source_codes(model: Seq2SeqModel) -> tuple[str, ...]:
+        """The languages a model reads, as it names them (none named: ())."""
+        if model.languages is not None and model.languages.needs_source:
+            return model.languages.codes
+        return model.language_pair[:1]
+
+    def candidates(self, model_name: str, target: str) -> list[Seq2SeqModel]:
+        """The models a call may go to: the one named, or every served one that translates into `target`
+        (InvalidArgument naming the target where none does)."""
+        if model_name:
+            return [self.registry.get(model_name, "seq2seq", "Translate")]
+        found = [m for m in self.seq2seq_models() if serves_target(m, target)]
+        if not found:
+            served = sorted({code for m in self.seq2seq_models() for code in self.target_codes(m)})
+            raise invalid(
+                "target_language", f"{target!r}: no served model translates into it (served: {', '.join(served)})"
+            )
+        return found
+
+    @staticmethod
+    def target_codes(model: Seq2SeqModel) -> tuple[str, ...]:
+        if model.languages is not None and model.languages.target != "none":
+            return model.languages.codes
+        return model.language_pair[1:]
+
+    def detect(self, text: str, models: list[Seq2SeqModel]):
+        """The text's language among those the models read -> Detected, or None where none can be told."""
+        codes = [code for m in models for code in self.source_codes(m)]
+        return self.detector.detect(text, codes) if codes else None
+
+    def rank(self, text: str) -> list[Detected]:
+        """The languages a text may be in, among those the served models read, the likeliest first (those
+        under MIN_LISTED after the first left out)."""
+        check_text("texts", text)
+        if len(text) > self.limits.max_characters:
+            message = (
+                f"texts: {len(text)} characters; at most {self.limits.max_characters} (translation_max_characters)"
+            )
+            raise RequestTooLarge(message, "texts")
+        ranked = self.detector.rank(text, [code for m in self.seq2seq_models() for code in self.source_codes(m)])
+        return ranked[:1] + [d for d in ranked[1:] if d.confidence >= MIN_LISTED]
+
+    def route(self, text: str, source: str | None, target: str, candidates: list[Seq2SeqModel]) -> Route:
+        """The first candidate that translates the text's source (detected where unset) into target."""
+        confidence = None
+        if not source or source.lower() == AUTO:
+            detected = self.detect(text, candidates)
+            if detected is None:
+                if any(self.source_codes(m) and m.languages and m.languages.needs_source for m in candidates):
+                    raise invalid(SOURCE, "unset, and the text's language could not be detected; name it")
+                source = None  # the model reads any source and names none
+            else:
+                source, confidence = detected.code, detected.confidence
+        first_error = None
+        for model in candidates:
+            asked = source if self.source_codes(model) else None  # a model that names no source reads any
+            try:
+                return Route(model, check_languages(model, asked, target), source, confidence)
+            except InvalidArgument as error:
+                first_error = first_error or error
+        if len(candidates) == 1:
+            raise first_error
+        raise invalid(SOURCE, f"{source!r} to {target!r}: no served model translates this pair")
+
+    # the call
+
+    def check(self, request: TranslateRequest) -> None:
+        limits, texts = self.limits, request.texts
+        if not texts:
+            raise invalid("texts", f"empty; send 1 to {limits.max_texts} texts")
+        if len(texts) > limits.max_texts:
+            raise invalid("texts", f"{len(texts)} texts; at most {limits.max_texts} per call (max_client_batch_size)")
+        for i, text in enumerate(texts):
+            check_text(f"texts[{i}]", text)
+            if not text.strip():
+                raise invalid(f"texts[{i}]", "only whitespace")
+        characters = sum(len(t) for t in texts)
+        if characters > limits.max_characters:
+            raise RequestTooLarge(
+                f"texts: {characters} characters; at most {limits.max_characters} per call "
+                "(translation_max_characters)",
+                "texts",
+            )
+        if not request.target_language:
+            raise invalid("target_language", "required")
+        options = request.options
+        if options.split_sentences not in SPLIT_MODES:
+            raise invalid("split_sentences", f"{options.split_sentences!r}; one of {', '.join(SPLIT_MODES)}")
+        for name in ("num_beams", "alternatives", "max_new_tokens"):
+            if getattr(options, name) < 0:
+                raise invalid(name, f"{getattr(options, name)}; at least 0")
+
+    async def _pieces(self, route: Route, document: Document) -> tuple[Document, list[list[int]]]:
+        """The document's pieces as ids, each within the model's input; a piece too long cut until it fits."""
+        model, languages = route.model, route.languages
+        encoded = await self.tokenization.encode(model, document.pieces, languages)
+        if any(e.truncated for e in encoded):
+            encode = functools.partial(self.tokenization.encode_now, model, languages=languages)
+            fits = lambda text: not encode([text])[0].truncated  # noqa: E731
+            loop = asyncio.get_running_loop()
+            document = await loop.run_in_executor(self.tokenization.executor, fit_pieces, document, fits)
+            encoded = await self.tokenization.encode(model, document.pieces, languages)
+        for piece, e in zip(document.pieces, encoded):
+            if e.truncated:  # a single character over the model's input: nothing left to cut
+                raise invalid("texts", f"{piece[:20]!r}... does not fit model {model.name!r}'s input")
+        return document, [e.ids for e in encoded]
+
+    async def translate(self, request: TranslateRequest, call: CallRecord) -> list[Translation]:
+        """Every text translated, in order. One refused or failed sentence stops the others."""
+        self.check(request)
+        options = request.options
+        candidates = self.candidates(request.model, request.target_language)
+        routes = [self.route(t, request.source_language, request.target_language, candidates) for t in request.texts]
+        documents, ids = [], []
+        for route, text in zip(routes, request.texts):
+            document = split_document(text, segmenter_language(route.source), options.split_sentences)
+            document, piece_ids = await self._pieces(route, document)
+            documents.append(document)
+            ids.append(piece_ids)
+        sentences = sum(len(d.pieces) for d in documents)
+        if sentences > self.limits.max_sentences:
+            raise RequestTooLarge(
+                f"texts: {sentences} sentences; at most {self.limits.max_sentences} per call "
+                "(translation_max_sentences)",
+                "texts",
+            )
+        generation = GenerationOptions(
+            max_new_tokens=options.max_new_tokens,
+            num_beams=options.num_beams,
+            answers=options.alternatives + 1 if options.alternatives else None,
+            scores=options.scores,
+        )
+        params = [self._params(route, generation) for route in routes]
+        for route in routes:
+            call.use_model(route.model.name)
+        tasks = [
+            asyncio.ensure_future(self._generate(route.model, piece_ids, route_params))
+            for route, route_params, pieces in zip(routes, params, ids)
+            for piece_ids in pieces
+        ]
+        try:
+            results = await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+        translations, start = [], 0
+        for route, document in zip(routes, documents):
+            mine = results[start : start + len(document.pieces)]
+            start += len(document.pieces)
+            translations.append(self._translation(route, document, mine, options.alternatives))
+        call.figures.update(
+            inputs=len(request.texts),
+            sentences=sentences,
+            prompt_tokens=sum(t.prompt_tokens for t in translations),
+            generated_tokens=sum(t.generated_tokens for t in translations),
+        )
+        return translations
+
+    def _params(self, route: Route, options: GenerationOptions) -> GenerationParams:
+        """The route's generation parameters, a refusal naming the option as a translation call has it."""
+        try:
+            return generation_params(route.model, options, False, self.max_beams, route.languages.first_token)
+        except InvalidArgument as error:
+            field, message = renamed(error, OPTION_NAMES)
+            raise InvalidArgument(message, field) from None
+
+    @staticmethod
+    async def _generate(model: Seq2SeqModel, ids: list[int], params: GenerationParams) -> GenerateResult:
+        model.metrics.prompt(len(ids))
+        text, token_ids, last = await whole_answer(model, ids, params)
+        return answer(model.name, text, token_ids, last)
+
+    @staticmethod
+    def _translation(route: Route, document: Document, results: list[GenerateResult], alternatives: int):
+        texts = [r.text for r in results]
+        others = []
+        for k in range(1, alternatives + 1):  # a sentence with fewer alternatives gives its best
+            texts_k = [r.hypotheses[k].text if k < len(r.hypotheses) else r.text for r in results]
+            others.append(document.assemble(texts_k))
+        return Translation(
+            text=document.assemble(texts),
+            model=route.model.name,
+            source_language=route.languages.source or route.source,
+            target_language=route.languages.target or (route.model.language_pair[1:] or (None,))[0],
+            detected_confidence=route.confidence,
+            mean_log_prob=weighted_mean(results),
+            alternatives=tuple(others),
+            sentences=len(document.pieces),
+            prompt_tokens=sum(r.usage.prompt_tokens for r in results),
+            generated_tokens=sum(r.usage.generated_tokens for r in results),
+        )

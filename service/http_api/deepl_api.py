@@ -1,0 +1,195 @@
+"""DeepL's API on the HTTP port (/v2/translate, /v2/languages), as DeepL's own client libraries call it
+with a server URL: its parameters (JSON or form bodies), language codes, response and error shapes and
+statuses (403 for a missing or wrong key, sent as 'DeepL-Auth-Key <token>'). Options attnserve does not
+serve are refused by name, never ignored."""
+
+from __future__ import annotations
+
+import langcodes
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, Response
+
+from modeldir.languages import language_tag
+
+from ..core.calls import Call, Refusal, StatusTable
+from ..core.documents import SPLIT_MODES
+from ..core.serving import ServingCore
+from ..core.translation import TranslateRequest, TranslationOptions
+from ..errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+    RequestTooLarge,
+    Unauthenticated,
+    Unavailable,
+    invalid,
+)
+from ..ops.auth import BEARER
+from .call_handling import HttpApi, handle
+from .request_fields import bool_field, request_fields, string_field, texts_field
+
+STATUSES = StatusTable(
+    ok="200",
+    cancelled="499",
+    statuses={
+        InvalidArgument: 400,
+        RequestTooLarge: 413,
+        NotFound: 404,
+        Overloaded: 429,  # DeepL's "too many requests": its clients retry it
+        Unavailable: 503,
+        FailedPrecondition: 400,
+        DeadlineExceeded: 504,
+        Unauthenticated: 403,  # DeepL's status for a missing or wrong key
+    },
+    internal=500,
+    code=str,
+)
+
+
+def deepl_error(refusal: Refusal) -> dict:
+    return {"message": refusal.message}
+
+
+DEEPL = HttpApi("deepl", STATUSES, deepl_error, auth_schemes=("DeepL-Auth-Key ", BEARER))
+PATHS = ("/v2/translate", "/v2/languages")
+NAMES = {"texts": "text", "source_language": "source_lang", "target_language": "target_lang"}
+
+SERVED = {
+    "text",
+    "source_lang",
+    "target_lang",
+    "split_sentences",
+    "preserve_formatting",
+    "formality",
+    "show_billed_characters",
+    "model",  # attnserve's: a served model by name, instead of the one that covers the pair
+}
+# DeepL's parameters that attnserve does not serve: refused by name.
+NOT_SERVED = {
+    "glossary_id": "glossaries are not served",
+    "tag_handling": "tag handling (xml, html) is not served: send plain text",
+    "tag_handling_version": "tag handling is not served",
+    "outline_detection": "tag handling is not served",
+    "non_splitting_tags": "tag handling is not served",
+    "splitting_tags": "tag handling is not served",
+    "ignore_tags": "tag handling is not served",
+    "context": "context is not served",
+    "model_type": "model types are not served: the model is the one that covers the pair (or 'model')",
+    "custom_instructions": "custom instructions are not served",
+    "style_id": "style rules are not served",
+    "translation_memory_id": "translation memories are not served",
+    "translation_memory_threshold": "translation memories are not served",
+    "auth_key": "send the key in the Authorization header: 'DeepL-Auth-Key <key>'",
+}
+FORMALITY = ("default", "prefer_more", "prefer_less")  # prefer_*: DeepL too falls back to the default
+VARIANTS = {"en": ("EN-GB", "EN-US"), "pt": ("PT-BR", "PT-PT")}  # DeepL lists no bare EN or PT target
+
+
+def language_in(code: str, target: bool) -> str:
+    """A DeepL code as BCP-47: EN-GB -> en-GB, ZH-HANT -> zh-Hant; a bare target ZH is Simplified, as
+    DeepL has it."""
+    upper = code.strip().upper()
+    if target and upper == "ZH":
+        return "zh-Hans"
+    language, _, rest = upper.partition("-")
+    if not rest:
+        return language.lower()
+    return f"{language.lower()}-{rest.title() if len(rest) == 4 else rest}"
+
+
+def language_out(code: str | None) -> str:
+    """A model's code as DeepL names a source language: fra_Latn -> FR."""
+    tag = language_tag(code) if code else None
+    return tag.language.upper() if tag and tag.language else (code or "").upper()
+
+
+def deepl_codes(code: str, target: bool) -> list[str]:
+    """The DeepL codes that name a model's language: a target's variants (EN-GB, EN-US; ZH, ZH-HANS)."""
+    tag = language_tag(code)
+    if not tag or not tag.language:
+        return []
+    language = tag.language
+    if not target:
+        return [language.upper()]
+    if language in VARIANTS:
+        return list(VARIANTS[language])
+    if language == "zh":
+        return ["ZH-HANT"] if tag.script == "Hant" else ["ZH", "ZH-HANS"]
+    return [language.upper()]
+
+
+def language_listing(core: ServingCore, target: bool) -> list[dict]:
+    """Every language some served model translates from (or into), as DeepL lists them, sorted."""
+    service = core.translation
+    found = {}
+    for model in service.seq2seq_models():
+        for code in service.target_codes(model) if target else service.source_codes(model):
+            for deepl in deepl_codes(code, target):
+                found.setdefault(deepl, langcodes.Language.get(language_in(deepl, target)).display_name())
+    entries = []
+    for deepl, name in sorted(found.items()):
+        entry = {"language": deepl, "name": name}
+        if target:
+            entry["supports_formality"] = False
+        entries.append(entry)
+    return entries
+
+
+def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
+    """DeepL's fields as a translation request, and whether billed characters are asked for."""
+    for name in fields:
+        if name in NOT_SERVED:
+            raise invalid(name, NOT_SERVED[name])
+        if name not in SERVED:
+            raise invalid(name, "not a parameter of /v2/translate")
+    texts, _ = texts_field(fields, "text")
+    target = string_field(fields, "target_lang")
+    if not target:
+        raise invalid("target_lang", "required")
+    source = string_field(fields, "source_lang")
+    split = string_field(fields, "split_sentences", "1")
+    if split not in SPLIT_MODES:
+        raise invalid("split_sentences", f"{split!r}; one of {', '.join(SPLIT_MODES)}")
+    bool_field(fields, "preserve_formatting")  # spaces and line breaks are always kept
+    formality = string_field(fields, "formality", "default")
+    if formality not in FORMALITY:
+        raise invalid("formality", f"{formality!r}: no served model has a formality; one of {', '.join(FORMALITY)}")
+    request = TranslateRequest(
+        texts,
+        language_in(target, target=True),
+        language_in(source, target=False) if source else None,
+        string_field(fields, "model", "") or "",
+        TranslationOptions(split_sentences=split),
+    )
+    return request, bool_field(fields, "show_billed_characters")
+
+
+def add_deepl_routes(app: FastAPI, core: ServingCore) -> None:
+
+    @app.post("/v2/translate")
+    async def translate(request: Request) -> Response:
+        async def work(call: Call) -> Response:
+            translation, billed = translate_request(await request_fields(request))
+            results = await core.translation.translate(translation, call.record)
+            answers = []
+            for text, result in zip(translation.texts, results):
+                answer = {"detected_source_language": language_out(result.source_language), "text": result.text}
+                if billed:
+                    answer["billed_characters"] = len(text)
+                answers.append(answer)
+            return JSONResponse({"translations": answers})
+
+        return await handle(core, request, NAMES, work, DEEPL)
+
+    @app.api_route("/v2/languages", methods=["GET", "POST"])
+    async def languages(request: Request) -> Response:
+        async def work(call: Call) -> Response:
+            fields = await request_fields(request)
+            kind = string_field(fields, "type", "source")
+            if kind not in ("source", "target"):
+                raise invalid("type", f"{kind!r}; source or target")
+            return JSONResponse(language_listing(core, kind == "target"))
+
+        return await handle(core, request, {}, work, DEEPL)
