@@ -4,6 +4,7 @@ OpenAI example run verbatim, and the serve path loading nothing of the build sid
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import re
@@ -18,6 +19,7 @@ import pytest
 
 from service.grpc_api.client import Client
 from service.ops.config import ServerConfig
+from service.ops.listen import listening_host, listening_sockets
 from testing.server_process import ServerProcess
 from testing.server_thread import ServerThread
 
@@ -97,6 +99,34 @@ def test_without_ipv6_every_port_listens_on_every_ipv4_address(minilm_dir, monke
             assert len(client.embed(["a cat sleeps"]).vectors[0]) == 384
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("host", ["[::]", "127.0.0.1", "localhost"])
+def test_connections_to_the_http_port_send_at_once(host):
+    """Nagle's algorithm off on every accepted connection (asyncio does it only for IPPROTO_TCP sockets):
+    otherwise an answer written as headers, then body, waits for the client's delayed acknowledgement,
+    40 ms for each request after a keep-alive connection's first."""
+
+    async def accepted_nodelay() -> list[int]:
+        found: list[int] = []
+
+        async def handle(reader, writer):
+            found.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        for sock in listening_sockets(listening_host(host), 0):
+            server = await asyncio.start_server(handle, sock=sock)
+            address = sock.getsockname()
+            family = sock.family
+            _, writer = await asyncio.open_connection(*address[:2], family=family)
+            while not found or len(found) < len(server.sockets):
+                await asyncio.sleep(0.001)
+            writer.close()
+            server.close()
+        return found
+
+    flags = asyncio.run(accepted_nodelay())
+    assert flags and all(flags)
 
 
 def readme_openai_example() -> str:

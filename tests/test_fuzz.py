@@ -111,6 +111,30 @@ def test_generate_stream(stub, request):
     assert code(lambda: list(stub.GenerateStream(request, timeout=30))) in ALLOWED
 
 
+# Texts shaped like documents now and then: sentences, numbers, line breaks and blank lines.
+documents = st.lists(
+    st.sampled_from(["12.", "7", "trois", "five", "\n", "\n\n", "  ", "\r\n"]) | texts, max_size=8
+).map(" ".join)
+translate_requests = st.builds(
+    pb.TranslateRequest,
+    model=models,
+    texts=st.lists(documents | texts, max_size=10),
+    source_language=languages | st.just("auto"),
+    target_language=languages,
+    num_beams=st.integers(0, 2**32 - 1) | st.integers(0, 5),
+    alternatives=st.integers(0, 2**32 - 1) | st.integers(0, 4),
+    max_new_tokens=st.integers(0, 2**32 - 1) | st.integers(0, 20),
+    sentence_splitting=st.integers(-1, 4),
+    return_scores=st.booleans(),
+)
+
+
+@FUZZ
+@given(request=translate_requests)
+def test_translate(stub, request):
+    assert code(lambda: stub.Translate(request, timeout=30)) in ALLOWED
+
+
 parameters = st.one_of(
     st.builds(oip.InferParameter, bool_param=st.booleans()),
     st.builds(oip.InferParameter, int64_param=st.integers(-(2**63), 2**63 - 1) | st.integers(0, 20)),
@@ -165,7 +189,10 @@ def raw_channel(server) -> grpc.Channel:
 @FUZZ
 @given(
     method=st.sampled_from(
-        ["attnserve.v1.Inference/" + m for m in ("Embed", "Tokenize", "Generate", "GenerateStream", "ListModels")]
+        [
+            "attnserve.v1.Inference/" + m
+            for m in ("Embed", "Tokenize", "Generate", "GenerateStream", "ListModels", "Translate")
+        ]
         + ["inference.GRPCInferenceService/" + m for m in ("ModelInfer", "ModelMetadata", "ModelConfig", "ModelReady")]
     ),
     data=st.binary(max_size=200),

@@ -88,6 +88,13 @@ def test_the_device_environment_serves_every_door(device, tmp_path):
         np.testing.assert_allclose([d["embedding"] for d in http["data"]], vectors, atol=1e-5)
         completion = httpx.post(f"{base}/completions", json={"model": "numbers", "prompt": "312405"}).json()
         assert completion["choices"][0]["text"] == WORDS
+        # The translation doors: the Marian model is en -> de; sentences, names and detection load here.
+        root = f"http://127.0.0.1:{server.http_port}"
+        deepl = httpx.post(f"{root}/v2/translate", json={"text": "A test.\nAnother one.", "target_lang": "DE"}).json()
+        with Client(server.target) as client:
+            lines = [client.generate(line, model="marian").text for line in ("A test.", "Another one.")]
+        assert deepl["translations"][0]["text"] == "\n".join(lines)
+        assert {"code": "en", "name": "English", "targets": ["de"]} in httpx.get(f"{root}/languages").json()
     finally:
         assert server.stop() == 0
     loaded = report_of(report)

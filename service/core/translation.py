@@ -184,9 +184,10 @@ class TranslationService:
         if len(texts) > limits.max_texts:
             raise invalid("texts", f"{len(texts)} texts; at most {limits.max_texts} per call (max_client_batch_size)")
         for i, text in enumerate(texts):
-            check_text(f"texts[{i}]", text)
+            field = f"texts[{i}]" if len(texts) > 1 else "texts"  # one text: as its field names it
+            check_text(field, text)
             if not text.strip():
-                raise invalid(f"texts[{i}]", "only whitespace")
+                raise invalid(field, "only whitespace")
         characters = sum(len(t) for t in texts)
         if characters > limits.max_characters:
             raise RequestTooLarge(
