@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import re
 import socket
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -45,17 +47,17 @@ def ipv6_loopback() -> bool:
 
 
 @pytest.fixture(scope="module")
-def server(minilm_dir, numbers_dir):
-    """`attnserve serve --models minilm numbers`: nothing else, as a user types it after `make run`'s build."""
+def server(minilm_dir, numbers_dir, multilingual_numbers_dir):
+    """`attnserve serve --models minilm numbers numbers-multilingual`: nothing else, as `make run` serves
+    them after its build."""
     taken = []
     for port in (DEFAULT.port, DEFAULT.http_port, DEFAULT.metrics_port):
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 taken.append(port)
     assert not taken, f"ports {taken} are taken: this test starts a server on the default ports"
-    process = ServerProcess(
-        models=(str(minilm_dir), str(numbers_dir)), listen=(), launcher=(sys.executable, "-c", PROBE)
-    )
+    models = (str(minilm_dir), str(numbers_dir), str(multilingual_numbers_dir))
+    process = ServerProcess(models=models, listen=(), launcher=(sys.executable, "-c", PROBE))
     yield process
     if process.process.poll() is None:
         process.stop()
@@ -114,12 +116,10 @@ def test_connections_to_the_http_port_send_at_once(host):
             found.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
             writer.close()
 
-        for sock in listening_sockets(listening_host(host), 0):
+        for i, sock in enumerate(listening_sockets(listening_host(host), 0)):
             server = await asyncio.start_server(handle, sock=sock)
-            address = sock.getsockname()
-            family = sock.family
-            _, writer = await asyncio.open_connection(*address[:2], family=family)
-            while not found or len(found) < len(server.sockets):
+            _, writer = await asyncio.open_connection(*sock.getsockname()[:2], family=sock.family)
+            while len(found) <= i:  # until this socket's connection is accepted
                 await asyncio.sleep(0.001)
             writer.close()
             server.close()
@@ -141,6 +141,35 @@ def test_the_readme_openai_example_works_verbatim(server):
     with contextlib.redirect_stdout(printed):
         exec(compile(readme_openai_example(), "README.md", "exec"), {})
     assert printed.getvalue() == "three hundred and twelve thousand, four hundred and five"
+
+
+def readme_block(after: str, language: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(re.escape(after) + rf"\n\n```{language}\n(.*?)```", readme, re.S)
+    assert block, f"README.md's block after {after!r}"
+    return block.group(1)
+
+
+def test_the_readme_translation_examples_work_verbatim(server):
+    """DeepL's own client, unchanged, and LibreTranslate's requests by curl, at the default HTTP port."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(readme_block("DeepL's Python client works unchanged:", "python"), "README.md", "exec"), {})
+    assert printed.getvalue() == (
+        "trois cent douze mille quatre cent cinq ZXX\ndreihundertzwölf\n\nsieben\n312405 FR\n"
+    )
+    answers = []
+    for command in readme_block("LibreTranslate's shapes, with curl:", "sh").strip().splitlines():
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        answers.append(json.loads(done.stdout))
+    assert answers[0] == {
+        "translatedText": "trois cent douze mille quatre cent cinq",
+        "detectedLanguage": {"confidence": 100.0, "language": "zxx"},
+    }
+    assert answers[1]["translatedText"] == ["twelve", "seven"] and len(answers[1]["alternatives"]) == 2
+    assert answers[2][0]["language"] == "fr"
+    assert {"code": "en", "name": "English", "targets": ["de", "es", "fr", "zxx"]} in answers[3]
 
 
 def test_serving_loads_nothing_of_the_build_side(server):

@@ -167,3 +167,27 @@ def test_deepl_and_libretranslate_spell_languages_their_own_way():
         "de",
         "pt",
     ]
+
+
+def test_tokens_group_into_words_by_their_marks():
+    from service.core.alignment import words_of
+
+    pieces = ["fra_Latn", "\u2581trois", "\u2581cent", "\u2581quar", "ante", "-", "deux", "</s>"]
+    special = [True, False, False, False, False, False, False, True]
+    assert words_of(pieces, special) == (["trois", "cent", "quarante-deux"], [-1, 0, 1, 2, 2, 2, 2, -1])
+    wordpiece = ["[CLS]", "the", "tele", "##scope", "[SEP]"]
+    assert words_of(wordpiece, [True, False, False, False, True]) == (["the", "telescope"], [-1, 0, 1, 1, -1])
+
+
+def test_each_target_word_aligns_with_what_its_generating_step_attended_to_most():
+    import numpy as np
+
+    from service.core.alignment import align
+
+    # Decoder positions: start, code, t1, t2, t3 (target words 0, 0, 1); source positions: code, s1, s2, s3,
+    # eos (source words 0, 1, 1). Position p's attention is what generated the token at p + 1.
+    weights = np.zeros((5, 5))
+    weights[1, 3] = 1.0  # t1 (word 0) from s3 (word 1)
+    weights[2, 1] = 1.0  # t2 (word 0) from s1 (word 0)
+    weights[3, 4], weights[3, 2] = 2.0, 1.0  # t3 (word 1): eos is special, so s2 (word 1)
+    assert align(weights, [-1, 0, 1, 1, -1], [-1, -1, 0, 0, 1]) == [(0, 0), (1, 0), (1, 1)]

@@ -167,3 +167,53 @@ def test_limits_and_bad_input_are_refused_by_name(stub):
         code, details = refusal(lambda: stub.Translate(request, timeout=60))
         assert (code, message in details) == (status, True), (fields, details)
     assert translate(stub, ["6"], "en", source="zxx")[0].text == "six"  # and it serves on
+
+
+@pytest.fixture(scope="module")
+def aligning(multilingual_numbers_dir):
+    from testing.server_thread import ServerThread
+
+    server = ServerThread([multilingual_numbers_dir], attention_maps=True)
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "source", "target"),
+    [
+        ("312405", DIGITS, "fra_Latn"),
+        ("twenty-one thousand and seven", "eng_Latn", DIGITS),
+        ("1001", DIGITS, "deu_Latn"),
+    ],
+)
+def test_word_alignments_are_the_cross_attention_transformers_computes(aligning, text, source, target):
+    from service.core.alignment import align, words_of
+
+    (t,) = translate(aligning.stub(), [text], target, source=source, return_alignment=True)
+    (a,) = t.alignments
+    model = transformers.M2M100ForConditionalGeneration.from_pretrained(CHECKPOINT, attn_implementation="eager")
+    model.eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(CHECKPOINT)
+    tokenizer.src_lang = source
+    batch = tokenizer([text], return_tensors="pt")
+    generated = tokenizer([t.text], add_special_tokens=False)["input_ids"][0]
+    decoder = [model.config.decoder_start_token_id, tokenizer.convert_tokens_to_ids(target), *generated]
+    with torch.no_grad():
+        out = model(**batch, decoder_input_ids=torch.tensor([decoder]), output_attentions=True)
+    layer = max(model.config.decoder_layers - 2, 0)
+    weights = out.cross_attentions[layer][0].mean(dim=0).numpy()
+    codes = set(tokenizer.convert_tokens_to_ids([source, target]))
+    special = set(tokenizer.all_special_ids) | codes | {model.config.decoder_start_token_id}
+    (source_ids,) = batch["input_ids"].tolist()
+    source_words, source_word = words_of(
+        tokenizer.convert_ids_to_tokens(source_ids), [i in special for i in source_ids]
+    )
+    target_words, target_word = words_of(tokenizer.convert_ids_to_tokens(decoder), [i in special for i in decoder])
+    assert (list(a.source_words), list(a.target_words)) == (source_words, target_words)
+    assert list(zip(a.pairs[::2], a.pairs[1::2])) == align(weights, source_word, target_word)
+    assert {j for j in a.pairs[1::2]} == set(range(len(target_words)))  # every target word is aligned
+
+
+def test_alignments_need_the_attention_graphs(stub):
+    code, details = refusal(lambda: translate(stub, ["5"], "fr", source="zxx", return_alignment=True))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "--attention-maps" in details

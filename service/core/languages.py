@@ -22,6 +22,12 @@ class LanguageChoice:
     target: str | None = None
     first_token: int | None = None  # the decoder's forced first token: the target's code
 
+    def codes(self, model: ServedModel) -> set[int]:
+        """The ids of the language tokens this choice puts in the source or the decoder."""
+        if self.first_token is not None:
+            return {self.first_token, *([model.tokenizer.language_id(self.source)] if self.source else [])}
+        return {model.tokenizer.language_id(code) for code in (self.source, self.target) if code}
+
     @property
     def frames_source(self) -> bool:
         """The source's text is framed with language tokens (the tokenizer's encode takes them)."""

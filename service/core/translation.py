@@ -6,6 +6,7 @@ its detected language, its confidence and its alternatives."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from modeldir.languages import language_tag
 
 from ..engine.sequence import GenerationParams
-from ..errors import InvalidArgument, RequestTooLarge, invalid, renamed
+from ..errors import FailedPrecondition, InvalidArgument, RequestTooLarge, invalid, renamed
 from ..ops.call_record import CallRecord
+from .alignment import SentenceAlignment, sentence_alignment
 from .documents import SPLIT_ALL, SPLIT_MODES, Document, fit_pieces, split_document
 from .generation import GenerateResult, answer, whole_answer
 from .language_detection import Detected, LanguageDetector
@@ -50,6 +52,7 @@ class TranslationOptions:
     max_new_tokens: int = 0  # per sentence; 0: the model's limit
     split_sentences: str = SPLIT_ALL  # documents.SPLIT_MODES
     scores: bool = False  # each text's confidence: the mean log-probability of its tokens
+    alignment: bool = False  # each sentence's word alignment, from cross-attention (needs --attention-maps)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class Translation:
     sentences: int  # the pieces it was translated as
     prompt_tokens: int
     generated_tokens: int
+    alignments: tuple[SentenceAlignment, ...] = ()  # with options.alignment: each sentence's, in order
 
 
 @dataclass(frozen=True)
@@ -247,8 +251,14 @@ class TranslationService:
         params = [self._params(route, generation) for route in routes]
         for route in routes:
             call.use_model(route.model.name)
+            if options.alignment and route.model.attention is None:
+                raise FailedPrecondition(
+                    f"return_alignment: model {route.model.name!r} has no attention-map graph loaded; start the "
+                    "server with --attention-maps (ATTNSERVE_ATTENTION_MAPS=1)",
+                    "return_alignment",
+                )
         tasks = [
-            asyncio.ensure_future(self._generate(route.model, piece_ids, route_params))
+            asyncio.ensure_future(self._generate(route, piece_ids, route_params, options.alignment))
             for route, route_params, pieces in zip(routes, params, ids)
             for piece_ids in pieces
         ]
@@ -261,7 +271,10 @@ class TranslationService:
         for route, document in zip(routes, documents):
             mine = results[start : start + len(document.pieces)]
             start += len(document.pieces)
-            translations.append(self._translation(route, document, mine, options.alternatives))
+            translation = self._translation(route, document, [r for r, _ in mine], options.alternatives)
+            if options.alignment:
+                translation = dataclasses.replace(translation, alignments=tuple(a for _, a in mine))
+            translations.append(translation)
         call.figures.update(
             inputs=len(request.texts),
             sentences=sentences,
@@ -279,10 +292,20 @@ class TranslationService:
             raise InvalidArgument(message, field) from None
 
     @staticmethod
-    async def _generate(model: Seq2SeqModel, ids: list[int], params: GenerationParams) -> GenerateResult:
+    async def _generate(
+        route: Route, ids: list[int], params: GenerationParams, alignment: bool
+    ) -> tuple[GenerateResult, SentenceAlignment | None]:
+        """One sentence's translation, and its word alignment where asked for."""
+        model = route.model
         model.metrics.prompt(len(ids))
         text, token_ids, last = await whole_answer(model, ids, params)
-        return answer(model.name, text, token_ids, last)
+        result = answer(model.name, text, token_ids, last)
+        if not alignment:
+            return result, None
+        codes = route.languages.codes(model)
+        first = [params.first_token] if params.first_token is not None else []
+        aligned = await sentence_alignment(model, ids, [model.special.bos, *first, *token_ids], codes)
+        return result, aligned
 
     @staticmethod
     def _translation(route: Route, document: Document, results: list[GenerateResult], alternatives: int):

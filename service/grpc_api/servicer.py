@@ -65,6 +65,7 @@ def translate_request(request: pb.TranslateRequest) -> TranslateRequest:
         max_new_tokens=request.max_new_tokens,
         split_sentences=SENTENCE_SPLITTING.get(request.sentence_splitting, str(request.sentence_splitting)),
         scores=request.return_scores,
+        alignment=request.return_alignment,
     )
     return TranslateRequest(
         list(request.texts), request.target_language, request.source_language or None, request.model, options
@@ -81,6 +82,12 @@ def translation_message(t: Translation) -> pb.Translation:
         sentences=t.sentences,
         prompt_tokens=t.prompt_tokens,
         generated_tokens=t.generated_tokens,
+        alignments=[
+            pb.SentenceAlignment(
+                source_words=a.source_words, target_words=a.target_words, pairs=[i for pair in a.pairs for i in pair]
+            )
+            for a in t.alignments
+        ],
     )
     if t.detected_confidence is not None:
         message.detected_confidence = t.detected_confidence

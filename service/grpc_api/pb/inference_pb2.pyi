@@ -263,7 +263,7 @@ class GenerateStreamResponse(_message.Message):
     def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[GenerateUsage, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class TranslateRequest(_message.Message):
-    __slots__ = ("model", "texts", "source_language", "target_language", "num_beams", "alternatives", "max_new_tokens", "sentence_splitting", "return_scores")
+    __slots__ = ("model", "texts", "source_language", "target_language", "num_beams", "alternatives", "max_new_tokens", "sentence_splitting", "return_scores", "return_alignment")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
@@ -273,6 +273,7 @@ class TranslateRequest(_message.Message):
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_SPLITTING_FIELD_NUMBER: _ClassVar[int]
     RETURN_SCORES_FIELD_NUMBER: _ClassVar[int]
+    RETURN_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
     model: str
     texts: _containers.RepeatedScalarFieldContainer[str]
     source_language: str
@@ -282,10 +283,21 @@ class TranslateRequest(_message.Message):
     max_new_tokens: int
     sentence_splitting: SentenceSplitting
     return_scores: bool
-    def __init__(self, model: _Optional[str] = ..., texts: _Optional[_Iterable[str]] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., num_beams: _Optional[int] = ..., alternatives: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., sentence_splitting: _Optional[_Union[SentenceSplitting, str]] = ..., return_scores: _Optional[bool] = ...) -> None: ...
+    return_alignment: bool
+    def __init__(self, model: _Optional[str] = ..., texts: _Optional[_Iterable[str]] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., num_beams: _Optional[int] = ..., alternatives: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., sentence_splitting: _Optional[_Union[SentenceSplitting, str]] = ..., return_scores: _Optional[bool] = ..., return_alignment: _Optional[bool] = ...) -> None: ...
+
+class SentenceAlignment(_message.Message):
+    __slots__ = ("source_words", "target_words", "pairs")
+    SOURCE_WORDS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_WORDS_FIELD_NUMBER: _ClassVar[int]
+    PAIRS_FIELD_NUMBER: _ClassVar[int]
+    source_words: _containers.RepeatedScalarFieldContainer[str]
+    target_words: _containers.RepeatedScalarFieldContainer[str]
+    pairs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, source_words: _Optional[_Iterable[str]] = ..., target_words: _Optional[_Iterable[str]] = ..., pairs: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Translation(_message.Message):
-    __slots__ = ("text", "model", "source_language", "target_language", "detected_confidence", "score", "alternatives", "sentences", "prompt_tokens", "generated_tokens")
+    __slots__ = ("text", "model", "source_language", "target_language", "detected_confidence", "score", "alternatives", "sentences", "prompt_tokens", "generated_tokens", "alignments")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SOURCE_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +308,7 @@ class Translation(_message.Message):
     SENTENCES_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ALIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     text: str
     model: str
     source_language: str
@@ -306,7 +319,8 @@ class Translation(_message.Message):
     sentences: int
     prompt_tokens: int
     generated_tokens: int
-    def __init__(self, text: _Optional[str] = ..., model: _Optional[str] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., detected_confidence: _Optional[float] = ..., score: _Optional[float] = ..., alternatives: _Optional[_Iterable[str]] = ..., sentences: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ...) -> None: ...
+    alignments: _containers.RepeatedCompositeFieldContainer[SentenceAlignment]
+    def __init__(self, text: _Optional[str] = ..., model: _Optional[str] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., detected_confidence: _Optional[float] = ..., score: _Optional[float] = ..., alternatives: _Optional[_Iterable[str]] = ..., sentences: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generated_tokens: _Optional[int] = ..., alignments: _Optional[_Iterable[_Union[SentenceAlignment, _Mapping]]] = ...) -> None: ...
 
 class TranslateResponse(_message.Message):
     __slots__ = ("translations",)
