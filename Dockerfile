@@ -36,7 +36,8 @@ COPY cli/ cli/
 COPY modeldir/ modeldir/
 COPY modelbuild/ modelbuild/
 COPY service/ service/
-# The serving dependencies only: onnxruntime-gpu, grpcio, tokenizers, numpy, prometheus-client; no torch.
+# The serving dependencies only: onnxruntime-gpu, grpcio, tokenizers, numpy, prometheus-client, and the
+# translation doors' sentencex (sentences), py3langid (detection) and language-data (names); no torch.
 # hadolint ignore=DL3013
 RUN pip install . && rm -rf /src
 COPY --from=models /models /models

@@ -4,6 +4,8 @@ API lists them, bad input refused in each API's own shape and status, never a 5x
 
 from __future__ import annotations
 
+import json
+
 import deepl
 import httpx
 import pytest
@@ -14,6 +16,7 @@ from modelbuild.multilingual_numbers import DIGITS, example
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
+JSON_TYPE = {"content-type": "application/json"}
 deepl.http_client.max_network_retries = 0  # a 429 or 5xx is the test's to see, not the client's to retry
 
 
@@ -149,6 +152,18 @@ def test_libretranslate_refuses_in_its_own_shape(base_url, body, message):
     assert response.json()["error"].startswith(message)
 
 
+def test_a_lone_surrogate_is_refused_by_name_on_every_door(base_url):
+    """JSON may escape a lone surrogate ("\\ud800"), which decodes to a str no tokenizer takes."""
+    for path, body, field in [
+        ("/v2/translate", '{"text": "\\ud800 12", "target_lang": "FR"}', "text"),
+        ("/translate", '{"q": ["5", "\\udfff"], "source": "zxx", "target": "fr"}', "q[1]"),
+        ("/detect", '{"q": "ab\\ud800"}', "q"),
+        ("/v1/completions", '{"prompt": "\\ud800", "model": "numbers"}', "prompt"),
+    ]:
+        response = httpx.post(f"{base_url}{path}", content=body.encode(), headers=JSON_TYPE)
+        assert response.status_code == 400 and f"{field}: not valid Unicode: a lone surrogate" in response.text
+
+
 def test_keys_guard_both_apis_in_their_own_ways(multilingual_numbers_dir, tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text("s3cret\n")
@@ -180,12 +195,15 @@ def test_the_http_doors_translate_as_grpc_does(translating, translator):
     assert libre["translatedText"] == grpc_answer.text
 
 
+# Any code point, lone surrogates too: JSON's "\ud800" escapes decode to them.
+ANY_TEXT = st.text(st.characters(blacklist_categories=()), max_size=20)
 JSON = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-(2**40), 2**40)
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=30),
+    | st.text(max_size=30)
+    | ANY_TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=10,
 )
@@ -220,11 +238,13 @@ def bodies(draw) -> tuple[str, dict]:
 @given(request=bodies(), form=st.booleans())
 def test_no_body_gets_a_server_error_and_the_server_serves_on(base_url, request, form):
     path, body = request
-    if form:  # a form carries strings alone
+    if form:  # a form carries strings alone, and UTF-8 alone
         body = {k: v if isinstance(v, list) and all(isinstance(x, str) for x in v) else str(v) for k, v in body.items()}
+        body = {k: v.encode(errors="replace").decode() if isinstance(v, str) else v for k, v in body.items()}
         response = httpx.post(f"{base_url}{path}", data=body, timeout=60)
-    else:
-        response = httpx.post(f"{base_url}{path}", json=body, timeout=60)
+    else:  # ASCII JSON, its escapes carrying whatever the text holds
+        content = json.dumps(body).encode()
+        response = httpx.post(f"{base_url}{path}", content=content, headers=JSON_TYPE, timeout=60)
     assert response.status_code in (200, 400, 404, 413), response.text
     if response.status_code != 200:
         assert set(response.json()) == ({"message"} if path.startswith("/v2") else {"error"})

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+import openai
 import pytest
 import torch
 
@@ -217,3 +218,18 @@ def test_word_alignments_are_the_cross_attention_transformers_computes(aligning,
 def test_alignments_need_the_attention_graphs(stub):
     code, details = refusal(lambda: translate(stub, ["5"], "fr", source="zxx", return_alignment=True))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "--attention-maps" in details
+
+
+def test_generate_naming_languages_but_no_model_is_routed_by_its_pair(stub, translating):
+    """The default seq2seq model here is `numbers`, which names no languages: a Generate (or a completion)
+    that names a target goes to the model that covers its pair instead."""
+    routed = stub.Generate(pb.GenerateRequest(input="12", source_language="zxx", target_language="fr"), timeout=60)
+    assert (routed.model, routed.text) == (MULTILINGUAL, "douze")
+    italian = stub.Generate(pb.GenerateRequest(input="Hello.", target_language="it"), timeout=60)
+    assert italian.model == "marian-en-it"
+    assert stub.Generate(pb.GenerateRequest(input="12"), timeout=60).model == "numbers"  # no languages: the default
+    sdk = openai.OpenAI(base_url=f"http://localhost:{translating.server.http.port}/v1", api_key="unused", max_retries=0)
+    completion = sdk.completions.create(
+        model="", prompt="12", extra_body={"source_language": "zxx", "target_language": "de"}
+    )
+    assert (completion.model, completion.choices[0].text) == (MULTILINGUAL, "zwölf")

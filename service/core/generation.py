@@ -1,5 +1,6 @@
 """The generation capability of seq2seq models: an input and its options in; the whole answer, or its
-events as they come, out, through the model's scheduler."""
+events as they come, out, through the model's scheduler. A request that names a target language but no
+model goes to the served model that covers its pair (routing.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ..errors import QueueFull, ServiceError, invalid
 from ..ops.call_record import CallRecord
 from .languages import check_languages
 from .registry import ModelRegistry
+from .routing import LanguageRouter
 from .served_models import Seq2SeqModel
 from .tokenization import Tokenization
 from .validation import GenerationOptions, check_text, generation_params
@@ -132,10 +134,13 @@ class Generation:
         max_beams: int,
         max_client_batch_size: int,
         stream_messages: float = 0.0,
+        router: LanguageRouter | None = None,
     ):
-        """stream_messages: the events a second all streams together aim at (0: one for every token)."""
+        """stream_messages: the events a second all streams together aim at (0: one for every token).
+        router: where a request that names languages but no model goes (None: to the default model)."""
         self.registry, self.tokenization, self.max_beams = registry, tokenization, max_beams
         self.max_client_batch_size, self.stream_messages = max_client_batch_size, stream_messages
+        self.router = router
         self.streams_open = 0
 
     def interval(self) -> float:
@@ -154,11 +159,18 @@ class Generation:
 
     async def _prepare(self, request: GenerateRequest, call: CallRecord, streaming: bool):
         """Validate and tokenize the request: -> its model, its generation parameters and its prompt's ids."""
-        model = self.registry.get(request.model, "seq2seq", call.rpc)
-        call.use_model(model.name)
-        check_text("input", request.input)
         options = request.options
-        languages = check_languages(model, options.source_language, options.target_language)
+        if not request.model and options.target_language and self.router is not None:  # routed by its pair
+            check_text("input", request.input)
+            source, target = options.source_language, options.target_language
+            route = self.router.route(request.input, source, target, self.router.candidates("", target))
+            model, languages = route.model, route.languages
+            call.use_model(model.name)
+        else:
+            model = self.registry.get(request.model, "seq2seq", call.rpc)
+            call.use_model(model.name)
+            check_text("input", request.input)
+            languages = check_languages(model, options.source_language, options.target_language)
         params = generation_params(model, options, streaming, self.max_beams, languages.first_token)
         (encoded,) = await self.tokenization.encode(model, [request.input], languages)
         if encoded.truncated:

@@ -24,6 +24,7 @@ from .generation import Generation
 from .health import probe
 from .loader import LoadSettings, load_models
 from .registry import ModelInfo, ModelRegistry
+from .routing import LanguageRouter
 from .streaming import StreamPolicy
 from .tokenization import Tokenization
 from .translation import TranslationLimits, TranslationService
@@ -61,6 +62,7 @@ class ServingCore:
         self.generation: Generation | None = None
         self.tokenization: Tokenization | None = None
         self.attention_maps: AttentionMaps | None = None
+        self.routing: LanguageRouter | None = None
         self.translation: TranslationService | None = None
         self._readiness_listeners: list[Callable[[bool], None]] = []
         self._probes: asyncio.Task | None = None
@@ -95,12 +97,13 @@ class ServingCore:
         )
         self.tokenization = Tokenization(registry, self.tokenize_executor, s.max_client_batch_size)
         self.embeddings = Embeddings(registry, self.tokenization, s.max_client_batch_size)
+        self.routing = LanguageRouter(registry, s.translation_characters)
         self.generation = Generation(
-            registry, self.tokenization, s.max_beams, s.max_client_batch_size, stream_messages=s.stream_messages
+            registry, self.tokenization, s.max_beams, s.max_client_batch_size, s.stream_messages, self.routing
         )
         self.attention_maps = AttentionMaps(registry, self.tokenization, s.attention)
         limits = TranslationLimits(s.max_client_batch_size, s.translation_characters, s.translation_sentences)
-        self.translation = TranslationService(registry, self.tokenization, limits, s.max_beams)
+        self.translation = TranslationService(self.routing, self.tokenization, limits, s.max_beams)
         self.registry = registry
         self.admission.loaded = True
         self._probes = asyncio.get_running_loop().create_task(self._probe_unhealthy_models(), name="probes")

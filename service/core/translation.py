@@ -1,7 +1,7 @@
 """The translation capability: texts into a target language from a source one (given, or detected), by the
-model named or the served one that covers the pair; each text cut into sentences and put back together
-around their translations (documents.py), every sentence of a call generated at once; beside each text
-its detected language, its confidence and its alternatives."""
+model named or the served one that covers the pair (routing.py); each text cut into sentences and put
+back together around their translations (documents.py), every sentence of a call generated at once;
+beside each text its detected language, its confidence, its alternatives and its word alignment."""
 
 from __future__ import annotations
 
@@ -19,10 +19,7 @@ from ..ops.call_record import CallRecord
 from .alignment import SentenceAlignment, sentence_alignment
 from .documents import SPLIT_ALL, SPLIT_MODES, Document, fit_pieces, split_document
 from .generation import GenerateResult, answer, whole_answer
-from .language_detection import Detected, LanguageDetector
-from .languages import SOURCE, LanguageChoice, check_languages, serves_target
-from .registry import ModelRegistry
-from .served_models import Seq2SeqModel
+from .routing import LanguageRouter, Route
 from .tokenization import Tokenization
 from .validation import GenerationOptions, check_text, generation_params
 
@@ -33,9 +30,7 @@ OPTION_NAMES = {
     "params.answers": "alternatives",
     "params.num_return_sequences": "alternatives",
 }
-AUTO = "auto"  # a source language to detect, as LibreTranslate (and an unset one) asks
-SEGMENTER_FALLBACK = "en"
-MIN_LISTED = 0.01  # a detection's candidates less likely than this are not listed  # sentence rules for a language without a two-letter code
+SEGMENTER_FALLBACK = "en"  # sentence rules for a language without a two-letter code
 
 
 @dataclass(frozen=True)
@@ -79,17 +74,6 @@ class Translation:
     alignments: tuple[SentenceAlignment, ...] = ()  # with options.alignment: each sentence's, in order
 
 
-@dataclass(frozen=True)
-class Route:
-    """Where one text goes: its model, its languages as that model names them, and how sure the
-    detection was (None: the source was given)."""
-
-    model: Seq2SeqModel
-    languages: LanguageChoice
-    source: str | None
-    confidence: float | None
-
-
 def segmenter_language(code: str | None) -> str:
     """The two-letter code whose sentence rules apply to a source language (English's for none)."""
     tag = language_tag(code) if code else None
@@ -105,79 +89,8 @@ def weighted_mean(results: Sequence[GenerateResult]) -> float | None:
 
 
 class TranslationService:
-    def __init__(self, registry: ModelRegistry, tokenization: Tokenization, limits: TranslationLimits, max_beams: int):
-        self.registry, self.tokenization, self.limits, self.max_beams = registry, tokenization, limits, max_beams
-        self.detector = LanguageDetector()
-
-    # where each text goes
-
-    def seq2seq_models(self) -> list[Seq2SeqModel]:
-        return [m for m in self.registry.models.values() if m.task == "seq2seq"]
-
-    @staticmethod
-    def source_codes(model: Seq2SeqModel) -> tuple[str, ...]:
-        """The languages a model reads, as it names them (none named: ())."""
-        if model.languages is not None and model.languages.needs_source:
-            return model.languages.codes
-        return model.language_pair[:1]
-
-    def candidates(self, model_name: str, target: str) -> list[Seq2SeqModel]:
-        """The models a call may go to: the one named, or every served one that translates into `target`
-        (InvalidArgument naming the target where none does)."""
-        if model_name:
-            return [self.registry.get(model_name, "seq2seq", "Translate")]
-        found = [m for m in self.seq2seq_models() if serves_target(m, target)]
-        if not found:
-            served = sorted({code for m in self.seq2seq_models() for code in self.target_codes(m)})
-            raise invalid(
-                "target_language", f"{target!r}: no served model translates into it (served: {', '.join(served)})"
-            )
-        return found
-
-    @staticmethod
-    def target_codes(model: Seq2SeqModel) -> tuple[str, ...]:
-        if model.languages is not None and model.languages.target != "none":
-            return model.languages.codes
-        return model.language_pair[1:]
-
-    def detect(self, text: str, models: list[Seq2SeqModel]):
-        """The text's language among those the models read -> Detected, or None where none can be told."""
-        codes = [code for m in models for code in self.source_codes(m)]
-        return self.detector.detect(text, codes) if codes else None
-
-    def rank(self, text: str) -> list[Detected]:
-        """The languages a text may be in, among those the served models read, the likeliest first (those
-        under MIN_LISTED after the first left out)."""
-        check_text("texts", text)
-        if len(text) > self.limits.max_characters:
-            message = (
-                f"texts: {len(text)} characters; at most {self.limits.max_characters} (translation_max_characters)"
-            )
-            raise RequestTooLarge(message, "texts")
-        ranked = self.detector.rank(text, [code for m in self.seq2seq_models() for code in self.source_codes(m)])
-        return ranked[:1] + [d for d in ranked[1:] if d.confidence >= MIN_LISTED]
-
-    def route(self, text: str, source: str | None, target: str, candidates: list[Seq2SeqModel]) -> Route:
-        """The first candidate that translates the text's source (detected where unset) into target."""
-        confidence = None
-        if not source or source.lower() == AUTO:
-            detected = self.detect(text, candidates)
-            if detected is None:
-                if any(self.source_codes(m) and m.languages and m.languages.needs_source for m in candidates):
-                    raise invalid(SOURCE, "unset, and the text's language could not be detected; name it")
-                source = None  # the model reads any source and names none
-            else:
-                source, confidence = detected.code, detected.confidence
-        first_error = None
-        for model in candidates:
-            asked = source if self.source_codes(model) else None  # a model that names no source reads any
-            try:
-                return Route(model, check_languages(model, asked, target), source, confidence)
-            except InvalidArgument as error:
-                first_error = first_error or error
-        if len(candidates) == 1:
-            raise first_error
-        raise invalid(SOURCE, f"{source!r} to {target!r}: no served model translates this pair")
+    def __init__(self, router: LanguageRouter, tokenization: Tokenization, limits: TranslationLimits, max_beams: int):
+        self.router, self.tokenization, self.limits, self.max_beams = router, tokenization, limits, max_beams
 
     # the call
 
@@ -227,8 +140,9 @@ class TranslationService:
         """Every text translated, in order. One refused or failed sentence stops the others."""
         self.check(request)
         options = request.options
-        candidates = self.candidates(request.model, request.target_language)
-        routes = [self.route(t, request.source_language, request.target_language, candidates) for t in request.texts]
+        router, source, target = self.router, request.source_language, request.target_language
+        candidates = router.candidates(request.model, target)
+        routes = [router.route(text, source, target, candidates) for text in request.texts]
         documents, ids = [], []
         for route, text in zip(routes, request.texts):
             document = split_document(text, segmenter_language(route.source), options.split_sentences)

@@ -24,6 +24,10 @@ def check_text(field: str, text: str) -> None:
         raise invalid(field, "empty text")
     if "\x00" in text:
         raise invalid(field, "contains a NUL character")
+    try:
+        text.encode()
+    except UnicodeEncodeError as error:  # JSON's "\ud800": a lone surrogate, which no tokenizer takes
+        raise invalid(field, f"not valid Unicode: a lone surrogate at character {error.start}") from None
 
 
 def check_texts(texts: list[str], limit: int) -> list[str]:

@@ -284,11 +284,11 @@ class Scheduler:
             forced = bool(state.forced_eos[row]) and int(state.count[row]) == int(state.max_new[row]) - 1
             last_text = sequence.text.end() if per_token else self.decode(sequence.generated)
             reason = STOP if sequence.text.stopped else LENGTH if forced else EOS
-            sequence.finish(reason, last_text, score=state.mean_log_prob(row))
+            sequence.finish(reason, last_text, mean_log_prob=state.mean_log_prob(row))
             self._leave(sequence)
             return
         if not per_token:
-            sequence.finish(LENGTH, self.decode(sequence.generated), score=state.mean_log_prob(row))
+            sequence.finish(LENGTH, self.decode(sequence.generated), mean_log_prob=state.mean_log_prob(row))
             self._leave(sequence)
             return
         sequence.unsent.append(token)
@@ -298,7 +298,7 @@ class Scheduler:
         if sequence.text.stopped or at_limit:
             if not at_limit:
                 sequence.generated = state.reported(row)
-            sequence.finish(STOP if sequence.text.stopped else LENGTH, text, score=state.mean_log_prob(row))
+            sequence.finish(STOP if sequence.text.stopped else LENGTH, text, mean_log_prob=state.mean_log_prob(row))
             self._leave(sequence)
         else:
             sequence.send(text)

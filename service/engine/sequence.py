@@ -123,7 +123,11 @@ class Sequence:
             self._wake()
 
     def finish(
-        self, reason: str, last_text: str = "", hypotheses: tuple[Hypothesis, ...] = (), score: float | None = None
+        self,
+        reason: str,
+        last_text: str = "",
+        hypotheses: tuple[Hypothesis, ...] = (),
+        mean_log_prob: float | None = None,
     ) -> None:
         now = time.perf_counter()
         usage = Usage(
@@ -135,8 +139,8 @@ class Sequence:
         if last_text:
             self.unsent_text.append(last_text)
         if hypotheses:
-            score = hypotheses[0].mean_log_prob
-        self.ending = Event("", [], reason, usage, hypotheses, score)
+            mean_log_prob = hypotheses[0].mean_log_prob
+        self.ending = Event("", [], reason, usage, hypotheses, mean_log_prob)
         self._wake()
 
     def fail(self, error: Exception) -> None:

@@ -45,6 +45,26 @@ STATUSES = StatusTable(
 )
 
 
+# The statuses of the translation APIs (DeepL's, LibreTranslate's): plain HTTP codes, 403 for a missing or
+# wrong key, as theirs are.
+KEY_STATUSES = StatusTable(
+    ok="200",
+    cancelled="499",
+    statuses={
+        InvalidArgument: 400,
+        RequestTooLarge: 413,
+        NotFound: 404,
+        Overloaded: 429,  # their clients retry it
+        Unavailable: 503,
+        FailedPrecondition: 400,
+        DeadlineExceeded: 504,
+        Unauthenticated: 403,
+    },
+    internal=500,
+    code=str,
+)
+
+
 def openai_error(refusal: Refusal) -> dict:
     return {"error": {"message": refusal.message, "type": refusal.status[1], "param": refusal.field,
                       "code": refusal.kind}}  # fmt: skip

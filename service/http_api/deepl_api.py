@@ -11,48 +11,21 @@ from starlette.responses import JSONResponse, Response
 
 from modeldir.languages import language_tag
 
-from ..core.calls import Call, Refusal, StatusTable
+from ..core.calls import Call, Refusal
 from ..core.documents import SPLIT_MODES
 from ..core.serving import ServingCore
 from ..core.translation import TranslateRequest, TranslationOptions
-from ..errors import (
-    DeadlineExceeded,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    Overloaded,
-    RequestTooLarge,
-    Unauthenticated,
-    Unavailable,
-    invalid,
-)
+from ..errors import invalid
 from ..ops.auth import BEARER
-from .call_handling import HttpApi, handle
+from .call_handling import KEY_STATUSES, HttpApi, handle
 from .request_fields import bool_field, request_fields, string_field, texts_field
-
-STATUSES = StatusTable(
-    ok="200",
-    cancelled="499",
-    statuses={
-        InvalidArgument: 400,
-        RequestTooLarge: 413,
-        NotFound: 404,
-        Overloaded: 429,  # DeepL's "too many requests": its clients retry it
-        Unavailable: 503,
-        FailedPrecondition: 400,
-        DeadlineExceeded: 504,
-        Unauthenticated: 403,  # DeepL's status for a missing or wrong key
-    },
-    internal=500,
-    code=str,
-)
 
 
 def deepl_error(refusal: Refusal) -> dict:
     return {"message": refusal.message}
 
 
-DEEPL = HttpApi("deepl", STATUSES, deepl_error, auth_schemes=("DeepL-Auth-Key ", BEARER))
+DEEPL = HttpApi("deepl", KEY_STATUSES, deepl_error, auth_schemes=("DeepL-Auth-Key ", BEARER))
 PATHS = ("/v2/translate", "/v2/languages")
 NAMES = {"texts": "text", "source_language": "source_lang", "target_language": "target_lang"}
 
@@ -122,10 +95,10 @@ def deepl_codes(code: str, target: bool) -> list[str]:
 
 def language_listing(core: ServingCore, target: bool) -> list[dict]:
     """Every language some served model translates from (or into), as DeepL lists them, sorted."""
-    service = core.translation
+    router = core.routing
     found = {}
-    for model in service.seq2seq_models():
-        for code in service.target_codes(model) if target else service.source_codes(model):
+    for model in router.seq2seq_models():
+        for code in router.target_codes(model) if target else router.source_codes(model):
             for deepl in deepl_codes(code, target):
                 found.setdefault(deepl, langcodes.Language.get(language_in(deepl, target)).display_name())
     entries = []
@@ -183,7 +156,8 @@ def add_deepl_routes(app: FastAPI, core: ServingCore) -> None:
 
         return await handle(core, request, NAMES, work, DEEPL)
 
-    @app.api_route("/v2/languages", methods=["GET", "POST"])
+    @app.get("/v2/languages", operation_id="deepl_languages_get")
+    @app.post("/v2/languages", operation_id="deepl_languages_post")  # DeepL's clients send a form body
     async def languages(request: Request) -> Response:
         async def work(call: Call) -> Response:
             fields = await request_fields(request)

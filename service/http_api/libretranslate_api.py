@@ -13,47 +13,21 @@ from starlette.responses import JSONResponse, Response
 
 from modeldir.languages import language_tag
 
-from ..core.calls import Call, Refusal, StatusTable
+from ..core.calls import Call, Refusal
+from ..core.routing import AUTO
 from ..core.serving import ServingCore
-from ..core.translation import AUTO, TranslateRequest, TranslationOptions
-from ..errors import (
-    DeadlineExceeded,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    Overloaded,
-    RequestTooLarge,
-    Unauthenticated,
-    Unavailable,
-    invalid,
-)
+from ..core.translation import TranslateRequest, TranslationOptions
+from ..errors import Unauthenticated, invalid
 from ..ops.auth import REQUIRED, bearer_allowed
-from .call_handling import HttpApi, handle
+from .call_handling import KEY_STATUSES, HttpApi, handle
 from .request_fields import int_field, request_fields, string_field, texts_field
-
-STATUSES = StatusTable(
-    ok="200",
-    cancelled="499",
-    statuses={
-        InvalidArgument: 400,
-        RequestTooLarge: 413,
-        NotFound: 404,
-        Overloaded: 429,
-        Unavailable: 503,
-        FailedPrecondition: 400,
-        DeadlineExceeded: 504,
-        Unauthenticated: 403,  # LibreTranslate's status for a missing or wrong api_key
-    },
-    internal=500,
-    code=str,
-)
 
 
 def libretranslate_error(refusal: Refusal) -> dict:
     return {"error": refusal.message}
 
 
-LIBRETRANSLATE = HttpApi("libretranslate", STATUSES, libretranslate_error, key_in_body=True)
+LIBRETRANSLATE = HttpApi("libretranslate", KEY_STATUSES, libretranslate_error, key_in_body=True)
 PATHS = ("/translate", "/detect", "/languages")
 NAMES = {"texts": "q", "source_language": "source", "target_language": "target"}
 TRANSLATE_FIELDS = {"q", "source", "target", "format", "alternatives", "api_key", "model"}
@@ -81,11 +55,11 @@ def confidence(value: float | None) -> float:
 
 def languages_listing(core: ServingCore) -> list[dict]:
     """Each language some served model reads, with the languages it can be translated into."""
-    service = core.translation
+    router = core.routing
     targets: dict[str, set[str]] = {}
-    for model in service.seq2seq_models():
-        into = {language_code(c) for c in service.target_codes(model)}
-        for code in service.source_codes(model):
+    for model in router.seq2seq_models():
+        into = {language_code(c) for c in router.target_codes(model)}
+        for code in router.source_codes(model):
             source = language_code(code)
             targets.setdefault(source, set()).update(into - {source})
     return [
@@ -166,7 +140,7 @@ def add_libretranslate_routes(app: FastAPI, core: ServingCore, tokens: list[byte
             texts, several = texts_field(fields, "q")
             if several:
                 raise invalid("q", "one text")
-            ranked = core.translation.rank(texts[0])
+            ranked = core.routing.rank(texts[0])
             return JSONResponse(
                 [{"confidence": confidence(d.confidence), "language": language_code(d.code)} for d in ranked]
             )
