@@ -63,7 +63,7 @@ class LanguageRouter:
             return model.languages.codes
         return model.language_pair[1:]
 
-    def detect(self, text: str, models: list[Seq2SeqModel]):
+    def detect(self, text: str, models: list[Seq2SeqModel]) -> Detected | None:
         """The text's language among those the models read -> Detected, or None where none can be told."""
         codes = [code for m in models for code in self.source_codes(m)]
         return self.detector.detect(text, codes) if codes else None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -92,8 +91,6 @@ class TranslationService:
     def __init__(self, router: LanguageRouter, tokenization: Tokenization, limits: TranslationLimits, max_beams: int):
         self.router, self.tokenization, self.limits, self.max_beams = router, tokenization, limits, max_beams
 
-    # the call
-
     def check(self, request: TranslateRequest) -> None:
         limits, texts = self.limits, request.texts
         if not texts:
@@ -121,13 +118,26 @@ class TranslationService:
             if getattr(options, name) < 0:
                 raise invalid(name, f"{getattr(options, name)}; at least 0")
 
+    def check_sentences(self, documents: list[Document]) -> int:
+        """-> the sentences of a call's documents, at most translation_max_sentences."""
+        sentences = sum(len(d.pieces) for d in documents)
+        if sentences > self.limits.max_sentences:
+            raise RequestTooLarge(
+                f"texts: {sentences} sentences; at most {self.limits.max_sentences} per call "
+                "(translation_max_sentences)",
+                "texts",
+            )
+        return sentences
+
     async def _pieces(self, route: Route, document: Document) -> tuple[Document, list[list[int]]]:
         """The document's pieces as ids, each within the model's input; a piece too long cut until it fits."""
         model, languages = route.model, route.languages
         encoded = await self.tokenization.encode(model, document.pieces, languages)
         if any(e.truncated for e in encoded):
-            encode = functools.partial(self.tokenization.encode_now, model, languages=languages)
-            fits = lambda text: not encode([text])[0].truncated  # noqa: E731
+
+            def fits(text: str) -> bool:
+                return not self.tokenization.encode_now(model, [text], languages)[0].truncated
+
             loop = asyncio.get_running_loop()
             document = await loop.run_in_executor(self.tokenization.executor, fit_pieces, document, fits)
             encoded = await self.tokenization.encode(model, document.pieces, languages)
@@ -143,19 +153,14 @@ class TranslationService:
         router, source, target = self.router, request.source_language, request.target_language
         candidates = router.candidates(request.model, target)
         routes = [router.route(text, source, target, candidates) for text in request.texts]
-        documents, ids = [], []
-        for route, text in zip(routes, request.texts):
-            document = split_document(text, segmenter_language(route.source), options.split_sentences)
-            document, piece_ids = await self._pieces(route, document)
-            documents.append(document)
+        split = options.split_sentences
+        documents = [split_document(t, segmenter_language(r.source), split) for r, t in zip(routes, request.texts)]
+        self.check_sentences(documents)  # before any tokenizing: cutting long sentences only adds more
+        ids = []
+        for i, route in enumerate(routes):
+            documents[i], piece_ids = await self._pieces(route, documents[i])
             ids.append(piece_ids)
-        sentences = sum(len(d.pieces) for d in documents)
-        if sentences > self.limits.max_sentences:
-            raise RequestTooLarge(
-                f"texts: {sentences} sentences; at most {self.limits.max_sentences} per call "
-                "(translation_max_sentences)",
-                "texts",
-            )
+        sentences = self.check_sentences(documents)
         generation = GenerationOptions(
             max_new_tokens=options.max_new_tokens,
             num_beams=options.num_beams,
