@@ -39,7 +39,7 @@ def cmd_export(args) -> None:
 
 def cmd_import(args) -> None:
     """A Hugging Face MarianMT checkpoint (config.json says model_type "marian"), an M2M100, NLLB-200 or
-    mBART-50 one ("m2m_100", "mbart"), or a sentence-transformers BERT checkpoint."""
+    mBART-50 one ("m2m_100", "mbart"), or a sentence-transformers BERT or XLM-RoBERTa checkpoint."""
     _needs_torch()
     import json
 
@@ -52,7 +52,7 @@ def cmd_import(args) -> None:
     importer = import_marian if kind == "marian" else import_multilingual if kind in FAMILIES else None
     try:
         out = (importer or import_sentence_transformer)(args.source, args.out, args.name)
-    except (MarianImportError, FileNotFoundError) as error:
+    except (MarianImportError, FileNotFoundError, ValueError) as error:
         sys.exit(f"attnserve import: {error}")
     print(f"{out}: imported {args.source} ({kind or 'bert'}) as {args.name!r}; next: attnserve export {out}")
 

@@ -1,8 +1,11 @@
 """Import a BERT-family sentence-embedding checkpoint (sentence-transformers layout) into a model directory.
 
-The source directory holds config.json (a Hugging Face BertConfig), model.safetensors, tokenizer.json,
-modules.json and 1_Pooling/config.json, as all-MiniLM-L6-v2 does. BERT is the paper's encoder with
-post-norm residuals, learned positions, token-type embeddings and a LayerNorm after the embeddings.
+The source directory holds config.json (a Hugging Face BertConfig or XLMRobertaConfig), model.safetensors,
+tokenizer.json, modules.json and 1_Pooling/config.json, as all-MiniLM-L6-v2 and multilingual-e5 do. BERT is
+the paper's encoder with post-norm residuals, learned positions, token-type embeddings and a LayerNorm
+after the embeddings. XLM-RoBERTa (multilingual-e5, bge-m3, paraphrase-multilingual) is the same encoder
+with fairseq's positions, counted from padding_idx + 1 (so its longest input is max_position_embeddings -
+padding_idx - 1 tokens), a single token type added to every token, and <s> ... </s> for [CLS] ... [SEP].
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ BERT_NAMES = {
     "encoder.layer.{i}.output.LayerNorm.{p}": "encoder.layers.{i}.feed_forward_norm.{p}",
 }
 # Present in BERT checkpoints, not used by a sentence embedding.
-IGNORED = re.compile(r"^(embeddings\.position_ids|pooler\..*)$")
+IGNORED = re.compile(r"^(embeddings\.position_ids|embeddings\.token_type_ids|pooler\..*)$")
+FAMILIES = ("bert", "xlm-roberta")  # config.json's model_type
 HF_ACTIVATIONS = {
     "gelu": "gelu",
     "gelu_new": "gelu_tanh",
@@ -56,7 +60,7 @@ _RULES = [(_pattern(source), target) for source, target in BERT_NAMES.items()]
 
 def rename(bert_name: str) -> str | None:
     """Our parameter name for a BertModel parameter; None for ones a sentence embedding does not use."""
-    name = bert_name.removeprefix("bert.")
+    name = bert_name.removeprefix("bert.").removeprefix("roberta.")
     if IGNORED.match(name):
         return None
     for pattern, target in _RULES:
@@ -72,18 +76,43 @@ def _sentence_transformers_settings(source: Path) -> dict:
     kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
     pooling_dir = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
     pooling = json.loads((source / pooling_dir / "config.json").read_text())
-    if pooling.get("pooling_mode_mean_tokens"):
-        mode = "mean"
-    elif pooling.get("pooling_mode_cls_token"):
-        mode = "cls"
-    else:
+    # sentence-transformers 5 writes "pooling_mode"; earlier versions a flag per mode.
+    mode = pooling.get("pooling_mode")
+    if mode is None:
+        mode = (
+            "mean"
+            if pooling.get("pooling_mode_mean_tokens")
+            else "cls"
+            if pooling.get("pooling_mode_cls_token")
+            else None
+        )
+    if mode not in ("mean", "cls"):
         raise ValueError(f"{source}: unsupported pooling {pooling}")
-    max_tokens = json.loads((source / "sentence_bert_config.json").read_text())["max_seq_length"]
-    return {"pooling": mode, "normalize": "Normalize" in kinds, "max_input_tokens": max_tokens}
+    return {"pooling": mode, "normalize": "Normalize" in kinds, "max_input_tokens": _max_seq_length(source)}
+
+
+def _max_seq_length(source: Path) -> int | None:
+    """sentence-transformers' truncation: sentence_bert_config.json's max_seq_length (before version 6),
+    else the tokenizer's model_max_length, where it states one (None: the position table's length)."""
+    settings = source / "sentence_bert_config.json"
+    if settings.exists() and "max_seq_length" in (found := json.loads(settings.read_text())):
+        return found["max_seq_length"]
+    tokenizer_config = source / "tokenizer_config.json"
+    if tokenizer_config.exists():
+        length = json.loads(tokenizer_config.read_text()).get("model_max_length")
+        if isinstance(length, int) and length < 1_000_000:  # transformers writes 1e30 for "no limit"
+            return length
+    return None
 
 
 def bert_config(source: Path) -> ModelConfig:
     hf = json.loads((source / "config.json").read_text())
+    family = hf.get("model_type", "bert")
+    if family not in FAMILIES:
+        raise ValueError(f"{source}: model_type {family!r} is not supported (one of {', '.join(FAMILIES)})")
+    roberta = family == "xlm-roberta"
+    # XLM-RoBERTa counts positions from padding_idx + 1: the table's first rows are never read.
+    offset = hf["pad_token_id"] + 1 if roberta else 0
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"{source}: position_embedding_type {hf['position_embedding_type']!r} is not supported")
     if hf["hidden_act"] not in HF_ACTIVATIONS:
@@ -96,16 +125,17 @@ def bert_config(source: Path) -> ModelConfig:
         n_heads=hf["num_attention_heads"],
         d_ff=hf["intermediate_size"],
         n_encoder_layers=hf["num_hidden_layers"],
-        max_positions=hf["max_position_embeddings"],
+        max_positions=hf["max_position_embeddings"] - offset,
         positions="learned",
+        position_offset=offset,
         norm_placement="post",
         activation=HF_ACTIVATIONS[hf["hidden_act"]],
         layer_norm_eps=hf["layer_norm_eps"],
         embedding_norm=True,
         type_vocab_size=hf["type_vocab_size"],
         pad_id=hf.get("pad_token_id", 0),
-        bos_id=tokenizer.token_to_id("[CLS]"),
-        eos_id=tokenizer.token_to_id("[SEP]"),
+        bos_id=tokenizer.token_to_id("<s>" if roberta else "[CLS]"),
+        eos_id=tokenizer.token_to_id("</s>" if roberta else "[SEP]"),
         **_sentence_transformers_settings(source),
     )
 
