@@ -88,7 +88,19 @@ def _sentence_transformers_settings(source: Path) -> dict:
         )
     if mode not in ("mean", "cls"):
         raise ValueError(f"{source}: unsupported pooling {pooling}")
-    return {"pooling": mode, "normalize": "Normalize" in kinds, "max_input_tokens": _max_seq_length(source)}
+    if pooling.get("include_prompt", True) is False:
+        raise ValueError(f"{source}: pooling without the prompt's tokens (include_prompt false) is not supported")
+    settings = {"pooling": mode, "normalize": "Normalize" in kinds, "max_input_tokens": _max_seq_length(source)}
+    return settings | _prompts(source)
+
+
+def _prompts(source: Path) -> dict:
+    """config_sentence_transformers.json's prompts and the default one's name (empty prompts dropped)."""
+    path = source / "config_sentence_transformers.json"
+    found = json.loads(path.read_text()) if path.exists() else {}
+    prompts = tuple((name, text) for name, text in (found.get("prompts") or {}).items() if text)
+    default = found.get("default_prompt_name")
+    return {"prompts": prompts, "default_prompt_name": default if default in dict(prompts) else None}
 
 
 def _max_seq_length(source: Path) -> int | None:

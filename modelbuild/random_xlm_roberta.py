@@ -29,6 +29,8 @@ class XlmRobertaShape:
     pooling: str = "mean"  # or "cls"
     normalize: bool = True
     pieces: int = 400
+    prompts: tuple[tuple[str, str], ...] = ()  # sentence-transformers' prompts: (name, text)
+    default_prompt_name: str | None = None
 
 
 def _tokenizer(shape: XlmRobertaShape, seed: int):
@@ -79,5 +81,8 @@ def random_xlm_roberta_checkpoint(out_dir: Path, shape: XlmRobertaShape = XlmRob
     transformer = Transformer(str(encoder_dir), max_seq_length=shape.max_seq_length)
     pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode=shape.pooling)
     modules = [transformer, pooling] + ([Normalize()] if shape.normalize else [])
-    SentenceTransformer(modules=modules, device="cpu").save(str(out_dir / "model"))
+    model = SentenceTransformer(
+        modules=modules, device="cpu", prompts=dict(shape.prompts), default_prompt_name=shape.default_prompt_name
+    )
+    model.save(str(out_dir / "model"))
     return out_dir / "model"

@@ -44,6 +44,10 @@ class ModelConfig:
     # Embedding models: how last_hidden_state becomes one vector.
     pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = True  # L2-normalise by default (a request may say otherwise)
+    # Embedding models: sentence-transformers' prompts, (name, text) pairs put before an input a request
+    # names (or the default's, where the checkpoint has one): "query: ", "passage: " (multilingual-e5).
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt_name: str | None = None
     # Tokenization: inputs longer than this are truncated (or refused). None: max_positions.
     max_input_tokens: int | None = None
     # tokenizer.json, or Marian's sentencepiece files (with target_vocab.json: marian_separate_vocabs), or
@@ -71,6 +75,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("suppressed_ids", "languages", "language_pair"):  # lists, read from JSON
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "prompts", tuple((str(n), str(t)) for n, t in self.prompts))
         if self.max_input_tokens is None:
             object.__setattr__(self, "max_input_tokens", self.max_positions)
         problems = []
@@ -94,6 +99,8 @@ class ModelConfig:
             problems.append(f"target_language {self.target_language!r} needs the languages it chooses from")
         if self.language_pair and len(self.language_pair) != 2:
             problems.append(f"language_pair must be (source, target), not {self.language_pair}")
+        if self.default_prompt_name is not None and self.default_prompt_name not in dict(self.prompts):
+            problems.append(f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts")
         if self.max_input_tokens > self.max_positions:
             problems.append(f"max_input_tokens {self.max_input_tokens} exceeds max_positions {self.max_positions}")
         if problems:

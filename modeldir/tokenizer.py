@@ -31,9 +31,19 @@ class TextTokenizer:
         self._tokenizer.no_padding()
         # Counts the special tokens the post-processor adds ([CLS] ... [SEP]), as Hugging Face does.
         self._tokenizer.enable_truncation(max_length=max_tokens)
+        self._left: Tokenizer | None = None  # the same, cutting long inputs at their start (made when asked)
 
-    def encode(self, texts: list[str]) -> list[Encoded]:
-        return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in self._tokenizer.encode_batch(texts)]
+    def _left_truncating(self) -> Tokenizer:
+        if self._left is None:  # two threads may both make one: either serves
+            left = Tokenizer.from_str(self._tokenizer.to_str())
+            left.enable_truncation(max_length=self.max_tokens, direction="left")
+            self._left = left
+        return self._left
+
+    def encode(self, texts: list[str], truncate_left: bool = False) -> list[Encoded]:
+        """truncate_left: a text too long loses its first tokens, not its last (TEI's truncation_direction)."""
+        tokenizer = self._left_truncating() if truncate_left else self._tokenizer
+        return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in tokenizer.encode_batch(texts)]
 
     def content(self, texts: list[str]) -> list[list[int]]:
         """Each text's own ids, without the special tokens the post-processor adds (a multilingual

@@ -58,9 +58,12 @@ def code(call) -> grpc.StatusCode:
         return error.code()
 
 
+prompt_names = st.none() | st.sampled_from(["", "query", "passage"]) | st.text(max_size=12)
 embed_requests = st.builds(
     pb.EmbedRequest, model=models, inputs=st.lists(texts, max_size=40),
     normalize=st.one_of(st.none(), st.booleans()), truncate=st.one_of(st.none(), st.booleans()),
+    prompt_name=prompt_names, input_type=st.none() | st.sampled_from(["search_query", "clustering"]) | texts,
+    truncation_direction=st.integers(-1, 3),
 )  # fmt: skip
 params = st.builds(
     pb.GenerationParams,
@@ -146,7 +149,7 @@ parameters = st.one_of(
 parameter_names = st.sampled_from(
     ["max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "num_beams", "num_return_sequences",
      "early_stopping", "normalize", "truncate", "dimensions", "stream", "priority", "source_language",
-     "target_language"]
+     "target_language", "prompt_name", "input_type", "truncation_direction"]
 ) | st.text(max_size=12)  # fmt: skip
 
 

@@ -211,7 +211,7 @@ JSON = st.recursive(
 )
 FIELDS = st.sampled_from(["input", "model", "encoding_format", "dimensions", "user", "prompt", "max_tokens",
                           "temperature", "n", "stop", "stream", "seed", "top_p", "source_language",
-                          "target_language"])  # fmt: skip
+                          "target_language", "prompt_name", "input_type", "truncation_direction"])  # fmt: skip
 
 
 @given(path=st.sampled_from(["/v1/embeddings", "/v1/completions"]), body=st.dictionaries(FIELDS, JSON, max_size=5))

@@ -1,12 +1,15 @@
 """XLM-RoBERTa sentence-embedding checkpoints (multilingual-e5, bge-m3's encoder, paraphrase-multilingual):
 random ones built by transformers and saved by sentence-transformers, imported, exported and served, give
-sentence-transformers' own vectors, over inputs of any text and length, truncated where it truncates."""
+sentence-transformers' own vectors, over inputs of any text and length, truncated where it truncates (at
+either end), with the checkpoint's prompts by name, by Cohere's input type and by default."""
 
 from __future__ import annotations
 
 import io
 import json
 
+import grpc
+import httpx
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,12 +21,22 @@ from modelbuild.random_xlm_roberta import XlmRobertaShape, random_xlm_roberta_ch
 from modelbuild.stdlib_sentences import stdlib_sentences
 from modelbuild.weights import load_model_dir
 from service.grpc_api.client import Client
+from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
+E5_PROMPTS = (("query", "query: "), ("passage", "passage: "))  # multilingual-e5's
 SHAPES = {
-    "xlmr-mean": XlmRobertaShape(),
-    "xlmr-cls": XlmRobertaShape(pooling="cls", normalize=False, activation="relu", heads=2, layers=3),
+    "xlmr-mean": XlmRobertaShape(prompts=E5_PROMPTS),
+    "xlmr-cls": XlmRobertaShape(
+        pooling="cls",
+        normalize=False,
+        activation="relu",
+        heads=2,
+        layers=3,
+        prompts=E5_PROMPTS,
+        default_prompt_name="query",
+    ),
 }
 
 
@@ -91,3 +104,67 @@ def test_other_families_are_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "deberta-v2"}))
     with pytest.raises(ValueError, match="model_type 'deberta-v2' is not supported"):
         bert_config(tmp_path)
+
+
+def embed(server, name: str, texts: list[str], **fields) -> tuple[np.ndarray, pb.EmbedResponse]:
+    request = pb.EmbedRequest(model=name, inputs=texts, normalize=SHAPES[name].normalize, **fields)
+    response = server.stub().Embed(request, timeout=60)
+    return np.array([e.values for e in response.embeddings]), response
+
+
+def test_prompts_by_name_by_input_type_and_by_default(server, references):
+    texts = stdlib_sentences(6, 3, 30)
+    e5 = references["xlmr-mean"]
+    query, _ = embed(server, "xlmr-mean", texts, prompt_name="query")
+    np.testing.assert_allclose(query, e5.encode(texts, prompt_name="query"), atol=1e-5)
+    by_type, response = embed(server, "xlmr-mean", texts, input_type="search_document")
+    np.testing.assert_allclose(by_type, e5.encode(texts, prompt_name="passage"), atol=1e-5)
+    plain, _ = embed(server, "xlmr-mean", texts, input_type="clustering")  # no such prompt: none
+    np.testing.assert_allclose(plain, e5.encode(texts), atol=1e-5)
+    # The prompt's tokens are counted as the caller's (up to the truncation, which cuts the text).
+    cap = SHAPES["xlmr-mean"].max_seq_length
+    counted = sum(min(len(e5.tokenizer("passage: " + t)["input_ids"]), cap) for t in texts)
+    assert response.usage.prompt_tokens == counted
+    default, _ = embed(server, "xlmr-cls", texts)  # its default prompt is "query"
+    np.testing.assert_allclose(default, references["xlmr-cls"].encode(texts), atol=1e-5)
+    np.testing.assert_allclose(default, references["xlmr-cls"].encode(texts, prompt_name="query"), atol=1e-5)
+    models = {m.name: m for m in server.stub().ListModels(pb.ListModelsRequest(), timeout=10).models}
+    assert sorted(models["xlmr-cls"].prompt_names) == ["passage", "query"]
+    assert models["xlmr-cls"].default_prompt_name == "query" and models["xlmr-mean"].default_prompt_name == ""
+
+
+def test_long_inputs_are_cut_at_the_end_asked(server, references):
+    long_texts = [" ".join(stdlib_sentences(6, 10, 40))]
+    e5 = references["xlmr-mean"]
+    right, _ = embed(server, "xlmr-mean", long_texts)
+    left, response = embed(server, "xlmr-mean", long_texts, truncation_direction=pb.TRUNCATION_DIRECTION_LEFT)
+    np.testing.assert_allclose(right, e5.encode(long_texts), atol=1e-5)
+    e5.tokenizer.truncation_side = "left"
+    try:
+        np.testing.assert_allclose(left, e5.encode(long_texts), atol=1e-5)
+    finally:
+        e5.tokenizer.truncation_side = "right"
+    assert response.usage.truncated_inputs == 1 and not np.allclose(left, right, atol=1e-3)
+
+
+def test_prompts_on_the_openai_door_and_refusals_by_name(server):
+    texts = ["A cat sleeps.", "The delivery truck blocked the street."]
+    grpc_vectors, _ = embed(server, "xlmr-mean", texts, prompt_name="passage")
+    url = f"http://localhost:{server.server.http.port}/v1/embeddings"
+    http = httpx.post(url, json={"model": "xlmr-mean", "input": texts, "prompt_name": "passage"}).json()
+    np.testing.assert_allclose([d["embedding"] for d in http["data"]], grpc_vectors, atol=1e-6)
+    cases = [
+        (
+            dict(prompt_name="instruct"),
+            "prompt_name: 'instruct' is not a prompt of model 'xlmr-mean'; its prompts are passage, query",
+        ),
+        (dict(input_type="search"), "input_type: 'search'; one of search_query, search_document"),
+        (dict(prompt_name="query", input_type="search_query"), "prompt_name: give prompt_name or input_type, not both"),
+        (dict(truncation_direction=5), "truncation_direction: '5'; right or left"),
+    ]
+    for fields, message in cases:
+        with pytest.raises(grpc.RpcError) as raised:
+            embed(server, "xlmr-mean", texts, **fields)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in raised.value.details()
+    refused = httpx.post(url, json={"model": "xlmr-mean", "input": "x", "prompt_name": "nope"})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "prompt_name"

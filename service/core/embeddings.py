@@ -1,4 +1,5 @@
-"""The embeddings capability: texts in, one vector per text out, through the model's batcher."""
+"""The embeddings capability: texts in, one vector per text out, through the model's batcher; each text
+after the prompt its request names (by name, or by Cohere's input type), cut at the end or the start."""
 
 from __future__ import annotations
 
@@ -21,6 +22,38 @@ class EmbedRequest:
     normalize: bool | None = None  # None: the model's default (L2-normalised unless it says otherwise)
     truncate: bool = True  # cut texts longer than the model takes; False: refuse them
     dimensions: int | None = None  # keep the first n values of each vector (Matryoshka), normalised after; None: all
+    prompt_name: str | None = None  # one of the model's prompts; None: its default prompt, if it has one
+    input_type: str | None = None  # Cohere's: search_query, search_document, classification, clustering
+    truncation_direction: str = "right"  # where a text too long is cut: "right" (its end) or "left"
+
+
+# Cohere's input types -> the prompt names checkpoints give them, in the order tried. A type none of whose
+# names the model has gets no prompt (the model was not trained with one for it).
+INPUT_TYPES = {
+    "search_query": ("search_query", "query"),
+    "search_document": ("search_document", "document", "passage", "doc"),
+    "classification": ("classification",),
+    "clustering": ("clustering",),
+}
+TRUNCATION_DIRECTIONS = ("right", "left")
+
+
+def prompt_of(model, request: EmbedRequest) -> str:
+    """The text put before each input: by prompt_name, or input_type, or the model's default prompt."""
+    prompts = model.prompts
+    if request.prompt_name is not None and request.input_type is not None:
+        raise invalid("prompt_name", "give prompt_name or input_type, not both")
+    if request.prompt_name is not None:
+        if request.prompt_name not in prompts:
+            has = f"its prompts are {', '.join(sorted(prompts))}" if prompts else "it has no prompts"
+            raise invalid("prompt_name", f"{request.prompt_name!r} is not a prompt of model {model.name!r}; {has}")
+        return prompts[request.prompt_name]
+    if request.input_type is not None:
+        if request.input_type not in INPUT_TYPES:
+            raise invalid("input_type", f"{request.input_type!r}; one of {', '.join(INPUT_TYPES)}")
+        name = next((n for n in INPUT_TYPES[request.input_type] if n in prompts), None)
+        return prompts[name] if name else ""
+    return prompts[model.default_prompt] if model.default_prompt else ""
 
 
 @dataclass(frozen=True)
@@ -49,9 +82,15 @@ class Embeddings:
         texts = check_texts(request.inputs, self.max_client_batch_size)
         dimensions = check_dimensions(request.dimensions, model.dimensions, model.name)
         normalize = model.normalize_by_default if request.normalize is None else request.normalize
+        if request.truncation_direction not in TRUNCATION_DIRECTIONS:
+            raise invalid("truncation_direction", f"{request.truncation_direction!r}; right or left")
+        prompt = prompt_of(model, request)
+        if prompt:
+            texts = [prompt + text for text in texts]
 
         started = time.perf_counter()
-        encoded = await self.tokenization.encode(model, texts)
+        left = request.truncation_direction == "left"
+        encoded = await self.tokenization.encode(model, texts, truncate_left=left)
         tokenization_seconds = time.perf_counter() - started
         if not request.truncate:
             for i, e in enumerate(encoded):

@@ -237,8 +237,8 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
             release_memory=opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
         )  # fmt: skip
         model_metrics.watch_queue(lambda: batcher.queue_depth)
-        return EmbeddingModel(**common, runner=opened.runner, batcher=batcher,
-                              normalize_by_default=c.normalize)  # fmt: skip
+        return EmbeddingModel(**common, runner=opened.runner, batcher=batcher, normalize_by_default=c.normalize,
+                              prompts=dict(c.prompts), default_prompt=c.default_prompt_name)  # fmt: skip
     g = opened.geometry
     memory = opened.runner.cache_memory(g, opened.rows, MIN_SOURCE_CAPACITY)
     cache = GenerationCache(memory, shrinks=not settings.cuda_graphs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import NotFound, invalid
-from .served_models import ServedModel
+from .served_models import EmbeddingModel, ServedModel
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,8 @@ class ModelInfo:
     needs_source_language: bool = False
     needs_target_language: bool = False
     language_pair: tuple[str, ...] = ()  # (source, target) of a model of one pair that names it
+    prompt_names: tuple[str, ...] = ()  # an embedding model's prompts
+    default_prompt_name: str = ""
 
 
 class ModelRegistry:
@@ -71,6 +73,8 @@ class ModelRegistry:
             needs_source_language=bool(languages and languages.needs_source),
             needs_target_language=bool(languages and languages.target != "none"),
             language_pair=m.language_pair,
+            prompt_names=tuple(m.prompts) if isinstance(m, EmbeddingModel) else (),
+            default_prompt_name=(m.default_prompt or "") if isinstance(m, EmbeddingModel) else "",
         )
 
     @property

@@ -86,6 +86,8 @@ class EmbeddingModel(ServedModel):
     runner: EmbeddingRunner
     batcher: EmbeddingBatcher
     normalize_by_default: bool
+    prompts: dict[str, str]  # sentence-transformers' prompts by name
+    default_prompt: str | None  # the one an input gets when a request names none
 
     task: ClassVar[str] = "embedding"
 

@@ -30,18 +30,28 @@ class Tokenization:
         self.registry, self.executor, self.max_client_batch_size = registry, executor, max_client_batch_size
 
     async def encode(
-        self, model: ServedModel, texts: list[str], languages: LanguageChoice = NO_LANGUAGES
+        self,
+        model: ServedModel,
+        texts: list[str],
+        languages: LanguageChoice = NO_LANGUAGES,
+        truncate_left: bool = False,
     ) -> list[Encoded]:
-        """Each text's ids; a multilingual model's framed with the call's language codes."""
+        """Each text's ids; a multilingual model's framed with the call's language codes. truncate_left
+        (embedding models): a text too long loses its first tokens instead of its last."""
         if sum(len(t) for t in texts) <= INLINE_CHARACTERS:  # tens of microseconds: cheaper than a thread's round trip
-            return self.encode_now(model, texts, languages)
-        return await asyncio.get_running_loop().run_in_executor(self.executor, self.encode_now, model, texts, languages)
+            return self.encode_now(model, texts, languages, truncate_left)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, self.encode_now, model, texts, languages, truncate_left)
 
     @staticmethod
-    def encode_now(model: ServedModel, texts: list[str], languages: LanguageChoice = NO_LANGUAGES) -> list[Encoded]:
+    def encode_now(
+        model: ServedModel, texts: list[str], languages: LanguageChoice = NO_LANGUAGES, truncate_left: bool = False
+    ) -> list[Encoded]:
         """encode(), in the calling thread."""
         if languages.frames_source:
             return model.tokenizer.encode(texts, source=languages.source, target=languages.target)
+        if truncate_left:
+            return model.tokenizer.encode(texts, truncate_left=True)
         return model.tokenizer.encode(texts)
 
     async def encode_target(self, model: ServedModel, text: str) -> Encoded:

@@ -35,7 +35,14 @@ from .pb import open_inference_pb2 as pb
 from .pb import open_inference_pb2_grpc as pb_grpc
 
 VERSION = "1"  # each model is served in one version
-EMBEDDING_PARAMETERS = {"normalize": bool, "truncate": bool, "dimensions": int}
+EMBEDDING_PARAMETERS = {
+    "normalize": bool,
+    "truncate": bool,
+    "dimensions": int,
+    "prompt_name": str,
+    "input_type": str,
+    "truncation_direction": str,
+}
 GENERATION_PARAMETERS = {
     "max_new_tokens": int, "temperature": float, "top_k": int, "top_p": float, "repetition_penalty": float,
     "seed": int, "stop": str, "ignore_eos": bool, "num_beams": int, "length_penalty": float,
@@ -46,6 +53,7 @@ STREAM_PARAMETER = {"stream": bool}  # ModelStreamInfer: answer a seq2seq reques
 FIELD_NAMES = {
     "model": "model_name", "inputs": TEXT, "input": TEXT, "dimensions": "parameters.dimensions",
     "stream": "parameters.stream",
+    **{name: f"parameters.{name}" for name in ("prompt_name", "input_type", "truncation_direction")},
     **{f"params.{name}": f"parameters.{name}" for name in GENERATION_PARAMETERS},
     **{name: f"parameters.{name}" for name in ("source_language", "target_language")},
 }  # fmt: skip
@@ -167,8 +175,16 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         model, wanted, text = self._read(request)
         if model.task == "embedding":
             options = read_parameters(request.parameters, EMBEDDING_PARAMETERS)
-            embed = EmbedRequest(model.name, text.texts, options.get("normalize"), options.get("truncate", True),
-                                 options.get("dimensions"))  # fmt: skip
+            embed = EmbedRequest(
+                model.name,
+                text.texts,
+                options.get("normalize"),
+                options.get("truncate", True),
+                options.get("dimensions"),
+                options.get("prompt_name"),
+                options.get("input_type"),
+                options.get("truncation_direction", "right"),
+            )
             result = await self.core.embeddings.embed(embed, call.record)
             tensors = [numbers_tensor("embedding", "FP32", result.vectors)]
             usage = {"prompt_tokens": result.usage.prompt_tokens}

@@ -31,6 +31,7 @@ EARLY_STOPPING = {
     pb.EARLY_STOPPING_HEURISTIC: "false", pb.EARLY_STOPPING_ON: "true", pb.EARLY_STOPPING_NEVER: "never",
 }  # fmt: skip
 
+TRUNCATION_DIRECTIONS = {pb.TRUNCATION_DIRECTION_RIGHT: "right", pb.TRUNCATION_DIRECTION_LEFT: "left"}
 SENTENCE_SPLITTING = {
     pb.SENTENCE_SPLITTING_UNSPECIFIED: SPLIT_ALL,
     pb.SENTENCE_SPLITTING_NO_NEWLINES: SPLIT_NO_NEWLINES,
@@ -111,6 +112,8 @@ def model_info(m: ModelInfo) -> pb.ModelInfo:
         needs_target_language=m.needs_target_language,
         source_language=source,
         target_language=target,
+        prompt_names=m.prompt_names,
+        default_prompt_name=m.default_prompt_name,
     )
 
 
@@ -152,9 +155,18 @@ class InferenceServicer(pb_grpc.InferenceServicer):
     async def Embed(self, request: pb.EmbedRequest, context, call: Call) -> pb.EmbedResponse:
         normalize = request.normalize if request.HasField("normalize") else None
         truncate = request.truncate if request.HasField("truncate") else True
-        result = await self.core.embeddings.embed(
-            EmbedRequest(request.model, list(request.inputs), normalize, truncate), call.record
+        embed = EmbedRequest(
+            request.model,
+            list(request.inputs),
+            normalize,
+            truncate,
+            prompt_name=request.prompt_name if request.HasField("prompt_name") else None,
+            input_type=request.input_type if request.HasField("input_type") else None,
+            truncation_direction=TRUNCATION_DIRECTIONS.get(
+                request.truncation_direction, str(request.truncation_direction)
+            ),
         )
+        result = await self.core.embeddings.embed(embed, call.record)
         u = result.usage
         usage = pb.EmbedUsage(
             prompt_tokens=u.prompt_tokens, truncated_inputs=u.truncated_inputs, queue_seconds=u.queue_seconds,

@@ -72,6 +72,8 @@ def model_card(m: ModelInfo) -> dict:
         )
     if m.language_pair:
         card.update(source_language=m.language_pair[0], target_language=m.language_pair[1])
+    if m.prompt_names:
+        card.update(prompts=list(m.prompt_names), default_prompt=m.default_prompt_name or None)
     return card
 
 
@@ -121,7 +123,14 @@ def create_app(core: ServingCore, abort_connection: AbortConnection) -> FastAPI:
             texts = [body.input] if isinstance(body.input, str) else body.input
             if any(not isinstance(t, str) for t in texts):
                 raise invalid("input", "token-id arrays are not served here; send text")
-            embed = EmbedRequest(body.model, texts, dimensions=body.dimensions)
+            embed = EmbedRequest(
+                body.model,
+                texts,
+                dimensions=body.dimensions,
+                prompt_name=body.prompt_name,
+                input_type=body.input_type,
+                truncation_direction=body.truncation_direction,
+            )
             result = await core.embeddings.embed(embed, call.record)
             data = [{"object": "embedding", "index": i, "embedding": embedding_values(v, body.encoding_format)}
                     for i, v in enumerate(result.vectors)]  # fmt: skip

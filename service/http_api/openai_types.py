@@ -20,6 +20,11 @@ class EmbeddingsRequest(BaseModel):
         "float", description="base64: each vector as little-endian float32 bytes"
     )
     dimensions: int | None = Field(None, description="keep the first n values, then normalise again (Matryoshka)")
+    prompt_name: str | None = Field(None, description="attnserve's: one of the model's prompts, before each input")
+    input_type: str | None = Field(
+        None, description="attnserve's: Cohere's input type (search_query, search_document, ...) for the prompt"
+    )
+    truncation_direction: Literal["right", "left"] = Field("right", description="attnserve's: where to cut")
     user: str | None = Field(None, description="accepted and ignored")
 
 

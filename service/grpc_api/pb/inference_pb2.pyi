@@ -7,6 +7,11 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class TruncationDirection(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRUNCATION_DIRECTION_RIGHT: _ClassVar[TruncationDirection]
+    TRUNCATION_DIRECTION_LEFT: _ClassVar[TruncationDirection]
+
 class Task(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TASK_UNSPECIFIED: _ClassVar[Task]
@@ -40,6 +45,8 @@ class AttentionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTENTION_KIND_ENCODER_SELF: _ClassVar[AttentionKind]
     ATTENTION_KIND_DECODER_SELF: _ClassVar[AttentionKind]
     ATTENTION_KIND_CROSS: _ClassVar[AttentionKind]
+TRUNCATION_DIRECTION_RIGHT: TruncationDirection
+TRUNCATION_DIRECTION_LEFT: TruncationDirection
 TASK_UNSPECIFIED: Task
 TASK_EMBEDDING: Task
 TASK_SEQ2SEQ: Task
@@ -61,16 +68,22 @@ ATTENTION_KIND_DECODER_SELF: AttentionKind
 ATTENTION_KIND_CROSS: AttentionKind
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("model", "inputs", "normalize", "truncate")
+    __slots__ = ("model", "inputs", "normalize", "truncate", "prompt_name", "input_type", "truncation_direction")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     NORMALIZE_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_NAME_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATION_DIRECTION_FIELD_NUMBER: _ClassVar[int]
     model: str
     inputs: _containers.RepeatedScalarFieldContainer[str]
     normalize: bool
     truncate: bool
-    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., normalize: _Optional[bool] = ..., truncate: _Optional[bool] = ...) -> None: ...
+    prompt_name: str
+    input_type: str
+    truncation_direction: TruncationDirection
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., normalize: _Optional[bool] = ..., truncate: _Optional[bool] = ..., prompt_name: _Optional[str] = ..., input_type: _Optional[str] = ..., truncation_direction: _Optional[_Union[TruncationDirection, str]] = ...) -> None: ...
 
 class Embedding(_message.Message):
     __slots__ = ("values",)
@@ -133,7 +146,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "task", "dimensions", "max_input_tokens", "execution_provider", "opset", "is_default", "languages", "needs_source_language", "needs_target_language", "source_language", "target_language")
+    __slots__ = ("name", "task", "dimensions", "max_input_tokens", "execution_provider", "opset", "is_default", "languages", "needs_source_language", "needs_target_language", "source_language", "target_language", "prompt_names", "default_prompt_name")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +159,8 @@ class ModelInfo(_message.Message):
     NEEDS_TARGET_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     TARGET_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_NAMES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_PROMPT_NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
     task: Task
     dimensions: int
@@ -158,7 +173,9 @@ class ModelInfo(_message.Message):
     needs_target_language: bool
     source_language: str
     target_language: str
-    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., dimensions: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., execution_provider: _Optional[str] = ..., opset: _Optional[int] = ..., is_default: _Optional[bool] = ..., languages: _Optional[_Iterable[str]] = ..., needs_source_language: _Optional[bool] = ..., needs_target_language: _Optional[bool] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ...) -> None: ...
+    prompt_names: _containers.RepeatedScalarFieldContainer[str]
+    default_prompt_name: str
+    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., dimensions: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., execution_provider: _Optional[str] = ..., opset: _Optional[int] = ..., is_default: _Optional[bool] = ..., languages: _Optional[_Iterable[str]] = ..., needs_source_language: _Optional[bool] = ..., needs_target_language: _Optional[bool] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., prompt_names: _Optional[_Iterable[str]] = ..., default_prompt_name: _Optional[str] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)
