@@ -19,7 +19,7 @@ from .core.serving import CoreSettings, ServingCore
 from .engine.batcher import BatchLimits
 from .grpc_api.server import GrpcServer
 from .http_api.server import HttpServer
-from .ops.config import ServerConfig
+from .ops.config import ServerConfig, input_caps
 from .ops.listen import every_address, listening_host
 from .ops.metrics import Metrics
 from .ops.metrics_http import MetricsServer
@@ -50,6 +50,8 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         attention_maps=config.attention_maps,
         fault_threshold=config.fault_threshold,
         cuda_graphs=config.cuda_graphs,
+        input_caps=input_caps(config.model_max_input_tokens),
+        max_attention_bytes=config.max_batch_attention_bytes,
     )  # fmt: skip
     attention = AttentionLimits(
         enabled=config.attention_maps, max_input_tokens=config.attention_max_input_tokens,

@@ -32,6 +32,28 @@ def test_batches_respect_limits_and_always_take_the_oldest(lengths, budget, size
         assert all(len(i.ids) > longest for i in left_out)
 
 
+@given(
+    lengths=st.lists(st.integers(1, 2048), min_size=1, max_size=100),
+    pairs=st.integers(1, 2048 * 2048 * 8),
+    size=st.integers(1, 64),
+)
+def test_the_attention_budget_keeps_long_texts_in_small_batches(lengths, pairs, size):
+    """texts x longest ** 2 query-key pairs at most, unless the oldest text alone is over: it runs alone."""
+    waiting = items(lengths)
+    limits = BatchLimits(10**9, size, 0.0, 10**6, max_attention_pairs=pairs)
+    batch = take_batch(waiting, limits)
+    longest = max(len(i.ids) for i in batch)
+    assert waiting[0] in batch and len(batch) <= size
+    assert len(batch) * longest**2 <= pairs or batch == [waiting[0]]
+
+
+def test_one_long_text_runs_alone_and_short_ones_batch_beside_each_other():
+    waiting = items([4096, 16, 16, 16])
+    limits = BatchLimits(10**6, 32, 0.0, 100, max_attention_pairs=4096**2)  # one 4,096-token text's worth
+    assert [len(i.ids) for i in take_batch(waiting, limits)] == [4096]
+    assert [len(i.ids) for i in take_batch(waiting[1:], limits)] == [16, 16, 16]
+
+
 def test_similar_lengths_go_together():
     waiting = items([50, 3, 200, 48, 51, 2, 199, 49])
     batch = take_batch(waiting, BatchLimits(max_batch_tokens=10**6, max_batch_size=4, max_delay=0, max_queue=100))

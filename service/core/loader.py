@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import logging
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +105,8 @@ class LoadSettings:
     attention_maps: bool  # load each model's attention-map graph
     fault_threshold: int  # consecutive failed model calls before a model is unhealthy
     cuda_graphs: bool = False  # greedy decode steps in buckets, captured as CUDA graphs on CUDA
+    input_caps: dict[str, int] = field(default_factory=dict)  # model name -> most input tokens (its own if less)
+    max_attention_bytes: int = 0  # an embedding batch's attention scores, at most (0: no budget)
 
     def precision_on(self, provider: str) -> str:
         if self.precision != "auto":
@@ -133,6 +135,10 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
     shares the device memory that is left."""
     precision = settings.precision_on(provider)
     files = open_model_dir(model_dir, attention=settings.attention_maps, precision=precision)
+    cap = settings.input_caps.get(files.name)
+    if cap is not None and cap < files.config.max_input_tokens:  # the operator's cap (model_max_input_tokens)
+        files = dataclasses.replace(files, config=dataclasses.replace(files.config, max_input_tokens=cap))
+        log.info("model %s: inputs capped at %d tokens (model_max_input_tokens)", files.name, cap)
     c = files.config
     architecture = Architecture(c.n_encoder_layers, c.n_decoder_layers, c.n_heads, c.d_model, c.max_positions)
     geometry = None
@@ -218,6 +224,16 @@ def _warm_up_in_thread(model: ServedModel) -> None:
                 raise RuntimeError(f"model {model.name}: the attention-map graph gives rows that do not sum to 1")
 
 
+def batch_limits(settings: LoadSettings, config, precision: str) -> BatchLimits:
+    """The batch limits, with the attention budget in query-key pairs for this model's heads and precision."""
+    budget = settings.max_attention_bytes
+    if not budget:
+        return settings.batching
+    element = 2 if precision == "fp16" else 4  # int8 graphs keep their activations in float32
+    pairs = max(budget // (config.n_heads * element), 1)
+    return dataclasses.replace(settings.batching, max_attention_pairs=pairs)
+
+
 def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics: Metrics, on_health_change):
     """The typed model with its loop (on the event loop): batcher or scheduler, metrics, health."""
     files, c = opened.files, opened.files.config
@@ -232,7 +248,8 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
     metrics.model_info.labels(files.name, files.task, opened.provider, str(files.manifest["opset"])).set(1)
     if files.task == "embedding":
         batcher = EmbeddingBatcher(
-            opened.runner.embed, c.pad_id, settings.batching, executor, files.name, model_metrics,
+            opened.runner.embed, c.pad_id, batch_limits(settings, c, settings.precision_on(opened.provider)), executor,
+            files.name, model_metrics,
             make_run_options=opened.runner.run_options, health=health,
             release_memory=opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
         )  # fmt: skip
@@ -299,6 +316,10 @@ async def load_models(
     for model_dir in model_dirs:
         opened.append(await loop.run_in_executor(executor, _open, model_dir, settings, provider, seq2seq))
         seq2seq -= opened[-1].files.task == "seq2seq"
+    unknown = sorted(set(settings.input_caps) - {o.files.name for o in opened})
+    if unknown:
+        served = ", ".join(o.files.name for o in opened)
+        raise ValueError(f"model_max_input_tokens names models not served: {', '.join(unknown)} (served: {served})")
     longest = max(o.files.config.max_input_tokens for o in opened)
     if longest > settings.batching.max_batch_tokens:
         raise ValueError(

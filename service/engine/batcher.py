@@ -1,7 +1,8 @@
 """Dynamic batching for embeddings: texts from many calls merge into batches bounded by a token budget.
 
-A batch holds at most max_batch_size texts and at most max_batch_tokens tokens counting padding
-(texts x longest text). It starts when it is full, or when its oldest text has waited max_delay. Texts
+A batch holds at most max_batch_size texts, at most max_batch_tokens tokens counting padding (texts x
+longest text), and at most max_attention_pairs query-key pairs (texts x longest text squared: the attention
+scores' memory, which grows with a text's square; a text over it runs alone). It starts when it is full, or when its oldest text has waited max_delay. Texts
 of similar length go together, to cut padding: around the oldest waiting text, the batch takes whichever
 neighbour by length adds the fewest padding tokens, so that the oldest text always runs next and none
 starves; then the batch is cut into model calls of similar lengths where that saves more padding than a
@@ -42,6 +43,15 @@ class BatchLimits:
     max_delay: float  # seconds
     max_queue: int  # texts waiting, over all calls
     split_cost_tokens: int = 64  # what one more model call costs, in padded tokens (see split_by_length)
+    # Most texts x longest text ** 2 in a batch (0: no bound): the attention scores' memory, as a budget in
+    # query-key pairs (the loader turns bytes into pairs by the model's heads and element size).
+    max_attention_pairs: int = 0
+
+    def fits(self, count: int, longest: int) -> bool:
+        """A batch of `count` texts padded to `longest` tokens keeps both budgets."""
+        if count * longest > self.max_batch_tokens:
+            return False
+        return not self.max_attention_pairs or count * longest * longest <= self.max_attention_pairs
 
 
 @dataclass
@@ -70,11 +80,11 @@ def take_batch(waiting: list[Item], limits: BatchLimits) -> list[Item]:
         options = []
         if low > 0:  # a shorter text: its own padding up to `longest`
             length = len(waiting[by_length[low - 1]].ids)
-            if (count + 1) * longest <= limits.max_batch_tokens:
+            if limits.fits(count + 1, longest):
                 options.append((longest - length, "low"))
         if high + 1 < len(by_length):  # a longer text: every text so far pads up to it
             length = len(waiting[by_length[high + 1]].ids)
-            if (count + 1) * length <= limits.max_batch_tokens:
+            if limits.fits(count + 1, length):
                 options.append((count * (length - longest), "high"))
         if not options:
             break
@@ -196,7 +206,9 @@ class EmbeddingBatcher:
         if len(self.waiting) >= self.limits.max_batch_size:
             return True
         longest = max(len(item.ids) for item in self.waiting)
-        return len(self.waiting) * longest >= self.limits.max_batch_tokens
+        count = len(self.waiting)
+        # Full: at the token budget, or one more text as long would pass the attention budget.
+        return count * longest >= self.limits.max_batch_tokens or not self.limits.fits(count + 1, longest)
 
     async def _loop(self) -> None:
         while True:

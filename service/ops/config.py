@@ -73,6 +73,17 @@ class ServerConfig:
         "(measured: docs/benchmarks.md)",
     )
     max_batch_tokens: int = _setting(16384, "embedding batch budget in tokens, padding included")
+    max_batch_attention_bytes: int = _setting(
+        1 << 30,
+        "embedding batch budget of attention scores, in bytes (texts x longest text squared x heads x the "
+        "element's size): long texts batch with fewer others, and a text over it runs alone; 0: no budget",
+    )
+    model_max_input_tokens: str = _setting(
+        "",
+        "per-model input caps, NAME=TOKENS[,NAME=TOKENS...]: the model's inputs are cut (or refused) at the "
+        "smaller of this and its own limit (bge-m3 takes 8,192 tokens; its attention grows with their square), "
+        "and a seq2seq model's cache rows hold only that many source tokens",
+    )
     max_batch_size: int = _setting(32, "most texts in one embedding batch")
     max_delay_ms: float = _setting(2.0, "longest wait for more texts before a batch that is not full runs")
     split_cost_tokens: int = _setting(
@@ -185,6 +196,7 @@ class ServerConfig:
             "kv_cache_bytes",
             "gpu_mem_limit",
             "max_running_sequences",
+            "max_batch_attention_bytes",
         ]
         for name in non_negative:
             if getattr(self, name) < 0:
@@ -201,6 +213,10 @@ class ServerConfig:
             )
         if bool(self.tls_cert) != bool(self.tls_key):
             problems.append("tls_cert and tls_key go together")
+        try:
+            input_caps(self.model_max_input_tokens)
+        except ValueError as error:
+            problems.append(str(error))
         if self.tls_client_ca and not self.tls_cert:
             problems.append("tls_client_ca (mutual TLS) needs tls_cert and tls_key")
         for name in ("tls_cert", "tls_key", "tls_client_ca", "auth_token_file"):
@@ -231,6 +247,17 @@ class ServerConfig:
     @property
     def max_delay_seconds(self) -> float:
         return self.max_delay_ms / 1000.0
+
+
+def input_caps(text: str) -> dict[str, int]:
+    """model_max_input_tokens as model name -> tokens ("" -> {}); ValueError naming what is wrong."""
+    caps = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, tokens = part.partition("=")
+        if not name.strip() or not tokens.strip().isdigit() or int(tokens) < 1:
+            raise ValueError(f"model_max_input_tokens: {part!r} is not NAME=TOKENS (TOKENS >= 1)")
+        caps[name.strip()] = int(tokens)
+    return caps
 
 
 def _parse(kind, text: str):
