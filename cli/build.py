@@ -39,17 +39,22 @@ def cmd_export(args) -> None:
 
 def cmd_import(args) -> None:
     """A Hugging Face MarianMT checkpoint (config.json says model_type "marian"), an M2M100, NLLB-200 or
-    mBART-50 one ("m2m_100", "mbart"), or a sentence-transformers BERT or XLM-RoBERTa checkpoint."""
+    mBART-50 one ("m2m_100", "mbart"), a sentence-transformers BERT or XLM-RoBERTa checkpoint, or a
+    cross-encoder (*ForSequenceClassification)."""
     _needs_torch()
     import json
 
     from modelbuild.import_bert import import_sentence_transformer
+    from modelbuild.import_cross_encoder import import_cross_encoder
     from modelbuild.import_marian import MarianImportError, import_marian
     from modelbuild.import_multilingual import FAMILIES, import_multilingual
 
     config = Path(args.source) / "config.json"
-    kind = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    hf = json.loads(config.read_text()) if config.is_file() else {}
+    kind = hf.get("model_type")
     importer = import_marian if kind == "marian" else import_multilingual if kind in FAMILIES else None
+    if any(a.endswith("ForSequenceClassification") for a in hf.get("architectures") or ()):
+        importer, kind = import_cross_encoder, f"{kind} cross-encoder"
     try:
         out = (importer or import_sentence_transformer)(args.source, args.out, args.name)
     except (MarianImportError, FileNotFoundError, ValueError) as error:

@@ -10,6 +10,7 @@ padding_idx - 1 tokens), a single token type added to every token, and <s> ... <
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -117,8 +118,8 @@ def _max_seq_length(source: Path) -> int | None:
     return None
 
 
-def bert_config(source: Path) -> ModelConfig:
-    hf = json.loads((source / "config.json").read_text())
+def bert_settings(source: Path, hf: dict) -> ModelConfig:
+    """The encoder as config.json describes it (BERT or XLM-RoBERTa), pooling and truncation left default."""
     family = hf.get("model_type", "bert")
     if family not in FAMILIES:
         raise ValueError(f"{source}: model_type {family!r} is not supported (one of {', '.join(FAMILIES)})")
@@ -148,8 +149,18 @@ def bert_config(source: Path) -> ModelConfig:
         pad_id=hf.get("pad_token_id", 0),
         bos_id=tokenizer.token_to_id("<s>" if roberta else "[CLS]"),
         eos_id=tokenizer.token_to_id("</s>" if roberta else "[SEP]"),
-        **_sentence_transformers_settings(source),
     )
+
+
+def bert_config(source: Path) -> ModelConfig:
+    """A sentence-embedding checkpoint's config: the encoder, and sentence-transformers' pooling,
+    normalisation, truncation and prompts."""
+    hf = json.loads((source / "config.json").read_text())
+    encoder = bert_settings(source, hf)
+    settings = _sentence_transformers_settings(source)
+    if settings["max_input_tokens"] is None:
+        settings["max_input_tokens"] = encoder.max_positions
+    return dataclasses.replace(encoder, **settings)
 
 
 def import_sentence_transformer(source: Path, out_dir: Path, name: str) -> Path:

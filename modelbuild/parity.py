@@ -74,10 +74,25 @@ def measure_embedding_cosine(model: EmbeddingModel, path: Path) -> float:
     return worst
 
 
+def measure_logits(model: EmbeddingModel, path: Path) -> float:
+    """The largest difference between ONNX Runtime's classifier logits and PyTorch's (float32)."""
+    session = cpu_session(path)
+    worst = 0.0
+    for seed, (batch, length) in enumerate([(3, 17), (4, min(64, model.config.max_positions))]):
+        ids, mask = example_encoder_inputs(model.config, batch, length, seed)
+        with torch.no_grad():
+            expected = model(ids, mask)[1].numpy()
+        (actual,) = session.run(["logits"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        worst = max(worst, float(np.abs(actual - expected).max()))
+    return worst
+
+
 def measure_parity(model, model_dir: Path, files: dict[str, str]) -> dict:
     """The serving graphs of one precision against PyTorch in float32."""
     parity = {"encoder_max_abs_diff": measure_encoder_parity(model, model_dir / files["encoder"])}
-    if model.config.task == "embedding":
+    if model.config.head == "classifier":
+        parity["logits_max_abs_diff"] = measure_logits(model, model_dir / files["encoder"])
+    elif model.config.task == "embedding":
         parity["embedding_min_cosine"] = measure_embedding_cosine(model, model_dir / files["encoder"])
     else:
         parity["decoder_logits_max_abs_diff"] = measure_decoder_parity(

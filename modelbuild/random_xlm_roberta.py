@@ -33,7 +33,7 @@ class XlmRobertaShape:
     default_prompt_name: str | None = None
 
 
-def _tokenizer(shape: XlmRobertaShape, seed: int):
+def xlm_roberta_tokenizer(shape: XlmRobertaShape, seed: int):
     """XLM-R's layout: <s> <pad> </s> <unk>, the sentencepiece pieces, <mask>."""
     from transformers import XLMRobertaTokenizer
 
@@ -60,7 +60,7 @@ def random_xlm_roberta_checkpoint(out_dir: Path, shape: XlmRobertaShape = XlmRob
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
     out_dir = Path(out_dir)
-    tokenizer = _tokenizer(shape, seed)
+    tokenizer = xlm_roberta_tokenizer(shape, seed)
     config = XLMRobertaConfig(
         vocab_size=len(tokenizer),
         hidden_size=shape.d_model,

@@ -73,6 +73,7 @@ class Embeddings(nn.Module):
             self.register_buffer("sinusoids", position_table(config), persistent=False)
         self.token_types = nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embedding_norm else None
+        self.pair_segments, self.separator = config.pair_segments, config.eos_id
 
     def forward(self, input_ids: Tensor, positions: Tensor) -> Tensor:
         """input_ids (B, T), positions (B or 1, T) -> (B, T, d_model)"""
@@ -83,7 +84,11 @@ class Embeddings(nn.Module):
             x = x + self.sinusoids[positions]
         else:
             x = x + self.positions(positions)
-        if self.token_types is not None:
+        if self.pair_segments:  # a pair: type 1 from the token after the first separator on
+            separators = (input_ids == self.separator).long()
+            types = (separators.cumsum(dim=1) - separators).clamp(max=1)  # (B, T)
+            x = x + self.token_types(types)
+        elif self.token_types is not None:
             x = x + self.token_types.weight[0]  # every input is a single segment
         return self.norm(x) if self.norm is not None else x
 
@@ -201,16 +206,22 @@ def _token_table(config: ModelConfig) -> nn.Embedding:
 
 
 class EmbeddingModel(nn.Module):
-    """Encoder + pooling: one vector per input."""
+    """Encoder + pooling: one vector per input; with a classifier head, one logit per label instead."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
         self.encoder = Encoder(config, _token_table(config))
+        if config.head == "classifier":
+            self.head_dense = nn.Linear(config.d_model, config.d_model)
+            self.head_out = nn.Linear(config.d_model, len(config.labels))
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
-        """-> last_hidden_state (B, S, d_model), embedding (B, d_model): pooled, not normalised."""
+        """-> last_hidden_state (B, S, d_model), and embedding (B, d_model): pooled, not normalised; or,
+        with a classifier head, logits (B, labels)."""
         hidden = self.encoder(input_ids, attention_mask)
+        if self.config.head == "classifier":  # the first token's state, as BERT's pooler and RoBERTa's head take it
+            return hidden, self.head_out(torch.tanh(self.head_dense(hidden[:, 0])))
         if self.config.pooling == "cls":
             return hidden, hidden[:, 0]
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, S, 1)

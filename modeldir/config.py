@@ -48,6 +48,15 @@ class ModelConfig:
     # names (or the default's, where the checkpoint has one): "query: ", "passage: " (multilingual-e5).
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt_name: str | None = None
+    # Cross-encoders and classifiers (sequence classification): a head on the first token's state (dense,
+    # tanh, linear: BERT's pooler + classifier and RoBERTa's classification head alike) gives one logit per
+    # label instead of a pooled vector; scores are the logits through score_activation (CrossEncoder's
+    # activation_fn). pair_segments: token type 1 from the first eos (BERT's [SEP]) on, as a pair's second
+    # text has it, computed in the graph from the ids.
+    head: Literal["none", "classifier"] = "none"
+    labels: tuple[str, ...] = ()
+    score_activation: Literal["identity", "sigmoid", "softmax"] = "identity"
+    pair_segments: bool = False
     # Tokenization: inputs longer than this are truncated (or refused). None: max_positions.
     max_input_tokens: int | None = None
     # tokenizer.json, or Marian's sentencepiece files (with target_vocab.json: marian_separate_vocabs), or
@@ -73,7 +82,7 @@ class ModelConfig:
     early_stopping: Literal["true", "false", "never"] = "false"  # as transformers defines it
 
     def __post_init__(self) -> None:
-        for name in ("suppressed_ids", "languages", "language_pair"):  # lists, read from JSON
+        for name in ("suppressed_ids", "languages", "language_pair", "labels"):  # lists, read from JSON
             object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "prompts", tuple((str(n), str(t)) for n, t in self.prompts))
         if self.max_input_tokens is None:
@@ -99,6 +108,10 @@ class ModelConfig:
             problems.append(f"target_language {self.target_language!r} needs the languages it chooses from")
         if self.language_pair and len(self.language_pair) != 2:
             problems.append(f"language_pair must be (source, target), not {self.language_pair}")
+        if self.head == "classifier" and (self.task != "embedding" or not self.labels):
+            problems.append("a classifier head needs task 'embedding' (an encoder) and at least one label")
+        if self.pair_segments and self.type_vocab_size < 2:
+            problems.append("pair_segments needs type_vocab_size >= 2")
         if self.default_prompt_name is not None and self.default_prompt_name not in dict(self.prompts):
             problems.append(f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts")
         if self.max_input_tokens > self.max_positions:

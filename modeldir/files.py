@@ -93,12 +93,18 @@ def graph_files(task: str, precision: str = "fp32") -> dict[str, str]:
 ENCODER_INPUTS = ("input_ids", "attention_mask")
 
 
-def encoder_outputs(task: str, n_decoder_layers: int) -> tuple[str, ...]:
-    """Embedding models: the pooled vector. Seq2seq: each decoder layer's cross-attention K/V of the encoder
-    output, computed once per request here so that decode steps only read them."""
+def encoder_outputs(task: str, n_decoder_layers: int, head: str = "none") -> tuple[str, ...]:
+    """Embedding models: the pooled vector (with a classifier head: its logits). Seq2seq: each decoder
+    layer's cross-attention K/V of the encoder output, computed once per request here so that decode steps
+    only read them."""
     if task == "embedding":
-        return ("last_hidden_state", "embedding")
+        return ("last_hidden_state", pooled_output(head))
     return ("last_hidden_state", *cache_names("cross", n_decoder_layers))
+
+
+def pooled_output(head: str) -> str:
+    """An embedding model's one-row-per-input output: its vector, or a classifier head's logits."""
+    return "logits" if head == "classifier" else "embedding"
 
 
 def cache_names(prefix: str, n_layers: int) -> tuple[str, ...]:

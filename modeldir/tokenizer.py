@@ -32,6 +32,7 @@ class TextTokenizer:
         # Counts the special tokens the post-processor adds ([CLS] ... [SEP]), as Hugging Face does.
         self._tokenizer.enable_truncation(max_length=max_tokens)
         self._left: Tokenizer | None = None  # the same, cutting long inputs at their start (made when asked)
+        self._pairs: dict[str, Tokenizer] = {}  # the same, cutting pairs by a strategy (made when asked)
 
     def _left_truncating(self) -> Tokenizer:
         if self._left is None:  # two threads may both make one: either serves
@@ -44,6 +45,24 @@ class TextTokenizer:
         """truncate_left: a text too long loses its first tokens, not its last (TEI's truncation_direction)."""
         tokenizer = self._left_truncating() if truncate_left else self._tokenizer
         return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in tokenizer.encode_batch(texts)]
+
+    def encode_pairs(self, pairs: list[tuple[str, str]], only_second: bool = False) -> list[Encoded]:
+        """(query, document) pairs as one input each, framed as the checkpoint frames a pair ([CLS] q [SEP] d
+        [SEP]), too long ones cut as CrossEncoder cuts them: the longer text first, token by token; or, with
+        only_second, the document alone."""
+        tokenizer = self._pair_truncating(only_second)
+        out = []
+        for e in tokenizer.encode_batch(pairs):
+            out.append(Encoded(e.ids, e.tokens, bool(e.overflowing)))
+        return out
+
+    def _pair_truncating(self, only_second: bool) -> Tokenizer:
+        key = "only_second" if only_second else "longest_first"
+        if key not in self._pairs:  # two threads may both make one: either serves
+            pair = Tokenizer.from_str(self._tokenizer.to_str())
+            pair.enable_truncation(max_length=self.max_tokens, strategy=key)
+            self._pairs[key] = pair
+        return self._pairs[key]
 
     def content(self, texts: list[str]) -> list[list[int]]:
         """Each text's own ids, without the special tokens the post-processor adds (a multilingual
@@ -125,6 +144,24 @@ class MarianTokenizer:
             tokens = tokens[: self.max_tokens - 1] + ["</s>"]
             encoded.append(Encoded([self.vocab.get(t, self.unk_id) for t in tokens], tokens, truncated))
         return encoded
+
+    def encode_pairs(self, pairs: list[tuple[str, str]], only_second: bool = False) -> list[Encoded]:
+        """(query, document) pairs as one input each, framed as the checkpoint frames a pair ([CLS] q [SEP] d
+        [SEP]), too long ones cut as CrossEncoder cuts them: the longer text first, token by token; or, with
+        only_second, the document alone."""
+        tokenizer = self._pair_truncating(only_second)
+        out = []
+        for e in tokenizer.encode_batch(pairs):
+            out.append(Encoded(e.ids, e.tokens, bool(e.overflowing)))
+        return out
+
+    def _pair_truncating(self, only_second: bool) -> Tokenizer:
+        key = "only_second" if only_second else "longest_first"
+        if key not in self._pairs:  # two threads may both make one: either serves
+            pair = Tokenizer.from_str(self._tokenizer.to_str())
+            pair.enable_truncation(max_length=self.max_tokens, strategy=key)
+            self._pairs[key] = pair
+        return self._pairs[key]
 
     def content(self, texts: list[str]) -> list[list[int]]:
         """Each text's own ids, without </s> (a multilingual tokenizer frames them)."""

@@ -135,6 +135,11 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
     shares the device memory that is left."""
     precision = settings.precision_on(provider)
     files = open_model_dir(model_dir, attention=settings.attention_maps, precision=precision)
+    if files.config.head == "classifier":
+        raise ValueError(
+            f"model {files.name}: a cross-encoder or classifier (a classification head, labels "
+            f"{', '.join(files.config.labels)}): this server does not serve those yet (Rerank and Classify)"
+        )
     cap = settings.input_caps.get(files.name)
     if cap is not None and cap < files.config.max_input_tokens:  # the operator's cap (model_max_input_tokens)
         files = dataclasses.replace(files, config=dataclasses.replace(files.config, max_input_tokens=cap))

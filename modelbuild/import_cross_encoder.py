@@ -1,0 +1,109 @@
+"""Import a cross-encoder or classifier checkpoint (transformers' BertForSequenceClassification or
+XLMRobertaForSequenceClassification, as sentence-transformers' CrossEncoder saves it) into a model directory:
+the encoder as import_bert.py reads it, and the classification head on the first token's state (BERT's
+pooler and classifier; RoBERTa's dense and out_proj: the same dense, tanh, linear), with the labels and the
+activation CrossEncoder puts on the logits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+from safetensors import safe_open
+from tokenizers import Tokenizer
+
+from modeldir.config import ModelConfig
+from modeldir.files import TOKENIZER_FILE
+
+from .import_bert import _max_seq_length, bert_settings, rename
+from .transformer import EmbeddingModel
+from .weights import save_model_dir
+
+ARCHITECTURES = ("BertForSequenceClassification", "XLMRobertaForSequenceClassification")
+HEAD_NAMES = {
+    "bert.pooler.dense": "head_dense",  # BERT
+    "classifier": "head_out",
+    "classifier.dense": "head_dense",  # RoBERTa
+    "classifier.out_proj": "head_out",
+}
+HEAD = re.compile(
+    r"^(?P<module>bert\.pooler\.dense|classifier\.dense|classifier\.out_proj|classifier)\.(?P<p>weight|bias)$"
+)
+# CrossEncoder's activation_fn, as it saves it, -> ours.
+ACTIVATIONS = {
+    "torch.nn.modules.activation.Sigmoid": "sigmoid",
+    "torch.nn.modules.linear.Identity": "identity",
+    "torch.nn.modules.activation.Softmax": "softmax",
+}
+
+
+def head_rename(name: str) -> str | None:
+    """Our name for a classification checkpoint's parameter (None: one we do not use)."""
+    match = HEAD.match(name)
+    if match:
+        return f"{HEAD_NAMES[match['module']]}.{match['p']}"
+    return rename(name)
+
+
+def activation_of(source: Path, labels: int) -> str:
+    """The activation CrossEncoder applies: saved by sentence-transformers 4+ in
+    config_sentence_transformers.json, by earlier versions in config.json; else its default (sigmoid for one
+    label, none for several)."""
+    for path, key in (
+        (source / "config_sentence_transformers.json", None),
+        (source / "config.json", "sentence_transformers"),
+    ):
+        found = json.loads(path.read_text()) if path.exists() else {}
+        found = found.get(key, {}) if key else found
+        if "activation_fn" in found:
+            if found["activation_fn"] not in ACTIVATIONS:
+                raise ValueError(f"{source}: activation {found['activation_fn']!r} is not supported")
+            return ACTIVATIONS[found["activation_fn"]]
+    return "sigmoid" if labels == 1 else "identity"
+
+
+def cross_encoder_config(source: Path) -> ModelConfig:
+    hf = json.loads((source / "config.json").read_text())
+    architecture = (hf.get("architectures") or [""])[0]
+    if architecture not in ARCHITECTURES:
+        raise ValueError(
+            f"{source}: architecture {architecture!r} is not supported (one of {', '.join(ARCHITECTURES)})"
+        )
+    labels = [hf["id2label"][str(i)] for i in range(len(hf["id2label"]))] if "id2label" in hf else ["LABEL_0"]
+    base = bert_settings(source, hf)
+    return dataclasses.replace(
+        base,
+        head="classifier",
+        labels=tuple(labels),
+        score_activation=activation_of(source, len(labels)),
+        pair_segments=base.type_vocab_size >= 2,  # BERT's second segment; XLM-R has one token type
+        normalize=False,
+        pooling="cls",
+        max_input_tokens=min(_max_seq_length(source) or base.max_positions, base.max_positions),
+    )
+
+
+def import_cross_encoder(source: Path, out_dir: Path, name: str) -> Path:
+    """Convert a CrossEncoder (or *ForSequenceClassification) directory into our model directory."""
+    source = Path(source)
+    weights = source / "model.safetensors"
+    if not weights.exists():
+        raise FileNotFoundError(f"{weights} not found (pickled pytorch_model.bin checkpoints are not loaded)")
+    config = cross_encoder_config(source)
+    model = EmbeddingModel(config)
+    state = {}
+    with safe_open(str(weights), framework="pt") as f:
+        for key in f.keys():
+            ours = head_rename(key)
+            if ours is not None:
+                state[ours] = f.get_tensor(key)
+    model.load_state_dict(state, strict=True)
+    tokenizer = Tokenizer.from_file(str(source / TOKENIZER_FILE))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    out_dir = save_model_dir(model.eval(), name, out_dir)
+    tokenizer.save(str(out_dir / TOKENIZER_FILE))
+    return out_dir

@@ -1,0 +1,142 @@
+"""Cross-encoder and classifier checkpoints (BERT and XLM-RoBERTa sequence classification, as
+sentence-transformers' CrossEncoder saves them): random ones built by transformers, imported with their
+heads, labels and activation, exported; the exported graph over our tokenizer's pairs gives
+CrossEncoder.predict's scores within 1e-5, over-long pairs included (cut as it cuts them)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from modelbuild.export import export_model_dir
+from modelbuild.import_cross_encoder import cross_encoder_config, head_rename, import_cross_encoder
+from modelbuild.random_cross_encoder import CrossEncoderShape, random_cross_encoder
+from modelbuild.stdlib_sentences import stdlib_sentences
+from modeldir.files import open_model_dir
+from modeldir.tokenizer import TextTokenizer, pad_batch
+
+sentence_transformers = pytest.importorskip("sentence_transformers")
+SHAPES = {
+    "bert-reranker": CrossEncoderShape(),
+    "xlmr-reranker": CrossEncoderShape(family="xlm-roberta", heads=2, layers=3),
+    "bert-classifier": CrossEncoderShape(labels=("negative", "neutral", "positive")),
+}
+
+
+class Exported:
+    """A cross-encoder imported and exported, with CrossEncoder itself beside it."""
+
+    def __init__(self, root, name: str, shape: CrossEncoderShape, seed: int):
+        self.source = random_cross_encoder(root / f"{name}-hf", shape, seed=seed)
+        self.dir = import_cross_encoder(self.source, root / name, name)
+        export_model_dir(self.dir, progress_stream=io.StringIO())
+        files = open_model_dir(self.dir)
+        self.config = files.config
+        self.tokenizer = TextTokenizer(files.tokenizer, self.config.max_input_tokens)
+        self.session = ort.InferenceSession(str(files.encoder), providers=["CPUExecutionProvider"])
+        self.reference = sentence_transformers.CrossEncoder(str(self.source), device="cpu")
+
+    def scores(self, pairs: list[tuple[str, str]], only_second: bool = False) -> np.ndarray:
+        encoded = self.tokenizer.encode_pairs(pairs, only_second)
+        ids, mask = pad_batch([e.ids for e in encoded], self.config.pad_id)
+        (logits,) = self.session.run(["logits"], {"input_ids": ids, "attention_mask": mask})
+        if self.config.score_activation == "sigmoid":
+            return 1 / (1 + np.exp(-logits[:, 0]))
+        return logits[:, 0] if logits.shape[1] == 1 else logits
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cross-encoders")
+    return {name: Exported(root, name, shape, seed) for seed, (name, shape) in enumerate(SHAPES.items())}
+
+
+def pairs_of(count: int, seed: int = 0) -> list[tuple[str, str]]:
+    texts = stdlib_sentences(2 * count + seed, 3, 60)[seed:]
+    return list(zip(texts[::2], texts[1::2]))
+
+
+def test_heads_labels_and_activation_are_imported(exported):
+    reranker, classifier = exported["bert-reranker"].config, exported["bert-classifier"].config
+    assert (reranker.head, reranker.labels, reranker.score_activation) == ("classifier", ("LABEL_0",), "sigmoid")
+    assert reranker.pair_segments and not exported["xlmr-reranker"].config.pair_segments
+    assert classifier.labels == ("negative", "neutral", "positive") and classifier.score_activation == "identity"
+    manifest = json.loads((exported["bert-reranker"].dir / "manifest.json").read_text())
+    assert [o["name"] for o in manifest["graphs"]["encoder"]["outputs"]] == ["last_hidden_state", "logits"]
+    assert manifest["parity"]["logits_max_abs_diff"] < 1e-4
+
+
+@pytest.mark.parametrize("name", ["bert-reranker", "xlmr-reranker"])
+def test_scores_equal_cross_encoder_predict_long_pairs_included(exported, name):
+    model = exported[name]
+    pairs = pairs_of(24)
+    long_pair = (" ".join(stdlib_sentences(4, 20, 40)), " ".join(stdlib_sentences(6, 20, 40)[4:]))
+    pairs.append(long_pair)
+    assert len(model.reference.tokenizer(*long_pair)["input_ids"]) > SHAPES[name].max_length  # it is cut
+    np.testing.assert_allclose(model.scores(pairs), model.reference.predict(pairs), atol=1e-5)
+
+
+def test_classifier_logits_equal_cross_encoder(exported):
+    model = exported["bert-classifier"]
+    pairs = pairs_of(8, seed=3)
+    np.testing.assert_allclose(model.scores(pairs), model.reference.predict(pairs), atol=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(query=st.text(min_size=1, max_size=80), document=st.text(min_size=1, max_size=400))
+def test_any_pair_scores_as_cross_encoder_does(exported, query, document):
+    model = exported["bert-reranker"]
+    pair = [(query, document)]
+    np.testing.assert_allclose(model.scores(pair), model.reference.predict(pair), atol=1e-5)
+
+
+def test_only_the_document_is_cut_on_request(exported):
+    model = exported["bert-reranker"]
+    query, document = "which module parses command lines", " ".join(stdlib_sentences(8, 20, 40))
+    (cut,) = model.tokenizer.encode_pairs([(query, document)], only_second=True)
+    query_ids = model.tokenizer.encode([query])[0].ids[1:-1]
+    assert cut.ids[1 : 1 + len(query_ids)] == query_ids and len(cut.ids) == model.config.max_input_tokens
+    model.reference.tokenizer.truncation_side = "right"
+    want = model.reference.tokenizer([query], [document], truncation="only_second", max_length=64)["input_ids"][0]
+    assert cut.ids == want
+
+
+def test_names_and_refusals():
+    assert head_rename("bert.pooler.dense.weight") == "head_dense.weight"
+    assert head_rename("classifier.out_proj.bias") == "head_out.bias"
+    assert head_rename("classifier.weight") == "head_out.weight"
+    assert head_rename("roberta.encoder.layer.1.output.dense.bias") == "encoder.layers.1.feed_forward.w_2.bias"
+
+
+def test_other_architectures_are_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertForMaskedLM"], "model_type": "bert"}))
+    with pytest.raises(ValueError, match="architecture 'BertForMaskedLM' is not supported"):
+        cross_encoder_config(tmp_path)
+
+
+def test_the_cli_imports_it_and_the_server_says_it_does_not_serve_it_yet(exported, tmp_path):
+    import subprocess
+    import sys
+
+    from testing.server_thread import ServerThread
+
+    source = exported["xlmr-reranker"].source
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", "import", str(source), str(tmp_path / "r"), "--name", "r"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "(xlm-roberta cross-encoder) as 'r'" in done.stdout, done.stderr
+    server = ServerThread([exported["bert-reranker"].dir], load=False)
+    try:
+        with pytest.raises(ValueError, match="a cross-encoder or classifier .* does not serve those yet"):
+            server.load()
+    finally:
+        server.close()
