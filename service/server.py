@@ -63,7 +63,7 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         probe_seconds=config.probe_seconds, stream_write_timeout=config.stream_write_timeout,
         access_log_share=config.access_log_share, stream_messages=config.stream_messages_per_second,
         translation_characters=config.translation_max_characters,
-        translation_sentences=config.translation_max_sentences,
+        translation_sentences=config.translation_max_sentences, rerank_documents=config.rerank_max_documents,
     )  # fmt: skip
 
 

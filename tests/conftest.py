@@ -184,6 +184,31 @@ def multilingual_checkpoints(tmp_path_factory):
     return {name: Checkpoint(root, name, seed) for seed, name in enumerate(SHAPES)}
 
 
+CROSS_ENCODER_SHAPES = {  # modelbuild.random_cross_encoder.CrossEncoderShape's fields
+    "bert-reranker": {},
+    "xlmr-reranker": {"family": "xlm-roberta", "heads": 2, "layers": 3},
+    "bert-classifier": {"labels": ("negative", "neutral", "positive")},
+}
+
+
+@pytest.fixture(scope="session")
+def cross_encoders(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """Random cross-encoders (BERT and XLM-RoBERTa rerankers, a BERT classifier of three labels) built by
+    transformers and saved by CrossEncoder, imported and exported: name -> (CrossEncoder's dir, ours)."""
+    pytest.importorskip("sentence_transformers")
+    from modelbuild.import_cross_encoder import import_cross_encoder
+    from modelbuild.random_cross_encoder import CrossEncoderShape, random_cross_encoder
+
+    root = tmp_path_factory.mktemp("cross-encoders")
+    out = {}
+    for seed, (name, fields) in enumerate(CROSS_ENCODER_SHAPES.items()):
+        source = random_cross_encoder(root / f"{name}-hf", CrossEncoderShape(**fields), seed=seed)
+        directory = import_cross_encoder(source, root / name, name)
+        export_model_dir(directory, progress_stream=io.StringIO())
+        out[name] = (source, directory)
+    return out
+
+
 @pytest.fixture(scope="session")
 def marian_en_it(tmp_path_factory) -> Path:
     """A random Marian checkpoint of one pair, English to Italian (which the bundled models do not serve),

@@ -26,16 +26,20 @@ ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 
 texts = st.text(max_size=60)  # any unicode, NUL and lone surrogates' neighbours included
-models = st.one_of(st.sampled_from(["", "minilm", "numbers", "numbers-multilingual"]), st.text(max_size=20))
+models = st.one_of(
+    st.sampled_from(["", "minilm", "numbers", "numbers-multilingual", "bert-reranker", "bert-classifier"]),
+    st.text(max_size=20),
+)
 # The multilingual model's codes, codes it does not serve, and any text.
 languages = st.sampled_from(["", "zxx", "zxx_Zyyy", "fra_Latn", "fr", "de-DE", "zh", "eng_Latn"]) | st.text(max_size=12)
 floats = st.floats(width=32, allow_nan=True, allow_infinity=True)
 
 
 @pytest.fixture(scope="module")
-def small_limits_server(minilm_dir, numbers_dir, multilingual_numbers_dir):
+def small_limits_server(minilm_dir, numbers_dir, multilingual_numbers_dir, cross_encoders):
     # Small limits keep each accepted call cheap, so that 10,000 of them fit in a CI run.
     models = [minilm_dir, numbers_dir, multilingual_numbers_dir]
+    models += [cross_encoders[name][1] for name in ("bert-reranker", "bert-classifier")]
     server = ServerThread(models, max_new_tokens=16, max_client_batch_size=8)
     before = baseline(server)
     yield server
@@ -132,6 +136,32 @@ translate_requests = st.builds(
 )
 
 
+rerank_requests = st.builds(
+    pb.RerankRequest,
+    model=models,
+    query=texts,
+    documents=st.lists(texts, max_size=12),
+    top_n=st.none() | st.integers(0, 2**32 - 1) | st.integers(0, 6),
+    return_documents=st.booleans(),
+    raw_scores=st.booleans(),
+    truncation=st.integers(-1, 3),
+)
+
+
+@FUZZ
+@given(request=rerank_requests)
+def test_rerank(stub, request):
+    assert code(lambda: stub.Rerank(request, timeout=30)) in ALLOWED
+
+
+@FUZZ
+@given(
+    request=st.builds(pb.ClassifyRequest, model=models, inputs=st.lists(texts, max_size=12), raw_scores=st.booleans())
+)
+def test_classify(stub, request):
+    assert code(lambda: stub.Classify(request, timeout=30)) in ALLOWED
+
+
 @FUZZ
 @given(request=translate_requests)
 def test_translate(stub, request):
@@ -194,7 +224,16 @@ def raw_channel(server) -> grpc.Channel:
     method=st.sampled_from(
         [
             "attnserve.v1.Inference/" + m
-            for m in ("Embed", "Tokenize", "Generate", "GenerateStream", "ListModels", "Translate")
+            for m in (
+                "Embed",
+                "Tokenize",
+                "Generate",
+                "GenerateStream",
+                "ListModels",
+                "Translate",
+                "Rerank",
+                "Classify",
+            )
         ]
         + ["inference.GRPCInferenceService/" + m for m in ("ModelInfer", "ModelMetadata", "ModelConfig", "ModelReady")]
     ),

@@ -5,7 +5,6 @@ CrossEncoder.predict's scores within 1e-5, over-long pairs included (cut as it c
 
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
@@ -14,28 +13,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelbuild.export import export_model_dir
-from modelbuild.import_cross_encoder import cross_encoder_config, head_rename, import_cross_encoder
-from modelbuild.random_cross_encoder import CrossEncoderShape, random_cross_encoder
+from modelbuild.import_cross_encoder import cross_encoder_config, head_rename
 from modelbuild.stdlib_sentences import stdlib_sentences
 from modeldir.files import open_model_dir
 from modeldir.tokenizer import TextTokenizer, pad_batch
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
-SHAPES = {
-    "bert-reranker": CrossEncoderShape(),
-    "xlmr-reranker": CrossEncoderShape(family="xlm-roberta", heads=2, layers=3),
-    "bert-classifier": CrossEncoderShape(labels=("negative", "neutral", "positive")),
-}
+MAX_LENGTH = 64  # CrossEncoderShape's max_length
 
 
 class Exported:
     """A cross-encoder imported and exported, with CrossEncoder itself beside it."""
 
-    def __init__(self, root, name: str, shape: CrossEncoderShape, seed: int):
-        self.source = random_cross_encoder(root / f"{name}-hf", shape, seed=seed)
-        self.dir = import_cross_encoder(self.source, root / name, name)
-        export_model_dir(self.dir, progress_stream=io.StringIO())
+    def __init__(self, source, directory):
+        self.source, self.dir = source, directory
         files = open_model_dir(self.dir)
         self.config = files.config
         self.tokenizer = TextTokenizer(files.tokenizer, self.config.max_input_tokens)
@@ -52,9 +43,8 @@ class Exported:
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cross-encoders")
-    return {name: Exported(root, name, shape, seed) for seed, (name, shape) in enumerate(SHAPES.items())}
+def exported(cross_encoders):
+    return {name: Exported(source, directory) for name, (source, directory) in cross_encoders.items()}
 
 
 def pairs_of(count: int, seed: int = 0) -> list[tuple[str, str]]:
@@ -78,7 +68,7 @@ def test_scores_equal_cross_encoder_predict_long_pairs_included(exported, name):
     pairs = pairs_of(24)
     long_pair = (" ".join(stdlib_sentences(4, 20, 40)), " ".join(stdlib_sentences(6, 20, 40)[4:]))
     pairs.append(long_pair)
-    assert len(model.reference.tokenizer(*long_pair)["input_ids"]) > SHAPES[name].max_length  # it is cut
+    assert len(model.reference.tokenizer(*long_pair)["input_ids"]) > MAX_LENGTH  # it is cut
     np.testing.assert_allclose(model.scores(pairs), model.reference.predict(pairs), atol=1e-5)
 
 
@@ -120,11 +110,9 @@ def test_other_architectures_are_refused(tmp_path):
         cross_encoder_config(tmp_path)
 
 
-def test_the_cli_imports_it_and_the_server_says_it_does_not_serve_it_yet(exported, tmp_path):
+def test_the_cli_imports_it(exported, tmp_path):
     import subprocess
     import sys
-
-    from testing.server_thread import ServerThread
 
     source = exported["xlmr-reranker"].source
     done = subprocess.run(
@@ -134,9 +122,3 @@ def test_the_cli_imports_it_and_the_server_says_it_does_not_serve_it_yet(exporte
         timeout=300,
     )
     assert done.returncode == 0 and "(xlm-roberta cross-encoder) as 'r'" in done.stdout, done.stderr
-    server = ServerThread([exported["bert-reranker"].dir], load=False)
-    try:
-        with pytest.raises(ValueError, match="a cross-encoder or classifier .* does not serve those yet"):
-            server.load()
-    finally:
-        server.close()

@@ -53,7 +53,7 @@ async def probe(model: ServedModel, executor: Executor) -> None:
     """A small real call through the model's serving path; raises if it fails. An embedding model: one
     runner call in the model thread. A seq2seq model: a one-token generation through the scheduler (the
     cache, the runner's encoder and decoder step, token choice), counted in no metric."""
-    if model.task == "embedding":
+    if model.batched:  # embeddings and cross-encoders
         await asyncio.get_running_loop().run_in_executor(executor, run_encoder, model, [PROBE_TEXT])
         return
     (encoded,) = model.tokenizer.encode([PROBE_TEXT])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modeldir.files import CACHE_GRAPHS, ModelFiles, open_model_dir, read_manifest
+from modeldir.files import CACHE_GRAPHS, ModelFiles, open_model_dir, pooled_output, read_manifest
 from modeldir.language_tokenizer import languages_of, load_model_tokenizer
 
 from ..engine.batcher import BatchLimits, EmbeddingBatcher
@@ -43,6 +43,7 @@ from .health import ModelHealth, probe, run_encoder
 from .registry import ModelRegistry
 from .served_models import (
     Architecture,
+    CrossEncoderModel,
     EmbeddingModel,
     GenerationDefaults,
     GenerationLimits,
@@ -135,11 +136,6 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
     shares the device memory that is left."""
     precision = settings.precision_on(provider)
     files = open_model_dir(model_dir, attention=settings.attention_maps, precision=precision)
-    if files.config.head == "classifier":
-        raise ValueError(
-            f"model {files.name}: a cross-encoder or classifier (a classification head, labels "
-            f"{', '.join(files.config.labels)}): this server does not serve those yet (Rerank and Classify)"
-        )
     cap = settings.input_caps.get(files.name)
     if cap is not None and cap < files.config.max_input_tokens:  # the operator's cap (model_max_input_tokens)
         files = dataclasses.replace(files, config=dataclasses.replace(files.config, max_input_tokens=cap))
@@ -160,7 +156,7 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
     encoder = create_session(files.encoder, sessions, provider)
     rows = 0
     if files.task == "embedding":
-        runner = EmbeddingRunner(encoder)
+        runner = EmbeddingRunner(encoder, pooled_output(c.head))
     else:
         # The cache graphs run seldom and copy rows: one thread, asleep between calls.
         small = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
@@ -217,7 +213,7 @@ def _warm_up_in_thread(model: ServedModel) -> None:
     """First calls allocate and plan: run them before the first request does (in the model thread). An
     embedding model's runner at the shortest and longest input; the attention-map graph once, checking
     that its rows are distributions."""
-    if model.task == "embedding":
+    if model.batched:
         run_encoder(model, ["warm up"])
         run_encoder(model, ["warm up " * model.max_input_tokens] * 2)
     if model.attention is not None:
@@ -259,6 +255,10 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
             release_memory=opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
         )  # fmt: skip
         model_metrics.watch_queue(lambda: batcher.queue_depth)
+        if c.head == "classifier":
+            return CrossEncoderModel(**common, runner=opened.runner, batcher=batcher, normalize_by_default=False,
+                                     prompts={}, default_prompt=None, labels=c.labels,
+                                     score_activation=c.score_activation)  # fmt: skip
         return EmbeddingModel(**common, runner=opened.runner, batcher=batcher, normalize_by_default=c.normalize,
                               prompts=dict(c.prompts), default_prompt=c.default_prompt_name)  # fmt: skip
     g = opened.geometry
@@ -334,7 +334,7 @@ async def load_models(
     registry = ModelRegistry([_build(o, settings, executor, metrics, on_health_change) for o in opened])
     for model in registry.models.values():
         await loop.run_in_executor(executor, _warm_up_in_thread, model)
-        if model.task == "embedding":
+        if model.batched:
             model.batcher.start()
         else:
             model.scheduler.start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import NotFound, invalid
-from .served_models import EmbeddingModel, ServedModel
+from .served_models import CrossEncoderModel, EmbeddingModel, ServedModel
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class ModelInfo:
     language_pair: tuple[str, ...] = ()  # (source, target) of a model of one pair that names it
     prompt_names: tuple[str, ...] = ()  # an embedding model's prompts
     default_prompt_name: str = ""
+    labels: tuple[str, ...] = ()  # a classification model's
 
 
 class ModelRegistry:
@@ -75,6 +76,7 @@ class ModelRegistry:
             language_pair=m.language_pair,
             prompt_names=tuple(m.prompts) if isinstance(m, EmbeddingModel) else (),
             default_prompt_name=(m.default_prompt or "") if isinstance(m, EmbeddingModel) else "",
+            labels=m.labels if isinstance(m, CrossEncoderModel) else (),
         )
 
     @property
@@ -84,7 +86,7 @@ class ModelRegistry:
     async def stop(self, error: Exception) -> None:
         """Stop the batching and scheduling loops; calls still waiting on them get `error`."""
         for model in self.models.values():
-            if model.task == "embedding":
+            if model.batched:  # embeddings and cross-encoders
                 await model.batcher.stop(error)
             else:
                 await model.scheduler.stop(error)

@@ -75,6 +75,7 @@ class ServedModel:
     attention: AttentionGraph | None  # with attention maps on
 
     task: ClassVar[str]
+    batched: ClassVar[bool]  # its inputs run through a batcher (embeddings, cross-encoders); else a scheduler
 
     @property
     def dimensions(self) -> int:
@@ -90,6 +91,18 @@ class EmbeddingModel(ServedModel):
     default_prompt: str | None  # the one an input gets when a request names none
 
     task: ClassVar[str] = "embedding"
+    batched: ClassVar[bool] = True
+
+
+@dataclass(eq=False)
+class CrossEncoderModel(EmbeddingModel):
+    """An encoder with a classification head, batched as embeddings are: its runner gives each input's
+    logits (one per label), for Rerank (one label: a pair's relevance) and Classify."""
+
+    labels: tuple[str, ...] = ()
+    score_activation: str = "identity"  # CrossEncoder's: identity, sigmoid or softmax
+
+    task: ClassVar[str] = "classification"
 
 
 @dataclass(eq=False)
@@ -100,3 +113,4 @@ class Seq2SeqModel(ServedModel):
     limits: GenerationLimits
 
     task: ClassVar[str] = "seq2seq"
+    batched: ClassVar[bool] = False

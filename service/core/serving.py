@@ -1,7 +1,7 @@
 """The serving core: what every front door calls. Each call's lifecycle (calls.py) and admission, the
-loaded models, one object per capability (embeddings, generation, translation, tokenize, models, attention
-maps), and the server's lifecycle (load, health probes, drain, stop). It knows no transport: plain
-dataclasses in and out, domain errors raised."""
+loaded models, one object per capability (embeddings, generation, translation, reranking and
+classification, tokenize, models, attention maps), and the server's lifecycle (load, health probes,
+drain, stop). It knows no transport: plain dataclasses in and out, domain errors raised."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ..ops.metrics import Metrics
 from .admission import Admission
 from .attention_maps import AttentionLimits, AttentionMaps
 from .calls import Call, Refusal, Status, StatusTable, refused, run_call
+from .cross_encoding import CrossEncoding
 from .embeddings import Embeddings
 from .generation import Generation
 from .health import probe
@@ -44,6 +45,7 @@ class CoreSettings:
     stream_write_timeout: float  # how long a streamed message may wait for its client
     translation_characters: int = 100_000  # all texts of one Translate call together
     translation_sentences: int = 512  # the sentences one Translate call's texts are cut into
+    rerank_documents: int = 1000  # documents of one Rerank call
     stream_messages: float = 0.0  # messages a second all streams together aim at (0: one for every token)
     access_log_share: float = 1.0  # of answered calls, the share that get an access-log line
 
@@ -64,6 +66,7 @@ class ServingCore:
         self.attention_maps: AttentionMaps | None = None
         self.routing: LanguageRouter | None = None
         self.translation: TranslationService | None = None
+        self.cross_encoding: CrossEncoding | None = None
         self._readiness_listeners: list[Callable[[bool], None]] = []
         self._probes: asyncio.Task | None = None
 
@@ -102,6 +105,7 @@ class ServingCore:
             registry, self.tokenization, s.max_beams, s.max_client_batch_size, s.stream_messages, self.routing
         )
         self.attention_maps = AttentionMaps(registry, self.tokenization, s.attention)
+        self.cross_encoding = CrossEncoding(registry, self.tokenization, s.rerank_documents, s.max_client_batch_size)
         limits = TranslationLimits(s.max_client_batch_size, s.translation_characters, s.translation_sentences)
         self.translation = TranslationService(self.routing, self.tokenization, limits, s.max_beams)
         self.registry = registry
@@ -135,7 +139,8 @@ class ServingCore:
             raise invalid("model", f"empty; name a model ({', '.join(m.name for m in self.models())})")
         found = self.registry.find(name)
         if stream and found.task != "seq2seq":
-            raise invalid("stream", f"model {found.name!r} is an embedding model; only seq2seq models stream")
+            article = "an" if found.task[0] in "aeiou" else "a"
+            raise invalid("stream", f"model {found.name!r} is {article} {found.task} model; only seq2seq models stream")
         return next(m for m in self.registry.infos() if m.name == found.name)
 
     def model_ready(self, name: str) -> bool:

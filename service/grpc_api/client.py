@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from .pb import inference_pb2 as pb
 from .pb import inference_pb2_grpc as pb_grpc
 
-TASK_NAMES = {pb.TASK_EMBEDDING: "embedding", pb.TASK_SEQ2SEQ: "seq2seq"}
+TASK_NAMES = {pb.TASK_EMBEDDING: "embedding", pb.TASK_SEQ2SEQ: "seq2seq", pb.TASK_CLASSIFICATION: "classification"}
 FINISH_REASON_NAMES = {
     pb.FINISH_REASON_LENGTH: "length", pb.FINISH_REASON_EOS: "eos", pb.FINISH_REASON_STOP: "stop",
     pb.FINISH_REASON_CANCELLED: "cancelled",

@@ -11,6 +11,7 @@ import grpc
 import numpy as np
 
 from ..core.calls import Call
+from ..core.cross_encoding import ClassifyRequest
 from ..core.embeddings import EmbedRequest
 from ..core.generation import GenerateResult
 from ..core.registry import ModelInfo
@@ -48,6 +49,7 @@ GENERATION_PARAMETERS = {
     "seed": int, "stop": str, "ignore_eos": bool, "num_beams": int, "length_penalty": float,
     "early_stopping": str, "num_return_sequences": int, "source_language": str, "target_language": str,
 }  # fmt: skip
+CLASSIFY_PARAMETERS = {"raw_scores": bool}
 STREAM_PARAMETER = {"stream": bool}  # ModelStreamInfer: answer a seq2seq request piece by piece
 # The core's field names, as this protocol's callers name them.
 FIELD_NAMES = {
@@ -57,7 +59,7 @@ FIELD_NAMES = {
     **{f"params.{name}": f"parameters.{name}" for name in GENERATION_PARAMETERS},
     **{name: f"parameters.{name}" for name in ("source_language", "target_language")},
 }  # fmt: skip
-OUTPUTS = {"embedding": ["embedding"], "seq2seq": [TEXT, "token_ids", "finish_reason"]}
+OUTPUTS = {"embedding": ["embedding"], "seq2seq": [TEXT, "token_ids", "finish_reason"], "classification": ["scores"]}
 FINAL = "triton_final_response"
 
 
@@ -77,6 +79,8 @@ def tensor_metadata(model: ModelInfo) -> tuple[list, list]:
     inputs = [meta(name=TEXT, datatype="BYTES", shape=[-1])]
     if model.task == "embedding":
         return inputs, [meta(name="embedding", datatype="FP32", shape=[-1, model.dimensions])]
+    if model.task == "classification":  # each text's score for every label
+        return inputs, [meta(name="scores", datatype="FP32", shape=[-1, len(model.labels)])]
     outputs = [meta(name=TEXT, datatype="BYTES", shape=[-1]), meta(name="token_ids", datatype="INT64", shape=[-1, -1]),
                meta(name="finish_reason", datatype="BYTES", shape=[-1])]  # fmt: skip
     return inputs, outputs
@@ -188,6 +192,12 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             result = await self.core.embeddings.embed(embed, call.record)
             tensors = [numbers_tensor("embedding", "FP32", result.vectors)]
             usage = {"prompt_tokens": result.usage.prompt_tokens}
+        elif model.task == "classification":
+            options = read_parameters(request.parameters, CLASSIFY_PARAMETERS)
+            classify = ClassifyRequest(model.name, text.texts, options.get("raw_scores", False))
+            result = await self.core.cross_encoding.classify(classify, call.record)
+            tensors = [numbers_tensor("scores", "FP32", result.scores)]
+            usage = {"prompt_tokens": result.prompt_tokens}
         else:
             options = generation_options(read_parameters(request.parameters, GENERATION_PARAMETERS))
             results = await self.core.generation.generate_all(model.name, text.texts, options, call.record)

@@ -7,6 +7,7 @@ import dataclasses
 
 from ..core.attention_maps import CROSS, DECODER_SELF, ENCODER_SELF, AttentionRequest, AttentionResult
 from ..core.calls import Call
+from ..core.cross_encoding import ClassifyRequest, RerankRequest
 from ..core.documents import SPLIT_ALL, SPLIT_NO_NEWLINES, SPLIT_NONE
 from ..core.embeddings import EmbedRequest
 from ..core.generation import CANCELLED, EOS, LENGTH, STOP, GenerateRequest, GenerationUsage
@@ -18,7 +19,11 @@ from .call_handling import handler
 from .pb import inference_pb2 as pb
 from .pb import inference_pb2_grpc as pb_grpc
 
-TASKS = {"embedding": pb.TASK_EMBEDDING, "seq2seq": pb.TASK_SEQ2SEQ}
+TASKS = {"embedding": pb.TASK_EMBEDDING, "seq2seq": pb.TASK_SEQ2SEQ, "classification": pb.TASK_CLASSIFICATION}
+PAIR_TRUNCATIONS = {
+    pb.PAIR_TRUNCATION_LONGEST_FIRST: "longest_first",
+    pb.PAIR_TRUNCATION_ONLY_DOCUMENT: "only_document",
+}
 FINISH_REASONS = {
     LENGTH: pb.FINISH_REASON_LENGTH, EOS: pb.FINISH_REASON_EOS, STOP: pb.FINISH_REASON_STOP,
     CANCELLED: pb.FINISH_REASON_CANCELLED,
@@ -114,6 +119,7 @@ def model_info(m: ModelInfo) -> pb.ModelInfo:
         target_language=target,
         prompt_names=m.prompt_names,
         default_prompt_name=m.default_prompt_name,
+        labels=m.labels,
     )
 
 
@@ -221,3 +227,25 @@ class InferenceServicer(pb_grpc.InferenceServicer):
     async def Translate(self, request: pb.TranslateRequest, context, call: Call) -> pb.TranslateResponse:
         translations = await self.core.translation.translate(translate_request(request), call.record)
         return pb.TranslateResponse(translations=[translation_message(t) for t in translations])
+
+    @handler
+    async def Rerank(self, request: pb.RerankRequest, context, call: Call) -> pb.RerankResponse:
+        rerank = RerankRequest(
+            request.model,
+            request.query,
+            list(request.documents),
+            top_n=request.top_n if request.HasField("top_n") else None,
+            return_documents=request.return_documents,
+            raw_scores=request.raw_scores,
+            truncation=PAIR_TRUNCATIONS.get(request.truncation, str(request.truncation)),
+        )
+        r = await self.core.cross_encoding.rerank(rerank, call.record)
+        ranked = [pb.RankedDocument(index=x.index, score=x.score, document=x.document or "") for x in r.results]
+        return pb.RerankResponse(model=r.model, results=ranked, prompt_tokens=r.prompt_tokens)
+
+    @handler
+    async def Classify(self, request: pb.ClassifyRequest, context, call: Call) -> pb.ClassifyResponse:
+        classify = ClassifyRequest(request.model, list(request.inputs), request.raw_scores)
+        r = await self.core.cross_encoding.classify(classify, call.record)
+        results = [pb.LabelScores(scores=row.tolist(), label=r.labels[int(row.argmax())]) for row in r.scores]
+        return pb.ClassifyResponse(model=r.model, labels=r.labels, results=results, prompt_tokens=r.prompt_tokens)

@@ -1,6 +1,6 @@
-"""The HTTP port: the OpenAI-compatible API (openai_api.py), DeepL's (deepl_api.py) and LibreTranslate's
-(libretranslate_api.py), served by uvicorn on the same event loop as the gRPC port, with TLS, bearer
-tokens and a request size limit as configured."""
+"""The HTTP port: the OpenAI-compatible API (openai_api.py), /v1/rerank (rerank_api.py), DeepL's
+(deepl_api.py) and LibreTranslate's (libretranslate_api.py), served by uvicorn on the same event loop as
+the gRPC port, with TLS, bearer tokens and a request size limit as configured."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from .call_handling import OPENAI, BodyTooLarge, HttpApi, refuse
 from .deepl_api import add_deepl_routes
 from .libretranslate_api import add_libretranslate_routes
 from .openai_api import create_app
+from .rerank_api import add_rerank_routes
 
 OPEN_PATHS = ("/health",)  # probes and load balancers need no secret
 # Each path's API, for the refusals sent before a route runs: OpenAI's where none other claims it.
@@ -98,6 +99,7 @@ class HttpServer:
         api = create_app(self.core, self.abort_connection)
         add_deepl_routes(api, self.core)
         add_libretranslate_routes(api, self.core, tokens)
+        add_rerank_routes(api, self.core)
         app = Guard(api, tokens, c.max_message_bytes, self.core)
         settings = uvicorn.Config(
             app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c)

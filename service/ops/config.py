@@ -123,6 +123,7 @@ class ServerConfig:
         "most sentences one translation call's texts are cut into, together (each is a generation of its own, "
         "so keep this under max_waiting_sequences)",
     )
+    rerank_max_documents: int = _setting(1000, "most documents one Rerank or /v1/rerank call ranks")
     max_waiting_sequences: int = _setting(1024, "Generate calls waiting for cache space; beyond: RESOURCE_EXHAUSTED")
     max_concurrent_requests: int = _setting(512, "calls in progress at once; beyond: RESOURCE_EXHAUSTED at once")
     max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")
@@ -181,7 +182,7 @@ class ServerConfig:
             "max_concurrent_requests", "max_message_bytes", "max_new_tokens",
             "max_waiting_sequences", "max_beams", "attention_max_input_tokens",
             "attention_max_response_bytes", "attention_max_concurrent", "translation_max_characters",
-            "translation_max_sentences",
+            "translation_max_sentences", "rerank_max_documents",
         ]  # fmt: skip
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
         if not 0.0 <= self.access_log_share <= 1.0:

@@ -9,8 +9,9 @@ from .sessions import provider_of, shrink_options
 
 
 class EmbeddingRunner:
-    def __init__(self, session: ort.InferenceSession):
-        self.session = session
+    def __init__(self, session: ort.InferenceSession, output: str = "embedding"):
+        """output: the graph's one row per input: "embedding", or a classifier head's "logits"."""
+        self.session, self.output = session, output
         self.provider = provider_of(session)
 
     @staticmethod
@@ -22,11 +23,11 @@ class EmbeddingRunner:
         """Give the memory arena's unused regions back (after a burst of large batches): one tiny call
         whose run ends with the arena shrinking (ONNX Runtime keeps an arena's peak until told)."""
         one = np.ones((1, 1), np.int64)
-        self.session.run(["embedding"], {"input_ids": one, "attention_mask": one}, shrink_options(self.provider))
+        self.session.run([self.output], {"input_ids": one, "attention_mask": one}, shrink_options(self.provider))
 
     def embed(self, input_ids: np.ndarray, attention_mask: np.ndarray, run_options=None) -> np.ndarray:
         """(B, S) int64 twice -> (B, d) float32, pooled, not normalised. Only this output is fetched."""
         (pooled,) = self.session.run(
-            ["embedding"], {"input_ids": input_ids, "attention_mask": attention_mask}, run_options
+            [self.output], {"input_ids": input_ids, "attention_mask": attention_mask}, run_options
         )
         return pooled

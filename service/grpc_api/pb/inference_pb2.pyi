@@ -17,6 +17,7 @@ class Task(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_UNSPECIFIED: _ClassVar[Task]
     TASK_EMBEDDING: _ClassVar[Task]
     TASK_SEQ2SEQ: _ClassVar[Task]
+    TASK_CLASSIFICATION: _ClassVar[Task]
 
 class EarlyStopping(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -45,11 +46,17 @@ class AttentionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTENTION_KIND_ENCODER_SELF: _ClassVar[AttentionKind]
     ATTENTION_KIND_DECODER_SELF: _ClassVar[AttentionKind]
     ATTENTION_KIND_CROSS: _ClassVar[AttentionKind]
+
+class PairTruncation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PAIR_TRUNCATION_LONGEST_FIRST: _ClassVar[PairTruncation]
+    PAIR_TRUNCATION_ONLY_DOCUMENT: _ClassVar[PairTruncation]
 TRUNCATION_DIRECTION_RIGHT: TruncationDirection
 TRUNCATION_DIRECTION_LEFT: TruncationDirection
 TASK_UNSPECIFIED: Task
 TASK_EMBEDDING: Task
 TASK_SEQ2SEQ: Task
+TASK_CLASSIFICATION: Task
 EARLY_STOPPING_UNSPECIFIED: EarlyStopping
 EARLY_STOPPING_HEURISTIC: EarlyStopping
 EARLY_STOPPING_ON: EarlyStopping
@@ -66,6 +73,8 @@ ATTENTION_KIND_UNSPECIFIED: AttentionKind
 ATTENTION_KIND_ENCODER_SELF: AttentionKind
 ATTENTION_KIND_DECODER_SELF: AttentionKind
 ATTENTION_KIND_CROSS: AttentionKind
+PAIR_TRUNCATION_LONGEST_FIRST: PairTruncation
+PAIR_TRUNCATION_ONLY_DOCUMENT: PairTruncation
 
 class EmbedRequest(_message.Message):
     __slots__ = ("model", "inputs", "normalize", "truncate", "prompt_name", "input_type", "truncation_direction")
@@ -146,7 +155,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "task", "dimensions", "max_input_tokens", "execution_provider", "opset", "is_default", "languages", "needs_source_language", "needs_target_language", "source_language", "target_language", "prompt_names", "default_prompt_name")
+    __slots__ = ("name", "task", "dimensions", "max_input_tokens", "execution_provider", "opset", "is_default", "languages", "needs_source_language", "needs_target_language", "source_language", "target_language", "prompt_names", "default_prompt_name", "labels")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +170,7 @@ class ModelInfo(_message.Message):
     TARGET_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     PROMPT_NAMES_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_PROMPT_NAME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     name: str
     task: Task
     dimensions: int
@@ -175,7 +185,8 @@ class ModelInfo(_message.Message):
     target_language: str
     prompt_names: _containers.RepeatedScalarFieldContainer[str]
     default_prompt_name: str
-    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., dimensions: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., execution_provider: _Optional[str] = ..., opset: _Optional[int] = ..., is_default: _Optional[bool] = ..., languages: _Optional[_Iterable[str]] = ..., needs_source_language: _Optional[bool] = ..., needs_target_language: _Optional[bool] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., prompt_names: _Optional[_Iterable[str]] = ..., default_prompt_name: _Optional[str] = ...) -> None: ...
+    labels: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., dimensions: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., execution_provider: _Optional[str] = ..., opset: _Optional[int] = ..., is_default: _Optional[bool] = ..., languages: _Optional[_Iterable[str]] = ..., needs_source_language: _Optional[bool] = ..., needs_target_language: _Optional[bool] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., prompt_names: _Optional[_Iterable[str]] = ..., default_prompt_name: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)
@@ -396,3 +407,71 @@ class AttentionResponse(_message.Message):
     target_text: str
     attentions: _containers.RepeatedCompositeFieldContainer[AttentionWeights]
     def __init__(self, model: _Optional[str] = ..., source_tokens: _Optional[_Iterable[str]] = ..., source_ids: _Optional[_Iterable[int]] = ..., source_special: _Optional[_Iterable[bool]] = ..., target_tokens: _Optional[_Iterable[str]] = ..., target_ids: _Optional[_Iterable[int]] = ..., target_special: _Optional[_Iterable[bool]] = ..., predicted_tokens: _Optional[_Iterable[str]] = ..., predicted_ids: _Optional[_Iterable[int]] = ..., target_text: _Optional[str] = ..., attentions: _Optional[_Iterable[_Union[AttentionWeights, _Mapping]]] = ...) -> None: ...
+
+class RerankRequest(_message.Message):
+    __slots__ = ("model", "query", "documents", "top_n", "return_documents", "raw_scores", "truncation")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    TOP_N_FIELD_NUMBER: _ClassVar[int]
+    RETURN_DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    RAW_SCORES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATION_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    query: str
+    documents: _containers.RepeatedScalarFieldContainer[str]
+    top_n: int
+    return_documents: bool
+    raw_scores: bool
+    truncation: PairTruncation
+    def __init__(self, model: _Optional[str] = ..., query: _Optional[str] = ..., documents: _Optional[_Iterable[str]] = ..., top_n: _Optional[int] = ..., return_documents: _Optional[bool] = ..., raw_scores: _Optional[bool] = ..., truncation: _Optional[_Union[PairTruncation, str]] = ...) -> None: ...
+
+class RankedDocument(_message.Message):
+    __slots__ = ("index", "score", "document")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    score: float
+    document: str
+    def __init__(self, index: _Optional[int] = ..., score: _Optional[float] = ..., document: _Optional[str] = ...) -> None: ...
+
+class RerankResponse(_message.Message):
+    __slots__ = ("model", "results", "prompt_tokens")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    results: _containers.RepeatedCompositeFieldContainer[RankedDocument]
+    prompt_tokens: int
+    def __init__(self, model: _Optional[str] = ..., results: _Optional[_Iterable[_Union[RankedDocument, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+
+class ClassifyRequest(_message.Message):
+    __slots__ = ("model", "inputs", "raw_scores")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    RAW_SCORES_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    raw_scores: bool
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., raw_scores: _Optional[bool] = ...) -> None: ...
+
+class LabelScores(_message.Message):
+    __slots__ = ("scores", "label")
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    scores: _containers.RepeatedScalarFieldContainer[float]
+    label: str
+    def __init__(self, scores: _Optional[_Iterable[float]] = ..., label: _Optional[str] = ...) -> None: ...
+
+class ClassifyResponse(_message.Message):
+    __slots__ = ("model", "labels", "results", "prompt_tokens")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    labels: _containers.RepeatedScalarFieldContainer[str]
+    results: _containers.RepeatedCompositeFieldContainer[LabelScores]
+    prompt_tokens: int
+    def __init__(self, model: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., results: _Optional[_Iterable[_Union[LabelScores, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...

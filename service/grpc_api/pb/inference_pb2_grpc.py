@@ -69,6 +69,16 @@ class InferenceStub:
                 request_serializer=attnserve_dot_v1_dot_inference__pb2.TranslateRequest.SerializeToString,
                 response_deserializer=attnserve_dot_v1_dot_inference__pb2.TranslateResponse.FromString,
                 _registered_method=True)
+        self.Rerank = channel.unary_unary(
+                '/attnserve.v1.Inference/Rerank',
+                request_serializer=attnserve_dot_v1_dot_inference__pb2.RerankRequest.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_inference__pb2.RerankResponse.FromString,
+                _registered_method=True)
+        self.Classify = channel.unary_unary(
+                '/attnserve.v1.Inference/Classify',
+                request_serializer=attnserve_dot_v1_dot_inference__pb2.ClassifyRequest.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_inference__pb2.ClassifyResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServicer:
@@ -128,6 +138,21 @@ class InferenceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Rerank(self, request, context):
+        """A query's documents ranked by a cross-encoder (a classification model of one label): each pair's
+        relevance, as sentence-transformers' CrossEncoder.predict gives it; best first, ties in their order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Classify(self, request, context):
+        """Each text's score for every label of a classification model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -165,6 +190,16 @@ def add_InferenceServicer_to_server(servicer, server):
                     servicer.Translate,
                     request_deserializer=attnserve_dot_v1_dot_inference__pb2.TranslateRequest.FromString,
                     response_serializer=attnserve_dot_v1_dot_inference__pb2.TranslateResponse.SerializeToString,
+            ),
+            'Rerank': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rerank,
+                    request_deserializer=attnserve_dot_v1_dot_inference__pb2.RerankRequest.FromString,
+                    response_serializer=attnserve_dot_v1_dot_inference__pb2.RerankResponse.SerializeToString,
+            ),
+            'Classify': grpc.unary_unary_rpc_method_handler(
+                    servicer.Classify,
+                    request_deserializer=attnserve_dot_v1_dot_inference__pb2.ClassifyRequest.FromString,
+                    response_serializer=attnserve_dot_v1_dot_inference__pb2.ClassifyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -356,6 +391,60 @@ class Inference:
             '/attnserve.v1.Inference/Translate',
             attnserve_dot_v1_dot_inference__pb2.TranslateRequest.SerializeToString,
             attnserve_dot_v1_dot_inference__pb2.TranslateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rerank(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attnserve.v1.Inference/Rerank',
+            attnserve_dot_v1_dot_inference__pb2.RerankRequest.SerializeToString,
+            attnserve_dot_v1_dot_inference__pb2.RerankResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Classify(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attnserve.v1.Inference/Classify',
+            attnserve_dot_v1_dot_inference__pb2.ClassifyRequest.SerializeToString,
+            attnserve_dot_v1_dot_inference__pb2.ClassifyResponse.FromString,
             options,
             channel_credentials,
             insecure,
