@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from modeldir.config import ModelConfig
 from modeldir.files import CACHE_GRAPHS, ModelFiles, open_model_dir, pooled_output, read_manifest
 from modeldir.language_tokenizer import languages_of, load_model_tokenizer
 
@@ -225,7 +226,7 @@ def _warm_up_in_thread(model: ServedModel) -> None:
                 raise RuntimeError(f"model {model.name}: the attention-map graph gives rows that do not sum to 1")
 
 
-def batch_limits(settings: LoadSettings, config, precision: str) -> BatchLimits:
+def batch_limits(settings: LoadSettings, config: ModelConfig, precision: str) -> BatchLimits:
     """The batch limits, with the attention budget in query-key pairs for this model's heads and precision."""
     budget = settings.max_attention_bytes
     if not budget:
