@@ -91,7 +91,7 @@ def _sentence_transformers_settings(source: Path) -> dict:
         raise ValueError(f"{source}: unsupported pooling {pooling}")
     if pooling.get("include_prompt", True) is False:
         raise ValueError(f"{source}: pooling without the prompt's tokens (include_prompt false) is not supported")
-    settings = {"pooling": mode, "normalize": "Normalize" in kinds, "max_input_tokens": _max_seq_length(source)}
+    settings = {"pooling": mode, "normalize": "Normalize" in kinds, "max_input_tokens": max_seq_length(source)}
     return settings | _prompts(source)
 
 
@@ -104,7 +104,7 @@ def _prompts(source: Path) -> dict:
     return {"prompts": prompts, "default_prompt_name": default if default in dict(prompts) else None}
 
 
-def _max_seq_length(source: Path) -> int | None:
+def max_seq_length(source: Path) -> int | None:
     """sentence-transformers' truncation: sentence_bert_config.json's max_seq_length (before version 6),
     else the tokenizer's model_max_length, where it states one (None: the position table's length)."""
     settings = source / "sentence_bert_config.json"
@@ -164,17 +164,22 @@ def bert_config(source: Path) -> ModelConfig:
 
 
 def import_sentence_transformer(source: Path, out_dir: Path, name: str) -> Path:
-    """Convert a sentence-transformers BERT checkpoint directory into our model directory."""
+    """Convert a sentence-transformers BERT or XLM-RoBERTa checkpoint directory into our model directory."""
     source = Path(source)
     weights = source / "model.safetensors"
     if not weights.exists():
         raise FileNotFoundError(f"{weights} not found (pickled pytorch_model.bin checkpoints are not loaded)")
-    config = bert_config(source)
+    return save_encoder(source, bert_config(source), rename, out_dir, name)
+
+
+def save_encoder(source: Path, config: ModelConfig, renamed, out_dir: Path, name: str) -> Path:
+    """The checkpoint's weights (renamed(their name) -> ours, or None: unused) in our encoder of `config`,
+    saved with its tokenizer as a model directory."""
     model = EmbeddingModel(config)
     state = {}
-    with safe_open(str(weights), framework="pt") as f:
+    with safe_open(str(source / "model.safetensors"), framework="pt") as f:
         for key in f.keys():
-            ours = rename(key)
+            ours = renamed(key)
             if ours is not None:
                 state[ours] = f.get_tensor(key)
     model.load_state_dict(state, strict=True)

@@ -12,15 +12,9 @@ import json
 import re
 from pathlib import Path
 
-from safetensors import safe_open
-from tokenizers import Tokenizer
-
 from modeldir.config import ModelConfig
-from modeldir.files import TOKENIZER_FILE
 
-from .import_bert import _max_seq_length, bert_settings, rename
-from .transformer import EmbeddingModel
-from .weights import save_model_dir
+from .import_bert import bert_settings, max_seq_length, rename, save_encoder
 
 ARCHITECTURES = ("BertForSequenceClassification", "XLMRobertaForSequenceClassification")
 HEAD_NAMES = {
@@ -82,7 +76,7 @@ def cross_encoder_config(source: Path) -> ModelConfig:
         pair_segments=base.type_vocab_size >= 2,  # BERT's second segment; XLM-R has one token type
         normalize=False,
         pooling="cls",
-        max_input_tokens=min(_max_seq_length(source) or base.max_positions, base.max_positions),
+        max_input_tokens=min(max_seq_length(source) or base.max_positions, base.max_positions),
     )
 
 
@@ -92,18 +86,4 @@ def import_cross_encoder(source: Path, out_dir: Path, name: str) -> Path:
     weights = source / "model.safetensors"
     if not weights.exists():
         raise FileNotFoundError(f"{weights} not found (pickled pytorch_model.bin checkpoints are not loaded)")
-    config = cross_encoder_config(source)
-    model = EmbeddingModel(config)
-    state = {}
-    with safe_open(str(weights), framework="pt") as f:
-        for key in f.keys():
-            ours = head_rename(key)
-            if ours is not None:
-                state[ours] = f.get_tensor(key)
-    model.load_state_dict(state, strict=True)
-    tokenizer = Tokenizer.from_file(str(source / TOKENIZER_FILE))
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    out_dir = save_model_dir(model.eval(), name, out_dir)
-    tokenizer.save(str(out_dir / TOKENIZER_FILE))
-    return out_dir
+    return save_encoder(source, cross_encoder_config(source), head_rename, out_dir, name)

@@ -51,10 +51,7 @@ class TextTokenizer:
         [SEP]), too long ones cut as CrossEncoder cuts them: the longer text first, token by token; or, with
         only_second, the document alone."""
         tokenizer = self._pair_truncating(only_second)
-        out = []
-        for e in tokenizer.encode_batch(pairs):
-            out.append(Encoded(e.ids, e.tokens, bool(e.overflowing)))
-        return out
+        return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in tokenizer.encode_batch(pairs)]
 
     def _pair_truncating(self, only_second: bool) -> Tokenizer:
         key = "only_second" if only_second else "longest_first"
@@ -144,24 +141,6 @@ class MarianTokenizer:
             tokens = tokens[: self.max_tokens - 1] + ["</s>"]
             encoded.append(Encoded([self.vocab.get(t, self.unk_id) for t in tokens], tokens, truncated))
         return encoded
-
-    def encode_pairs(self, pairs: list[tuple[str, str]], only_second: bool = False) -> list[Encoded]:
-        """(query, document) pairs as one input each, framed as the checkpoint frames a pair ([CLS] q [SEP] d
-        [SEP]), too long ones cut as CrossEncoder cuts them: the longer text first, token by token; or, with
-        only_second, the document alone."""
-        tokenizer = self._pair_truncating(only_second)
-        out = []
-        for e in tokenizer.encode_batch(pairs):
-            out.append(Encoded(e.ids, e.tokens, bool(e.overflowing)))
-        return out
-
-    def _pair_truncating(self, only_second: bool) -> Tokenizer:
-        key = "only_second" if only_second else "longest_first"
-        if key not in self._pairs:  # two threads may both make one: either serves
-            pair = Tokenizer.from_str(self._tokenizer.to_str())
-            pair.enable_truncation(max_length=self.max_tokens, strategy=key)
-            self._pairs[key] = pair
-        return self._pairs[key]
 
     def content(self, texts: list[str]) -> list[list[int]]:
         """Each text's own ids, without </s> (a multilingual tokenizer frames them)."""
