@@ -43,20 +43,26 @@ WORK = Path("build/bench/marian-base")
 SOURCE_TOKENS = 30  # about, per sentence of benchmarks/translation_load.py
 
 
+def exported_once(ours: Path, import_checkpoint) -> None:
+    """Our model directory, imported and exported in float32 and int8 unless an earlier run left it."""
+    from modelbuild.export import export_model_dir
+
+    manifest = ours / "manifest.json"
+    if not manifest.exists() or not set(GRAPH_SETS["int8"]) <= set(json.loads(manifest.read_text())):
+        import_checkpoint()
+        export_model_dir(ours, progress_stream=io.StringIO(), reduced=("int8",))
+
+
 def build(ctranslate2_model: bool = True) -> tuple[Path, Path, Path]:
     """The Hugging Face checkpoint, our model directory (float32 and int8) and the CTranslate2 model (made
     once, then reused; not made unless asked)."""
-    from modelbuild.export import export_model_dir
     from modelbuild.import_marian import import_marian
     from modelbuild.random_marian import random_marian_checkpoint
 
     hf, ours, ct2 = WORK / "hf", WORK / "attnserve", WORK / "ct2"
     if not (hf / "model.safetensors").exists():
         random_marian_checkpoint(hf, MARIAN_BASE, seed=0)
-    manifest = ours / "manifest.json"
-    if not manifest.exists() or not set(GRAPH_SETS["int8"]) <= set(json.loads(manifest.read_text())):
-        import_marian(hf, ours, "marian-base")
-        export_model_dir(ours, progress_stream=io.StringIO(), reduced=("int8",))
+    exported_once(ours, lambda: import_marian(hf, ours, "marian-base"))
     if ctranslate2_model and not (ct2 / "model.bin").exists():
         import ctranslate2
 

@@ -16,19 +16,16 @@ first.
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import statistics
 import sys
 from pathlib import Path
 
 from modelbuild.random_multilingual import MultilingualShape
-from modeldir.files import GRAPH_SETS
 from testing.server_process import ServerProcess
 
 from .common import print_table, write_results
 from .machine import describe, print_machine
-from .marian_bench import count, engine
+from .marian_bench import count, engine, exported_once
 
 M2M100_418M = MultilingualShape(
     "m2m100",
@@ -48,17 +45,13 @@ TARGETS = ("fr de es it pt nl sv da fi pl cs sk hu ro bg el ru uk tr ar he fa hi
 
 def build() -> tuple[Path, Path]:
     """Our model directory (float32 and int8) and the CTranslate2 model, made once, then reused."""
-    from modelbuild.export import export_model_dir
     from modelbuild.import_multilingual import import_multilingual
     from modelbuild.random_multilingual import random_multilingual_checkpoint
 
     hf, ours, ct2 = WORK / "hf", WORK / "attnserve", WORK / "ct2"
     if not (hf / "model.safetensors").exists():
         random_multilingual_checkpoint(hf, M2M100_418M, seed=0)
-    manifest = ours / "manifest.json"
-    if not manifest.exists() or not set(GRAPH_SETS["int8"]) <= set(json.loads(manifest.read_text())):
-        import_multilingual(hf, ours, "m2m100")
-        export_model_dir(ours, progress_stream=io.StringIO(), reduced=("int8",))
+    exported_once(ours, lambda: import_multilingual(hf, ours, "m2m100"))
     if not (ct2 / "model.bin").exists():
         convert_for_ctranslate2(hf, ours, ct2)
     return ours, ct2

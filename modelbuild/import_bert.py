@@ -157,19 +157,22 @@ def bert_config(source: Path) -> ModelConfig:
     normalisation, truncation and prompts."""
     hf = json.loads((source / "config.json").read_text())
     encoder = bert_settings(source, hf)
-    settings = _sentence_transformers_settings(source)
-    if settings["max_input_tokens"] is None:
-        settings["max_input_tokens"] = encoder.max_positions
-    return dataclasses.replace(encoder, **settings)
+    # An unset max_input_tokens (None) is the position table's length, as ModelConfig makes it.
+    return dataclasses.replace(encoder, **_sentence_transformers_settings(source))
 
 
 def import_sentence_transformer(source: Path, out_dir: Path, name: str) -> Path:
     """Convert a sentence-transformers BERT or XLM-RoBERTa checkpoint directory into our model directory."""
     source = Path(source)
+    require_safetensors(source)
+    return save_encoder(source, bert_config(source), rename, out_dir, name)
+
+
+def require_safetensors(source: Path) -> None:
+    """Weights are read from safetensors only: a pickle may run code when loaded."""
     weights = source / "model.safetensors"
     if not weights.exists():
         raise FileNotFoundError(f"{weights} not found (pickled pytorch_model.bin checkpoints are not loaded)")
-    return save_encoder(source, bert_config(source), rename, out_dir, name)
 
 
 def save_encoder(source: Path, config: ModelConfig, renamed, out_dir: Path, name: str) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from modeldir.config import ModelConfig
 
-from .import_bert import bert_settings, max_seq_length, rename, save_encoder
+from .import_bert import bert_settings, max_seq_length, rename, require_safetensors, save_encoder
 
 ARCHITECTURES = ("BertForSequenceClassification", "XLMRobertaForSequenceClassification")
 HEAD_NAMES = {
@@ -83,7 +83,5 @@ def cross_encoder_config(source: Path) -> ModelConfig:
 def import_cross_encoder(source: Path, out_dir: Path, name: str) -> Path:
     """Convert a CrossEncoder (or *ForSequenceClassification) directory into our model directory."""
     source = Path(source)
-    weights = source / "model.safetensors"
-    if not weights.exists():
-        raise FileNotFoundError(f"{weights} not found (pickled pytorch_model.bin checkpoints are not loaded)")
+    require_safetensors(source)
     return save_encoder(source, cross_encoder_config(source), head_rename, out_dir, name)

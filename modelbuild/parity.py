@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from modeldir.files import pooled_output
+
 from .graphs import EncoderGraph, example_encoder_inputs
 from .transformer import EmbeddingModel, Seq2SeqModel
 
@@ -60,15 +62,23 @@ def greedy_logits_torch(model: Seq2SeqModel, ids, mask, tokens) -> torch.Tensor:
     return torch.stack(steps, dim=1)
 
 
-def measure_embedding_cosine(model: EmbeddingModel, path: Path) -> float:
-    """The least cosine similarity between ONNX Runtime's pooled embeddings and PyTorch's (float32)."""
+def pooled_pairs(model: EmbeddingModel, path: Path):
+    """(ONNX Runtime's, PyTorch's) one-row-per-input output (the pooled vector, or a classifier head's
+    logits) on two example batches, float32."""
     session = cpu_session(path)
-    worst = 1.0
+    output = pooled_output(model.config.head)
     for seed, (batch, length) in enumerate([(3, 17), (4, min(64, model.config.max_positions))]):
         ids, mask = example_encoder_inputs(model.config, batch, length, seed)
         with torch.no_grad():
             expected = model(ids, mask)[1].numpy()
-        (actual,) = session.run(["embedding"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        (actual,) = session.run([output], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        yield actual, expected
+
+
+def measure_embedding_cosine(model: EmbeddingModel, path: Path) -> float:
+    """The least cosine similarity between ONNX Runtime's pooled embeddings and PyTorch's (float32)."""
+    worst = 1.0
+    for actual, expected in pooled_pairs(model, path):
         cosine = (actual * expected).sum(1) / np.linalg.norm(actual, axis=1) / np.linalg.norm(expected, axis=1)
         worst = min(worst, float(cosine.min()))
     return worst
@@ -76,15 +86,7 @@ def measure_embedding_cosine(model: EmbeddingModel, path: Path) -> float:
 
 def measure_logits(model: EmbeddingModel, path: Path) -> float:
     """The largest difference between ONNX Runtime's classifier logits and PyTorch's (float32)."""
-    session = cpu_session(path)
-    worst = 0.0
-    for seed, (batch, length) in enumerate([(3, 17), (4, min(64, model.config.max_positions))]):
-        ids, mask = example_encoder_inputs(model.config, batch, length, seed)
-        with torch.no_grad():
-            expected = model(ids, mask)[1].numpy()
-        (actual,) = session.run(["logits"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
-        worst = max(worst, float(np.abs(actual - expected).max()))
-    return worst
+    return max(float(np.abs(actual - expected).max()) for actual, expected in pooled_pairs(model, path))
 
 
 def measure_parity(model, model_dir: Path, files: dict[str, str]) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Literal
 
 import langcodes
@@ -48,6 +48,13 @@ def language_tag(code: str) -> _Tag | None:
     if not tag.language or not tag.is_valid():
         return None
     return _Tag(tag.language, tag.script, None if tag.territory == "XX" else tag.territory)
+
+
+@cache
+def language_name(tag: str) -> str:
+    """A BCP-47 tag's English name ("en-GB" -> "English (United Kingdom)"): language_data's tables, about a
+    millisecond a name, looked up once per tag."""
+    return langcodes.Language.get(tag).display_name()
 
 
 def _agrees(served: _Tag, asked: _Tag) -> bool:

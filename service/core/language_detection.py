@@ -25,7 +25,7 @@ class LanguageDetector:
         self._identifier = None
         self._known: frozenset[str] = frozenset()  # the ISO 639-1 codes the model tells apart
         self._restricted: tuple[str, ...] = ()  # the languages it is restricted to now
-        self._lock = threading.Lock()  # detections run in the tokenize threads too
+        self._lock = threading.Lock()  # the model's restriction is state every detection shares
 
     def _model(self):
         if self._identifier is None:

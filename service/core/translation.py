@@ -237,7 +237,7 @@ class TranslationService:
             text=document.assemble(texts),
             model=route.model.name,
             source_language=route.languages.source or route.source,
-            target_language=route.languages.target or (route.model.language_pair[1:] or (None,))[0],
+            target_language=route.languages.target or next(iter(route.model.language_pair[1:]), None),
             detected_confidence=route.confidence,
             mean_log_prob=weighted_mean(results),
             alternatives=tuple(others),

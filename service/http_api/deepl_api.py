@@ -5,11 +5,10 @@ serve are refused by name, never ignored."""
 
 from __future__ import annotations
 
-import langcodes
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
-from modeldir.languages import language_tag
+from modeldir.languages import language_name, language_tag
 
 from ..core.calls import Call, Refusal
 from ..core.documents import SPLIT_MODES
@@ -100,7 +99,7 @@ def language_listing(core: ServingCore, target: bool) -> list[dict]:
     for model in router.seq2seq_models():
         for code in router.target_codes(model) if target else router.source_codes(model):
             for deepl in deepl_codes(code, target):
-                found.setdefault(deepl, langcodes.Language.get(language_in(deepl, target)).display_name())
+                found.setdefault(deepl, language_name(language_in(deepl, target)))
     entries = []
     for deepl, name in sorted(found.items()):
         entry = {"language": deepl, "name": name}

@@ -5,13 +5,14 @@ shape ({"error": ...})."""
 
 from __future__ import annotations
 
+import functools
 import hmac
 
 import langcodes
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
-from modeldir.languages import language_tag
+from modeldir.languages import language_name, language_tag
 
 from ..core.calls import Call, Refusal
 from ..core.routing import AUTO
@@ -34,6 +35,7 @@ TRANSLATE_FIELDS = {"q", "source", "target", "format", "alternatives", "api_key"
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
 
 
+@functools.cache
 def language_code(code: str | None) -> str:
     """A model's code as LibreTranslate names it: fra_Latn -> fr, zho_Hant -> zh-Hant, zxx_Zyyy -> zxx,
     pt_XX -> pt."""
@@ -62,10 +64,7 @@ def languages_listing(core: ServingCore) -> list[dict]:
         for code in router.source_codes(model):
             source = language_code(code)
             targets.setdefault(source, set()).update(into - {source})
-    return [
-        {"code": code, "name": langcodes.Language.get(code).display_name(), "targets": sorted(targets[code])}
-        for code in sorted(targets)
-    ]
+    return [{"code": code, "name": language_name(code), "targets": sorted(targets[code])} for code in sorted(targets)]
 
 
 class KeyCheck:
