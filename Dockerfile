@@ -45,7 +45,7 @@ COPY --from=models /models /models
 RUN useradd --system --uid 10001 --no-create-home attnserve
 USER 10001
 WORKDIR /home/attnserve
-ENV ATTNSERVE_MODELS=/models/minilm,/models/numbers,/models/numbers-multilingual \
+ENV ATTNSERVE_MODELS=/models/minilm,/models/numbers,/models/numbers-multilingual,/models/numbers-reranker,/models/numbers-language \
     ATTNSERVE_DEVICE=auto \
     ATTNSERVE_PORT=50051 \
     ATTNSERVE_METRICS_PORT=9464 \

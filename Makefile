@@ -21,7 +21,8 @@ models: $(VENV)/.export
 	$(BIN)/attnserve build --out $(MODELS)
 
 run: models
-	$(BIN)/attnserve serve --models $(MODELS)/minilm $(MODELS)/numbers $(MODELS)/numbers-multilingual
+	$(BIN)/attnserve serve --models $(MODELS)/minilm $(MODELS)/numbers $(MODELS)/numbers-multilingual \
+	  $(MODELS)/numbers-reranker $(MODELS)/numbers-language
 
 # Debian's prometheus package: its server and promtool run in the metrics and deployment tests.
 test-deps:

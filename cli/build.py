@@ -11,6 +11,8 @@ DEFAULT_MODELS_DIR = Path("build/models")
 BUNDLED_REDUCED = ("fp16", "int8")
 # Checkpoints committed to the repository (safetensors + config + tokenizer), exported at build time.
 CHECKPOINTS_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
+# The bundled cross-encoders: name -> the task trained (modelbuild/number_rankers.py).
+NUMBER_RANKERS = {"numbers-reranker": "reranker", "numbers-language": "classifier"}
 
 
 def _needs_torch():
@@ -71,6 +73,7 @@ def cmd_build(args) -> None:
 
     from modelbuild.export import export_model_dir
     from modelbuild.import_bert import import_sentence_transformer
+    from modelbuild.import_cross_encoder import import_cross_encoder
     from modelbuild.import_multilingual import import_multilingual
     from modeldir.files import ModelFilesError, open_model_dir
 
@@ -80,6 +83,10 @@ def cmd_build(args) -> None:
         "numbers-multilingual": lambda target: import_multilingual(
             CHECKPOINTS_DIR / "numbers-multilingual", target, "numbers-multilingual"
         ),
+        **{
+            name: lambda target, name=name: import_cross_encoder(CHECKPOINTS_DIR / name, target, name)
+            for name in NUMBER_RANKERS
+        },
     }
     for name, make in bundled.items():
         target = Path(args.out) / name
@@ -91,7 +98,8 @@ def cmd_build(args) -> None:
             make(target)
             export_model_dir(target, reduced=BUNDLED_REDUCED)
     print(
-        f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers and numbers-multilingual (seq2seq)"
+        f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers and numbers-multilingual "
+        "(seq2seq), numbers-reranker and numbers-language (classification)"
     )
 
 
@@ -126,3 +134,30 @@ def cmd_train_multilingual_numbers(args) -> None:
     settings = settings_from(seed=args.seed, steps=args.steps, threads=args.threads)
     print(f"numbers (multilingual): training with {settings}", file=sys.stderr)
     train(settings, args.out)
+
+
+def _rankers(names: list[str]) -> list[str]:
+    unknown = [name for name in names if name not in NUMBER_RANKERS]
+    if unknown:
+        sys.exit(f"attnserve: {', '.join(unknown)}: not a bundled cross-encoder ({', '.join(NUMBER_RANKERS)})")
+    return names or list(NUMBER_RANKERS)
+
+
+def cmd_train_number_rankers(args) -> None:
+    _needs_torch()
+    from modelbuild.train_number_rankers import evaluate, settings_from, train
+
+    for name in _rankers(args.models):
+        kind = NUMBER_RANKERS[name]
+        settings = settings_from(kind, seed=args.seed, steps=args.steps, threads=args.threads)
+        print(f"{name}: training with {settings}", file=sys.stderr)
+        directory = train(kind, settings, args.out / name)
+        print(f"{name}: held-out {evaluate(kind, directory, settings=settings)}")
+
+
+def cmd_eval_number_rankers(args) -> None:
+    _needs_torch()
+    from modelbuild.train_number_rankers import evaluate
+
+    for name in _rankers(args.models):
+        print(f"{name}: held-out {evaluate(NUMBER_RANKERS[name], args.checkpoints / name, count=args.count)}")

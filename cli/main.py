@@ -10,11 +10,14 @@ from pathlib import Path
 from .build import (
     CHECKPOINTS_DIR,
     DEFAULT_MODELS_DIR,
+    NUMBER_RANKERS,
     cmd_build,
+    cmd_eval_number_rankers,
     cmd_eval_numbers,
     cmd_export,
     cmd_import,
     cmd_train_multilingual_numbers,
+    cmd_train_number_rankers,
     cmd_train_numbers,
 )
 from .remote import KINDS, cmd_embed, cmd_generate, cmd_heads, cmd_health, cmd_models
@@ -182,6 +185,32 @@ def build_parser() -> argparse.ArgumentParser:
     train_multilingual.add_argument("--steps", type=int, help="default: the committed model's")
     train_multilingual.add_argument("--threads", type=int, help="default: the committed model's (results depend on it)")
     train_multilingual.set_defaults(run=cmd_train_multilingual_numbers)
+
+    rankers = commands.add_parser(
+        "train-number-rankers",
+        help="train the bundled cross-encoders 'numbers-reranker' and 'numbers-language' (about 9 min on 2 cores)",
+        description="Train the bundled reranker (digits -> which number words are they) and language classifier "
+        "(number words -> en, fr, de or es), and print their held-out accuracy. Options left out keep the settings "
+        "the committed models were trained with; the first line printed for each lists them all",
+    )
+    rankers.add_argument("models", nargs="*", metavar="MODEL", help=f"of {', '.join(NUMBER_RANKERS)}; default: both")
+    rankers.add_argument(
+        "--out", type=Path, default=CHECKPOINTS_DIR, help="a folder for each model; default: %(default)s"
+    )
+    rankers.add_argument("--seed", type=int, help="default: the committed models'")
+    rankers.add_argument("--steps", type=int, help="default: the committed models'")
+    rankers.add_argument("--threads", type=int, help="default: the committed models' (results depend on it)")
+    rankers.set_defaults(run=cmd_train_number_rankers)
+
+    rankers_eval = commands.add_parser(
+        "eval-number-rankers", help="held-out accuracy of the bundled cross-encoders (their checkpoints)"
+    )
+    rankers_eval.add_argument(
+        "models", nargs="*", metavar="MODEL", help=f"of {', '.join(NUMBER_RANKERS)}; default: both"
+    )
+    rankers_eval.add_argument("--checkpoints", type=Path, default=CHECKPOINTS_DIR, help="default: %(default)s")
+    rankers_eval.add_argument("--count", type=int, default=2000, help="held-out examples; default: %(default)s")
+    rankers_eval.set_defaults(run=cmd_eval_number_rankers)
 
     evaluate = commands.add_parser("eval-numbers", help="exact-match accuracy of an exported numbers model (ONNX)")
     evaluate.add_argument("model_dir", type=Path)

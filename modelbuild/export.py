@@ -42,6 +42,7 @@ from modeldir.files import (
     decoder_inputs,
     decoder_outputs,
     encoder_outputs,
+    extra_outputs,
     graph_files,
     pooled_output,
     sha256_file,
@@ -102,11 +103,12 @@ def _to_onnx(
 
 def export_encoder(model, name: str) -> onnx.ModelProto:
     config = model.config
-    outputs = encoder_outputs(config.task, config.n_decoder_layers, config.head)
+    outputs = encoder_outputs(config)
     axes = {n: {0: "batch", 1: "sequence"} for n in ENCODER_INPUTS}
     axes["last_hidden_state"] = {0: "batch", 1: "sequence"}
     if config.task == "embedding":
         axes[pooled_output(config.head)] = {0: "batch"}
+        axes.update({n: {0: "batch", 1: "tokens"} for n in extra_outputs(config)})
     else:
         axes.update({n: {0: "batch", 2: "sequence"} for n in outputs[1:]})
     args = example_encoder_inputs(config)

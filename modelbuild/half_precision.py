@@ -17,7 +17,7 @@ from onnxruntime.transformers.float16 import convert_float_to_float16
 from onnxruntime.transformers.optimizer import optimize_model
 
 from modeldir.config import ModelConfig
-from modeldir.files import pooled_output
+from modeldir.files import encoder_outputs
 
 
 def half_encoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
@@ -26,7 +26,7 @@ def half_encoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
     optimized = optimize_model(
         str(path), model_type="bert", num_heads=config.n_heads, hidden_size=config.d_model, opt_level=0
     )
-    keep = ["last_hidden_state", pooled_output(config.head)] if config.task == "embedding" else ["last_hidden_state"]
+    keep = list(encoder_outputs(config)) if config.task == "embedding" else ["last_hidden_state"]
     optimized.convert_float_to_float16(keep_io_types=keep)
     return _with_metadata(optimized.model, onnx.load(str(path)))
 

@@ -162,10 +162,15 @@ def bert_config(source: Path) -> ModelConfig:
 
 
 def import_sentence_transformer(source: Path, out_dir: Path, name: str) -> Path:
-    """Convert a sentence-transformers BERT or XLM-RoBERTa checkpoint directory into our model directory."""
+    """Convert a sentence-transformers BERT or XLM-RoBERTa checkpoint directory into our model directory,
+    with bge-m3's sparse and ColBERT heads where the checkpoint has them."""
+    from .bge_m3_heads import read_heads
+
     source = Path(source)
     require_safetensors(source)
-    return save_encoder(source, bert_config(source), rename, out_dir, name)
+    config = bert_config(source)
+    fields, heads = read_heads(source, config.d_model)
+    return save_encoder(source, dataclasses.replace(config, **fields), rename, out_dir, name, heads)
 
 
 def require_safetensors(source: Path) -> None:
@@ -175,11 +180,11 @@ def require_safetensors(source: Path) -> None:
         raise FileNotFoundError(f"{weights} not found (pickled pytorch_model.bin checkpoints are not loaded)")
 
 
-def save_encoder(source: Path, config: ModelConfig, renamed, out_dir: Path, name: str) -> Path:
-    """The checkpoint's weights (renamed(their name) -> ours, or None: unused) in our encoder of `config`,
-    saved with its tokenizer as a model directory."""
+def save_encoder(source: Path, config: ModelConfig, renamed, out_dir: Path, name: str, heads=None) -> Path:
+    """The checkpoint's weights (renamed(their name) -> ours, or None: unused), and the parameters of heads
+    read from files of their own, in our encoder of `config`, saved with its tokenizer as a model directory."""
     model = EmbeddingModel(config)
-    state = {}
+    state = dict(heads or {})
     with safe_open(str(source / "model.safetensors"), framework="pt") as f:
         for key in f.keys():
             ours = renamed(key)

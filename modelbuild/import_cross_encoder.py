@@ -59,6 +59,22 @@ def activation_of(source: Path, labels: int) -> str:
     return "sigmoid" if labels == 1 else "identity"
 
 
+# Tokenizers that give token_type_ids unless their tokenizer_config.json says otherwise (transformers'
+# defaults): with them BERT reads a pair's second text as type 1. The generic classes (PreTrainedTokenizerFast,
+# TokenizersBackend) and RoBERTa's give none, and BERT then reads every token as type 0.
+TOKEN_TYPE_TOKENIZERS = ("BertTokenizer", "BertTokenizerFast", "ElectraTokenizer", "ElectraTokenizerFast")
+
+
+def gives_token_types(source: Path) -> bool:
+    """Whether the checkpoint's tokenizer, as transformers loads it, gives token_type_ids: the
+    model_input_names its tokenizer_config.json states, else its class's default (none stated: BERT's)."""
+    path = source / "tokenizer_config.json"
+    found = json.loads(path.read_text()) if path.exists() else {}
+    if "model_input_names" in found:
+        return "token_type_ids" in found["model_input_names"]
+    return found.get("tokenizer_class", "BertTokenizer") in TOKEN_TYPE_TOKENIZERS
+
+
 def cross_encoder_config(source: Path) -> ModelConfig:
     hf = json.loads((source / "config.json").read_text())
     architecture = (hf.get("architectures") or [""])[0]
@@ -73,7 +89,8 @@ def cross_encoder_config(source: Path) -> ModelConfig:
         head="classifier",
         labels=tuple(labels),
         score_activation=activation_of(source, len(labels)),
-        pair_segments=base.type_vocab_size >= 2,  # BERT's second segment; XLM-R has one token type
+        # BERT's second segment, where its tokenizer marks it; XLM-R has one token type.
+        pair_segments=base.type_vocab_size >= 2 and gives_token_types(source),
         normalize=False,
         pooling="cls",
         max_input_tokens=min(max_seq_length(source) or base.max_positions, base.max_positions),

@@ -86,3 +86,18 @@ def random_xlm_roberta_checkpoint(out_dir: Path, shape: XlmRobertaShape = XlmRob
     )
     model.save(str(out_dir / "model"))
     return out_dir / "model"
+
+
+def random_bge_m3_checkpoint(
+    out_dir: Path, shape: XlmRobertaShape = XlmRobertaShape(pooling="cls"), colbert_dim: int = 0, seed: int = 0
+) -> Path:
+    """bge-m3's layout on a random XLM-R: the sentence-transformers directory (CLS pooling, normalised),
+    with FlagEmbedding's sparse_linear.pt and colbert_linear.pt beside it (state dicts of nn.Linear, saved
+    as FlagEmbedding saves them). colbert_dim 0: d_model, as bge-m3's."""
+    model_dir = random_xlm_roberta_checkpoint(out_dir, shape, seed)
+    torch.manual_seed(seed + 1)
+    sparse = torch.nn.Linear(shape.d_model, 1)
+    colbert = torch.nn.Linear(shape.d_model, colbert_dim or shape.d_model)
+    torch.save(sparse.state_dict(), model_dir / "sparse_linear.pt")
+    torch.save(colbert.state_dict(), model_dir / "colbert_linear.pt")
+    return model_dir

@@ -215,18 +215,30 @@ class EmbeddingModel(nn.Module):
         if config.head == "classifier":
             self.head_dense = nn.Linear(config.d_model, config.d_model)
             self.head_out = nn.Linear(config.d_model, len(config.labels))
+        if config.sparse_head == "token_weights":
+            self.sparse_linear = nn.Linear(config.d_model, 1)
+        if config.multi_vector_dim:
+            self.colbert_linear = nn.Linear(config.d_model, config.multi_vector_dim)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
         """-> last_hidden_state (B, S, d_model), and embedding (B, d_model): pooled, not normalised; or,
-        with a classifier head, logits (B, labels)."""
+        with a classifier head, logits (B, labels). Then the outputs its heads add
+        (modeldir.files.extra_outputs)."""
         hidden = self.encoder(input_ids, attention_mask)
         if self.config.head == "classifier":  # the first token's state, as BERT's pooler and RoBERTa's head take it
             return hidden, self.head_out(torch.tanh(self.head_dense(hidden[:, 0])))
-        if self.config.pooling == "cls":
-            return hidden, hidden[:, 0]
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, S, 1)
-        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-        return hidden, pooled
+        if self.config.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        extra = []
+        if self.config.sparse_head == "token_weights":  # (B, S): padding's weight 0
+            extra.append(torch.relu(self.sparse_linear(hidden)).squeeze(-1) * mask.squeeze(-1))
+        if self.config.multi_vector_dim:  # (B, S - 1, dim): every token but the first, padding's vectors 0
+            vectors = self.colbert_linear(hidden[:, 1:]) * mask[:, 1:]
+            extra.append(vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12))
+        return hidden, pooled, *extra
 
 
 class Seq2SeqModel(nn.Module):

@@ -57,6 +57,12 @@ class ModelConfig:
     labels: tuple[str, ...] = ()
     score_activation: Literal["identity", "sigmoid", "softmax"] = "identity"
     pair_segments: bool = False
+    # More than the pooled vector from the same pass (embedding models). sparse_head "token_weights": one
+    # weight per token, relu(linear(state)) (bge-m3's sparse_linear), kept per token id at its largest.
+    # multi_vector_dim: one vector per token but the first, a linear map of its state (bge-m3's
+    # colbert_linear), L2-normalised; 0: none.
+    sparse_head: Literal["none", "token_weights"] = "none"
+    multi_vector_dim: int = 0
     # Tokenization: inputs longer than this are truncated (or refused). None: max_positions.
     max_input_tokens: int | None = None
     # tokenizer.json, or Marian's sentencepiece files (with target_vocab.json: marian_separate_vocabs), or
@@ -110,6 +116,8 @@ class ModelConfig:
             problems.append(f"language_pair must be (source, target), not {self.language_pair}")
         if self.head == "classifier" and (self.task != "embedding" or not self.labels):
             problems.append("a classifier head needs task 'embedding' (an encoder) and at least one label")
+        if (self.sparse_head != "none" or self.multi_vector_dim) and (self.task != "embedding" or self.head != "none"):
+            problems.append("sparse and multi-vector outputs need an embedding model without a classifier head")
         if self.pair_segments and self.type_vocab_size < 2:
             problems.append("pair_segments needs type_vocab_size >= 2")
         if self.default_prompt_name is not None and self.default_prompt_name not in dict(self.prompts):

@@ -93,18 +93,25 @@ def graph_files(task: str, precision: str = "fp32") -> dict[str, str]:
 ENCODER_INPUTS = ("input_ids", "attention_mask")
 
 
-def encoder_outputs(task: str, n_decoder_layers: int, head: str = "none") -> tuple[str, ...]:
-    """Embedding models: the pooled vector (with a classifier head: its logits). Seq2seq: each decoder
-    layer's cross-attention K/V of the encoder output, computed once per request here so that decode steps
-    only read them."""
-    if task == "embedding":
-        return ("last_hidden_state", pooled_output(head))
-    return ("last_hidden_state", *cache_names("cross", n_decoder_layers))
+def encoder_outputs(config: ModelConfig) -> tuple[str, ...]:
+    """Embedding models: the pooled vector (with a classifier head: its logits), and the outputs of its
+    other heads. Seq2seq: each decoder layer's cross-attention K/V of the encoder output, computed once per
+    request here so that decode steps only read them."""
+    if config.task == "embedding":
+        return ("last_hidden_state", pooled_output(config.head), *extra_outputs(config))
+    return ("last_hidden_state", *cache_names("cross", config.n_decoder_layers))
 
 
 def pooled_output(head: str) -> str:
     """An embedding model's one-row-per-input output: its vector, or a classifier head's logits."""
     return "logits" if head == "classifier" else "embedding"
+
+
+def extra_outputs(config: ModelConfig) -> tuple[str, ...]:
+    """What an embedding model gives beside its pooled vector, from the same pass: token_weights (B, S),
+    bge-m3's sparse weights; multi_vectors (B, S - 1, dim), its ColBERT vectors."""
+    sparse = ("token_weights",) if config.sparse_head == "token_weights" else ()
+    return sparse + (("multi_vectors",) if config.multi_vector_dim else ())
 
 
 def cache_names(prefix: str, n_layers: int) -> tuple[str, ...]:

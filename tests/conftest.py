@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, settings
 
 from modelbuild.export import export_model_dir
 from modelbuild.random_model import random_model_dir
+from modelbuild.random_xlm_roberta import XlmRobertaShape
 from modelbuild.weights import load_model_dir
 from modeldir.config import ModelConfig
 from modeldir.files import open_model_dir
@@ -138,6 +139,39 @@ def numbers_dir(tmp_path_factory) -> Path:
     target = Path(shutil.copytree(CHECKPOINTS_DIR / "numbers", tmp_path_factory.mktemp("models") / "numbers"))
     export_model_dir(target, progress_stream=io.StringIO(), reduced=("fp16", "int8"))
     return target
+
+
+@pytest.fixture(scope="session")
+def number_rankers(tmp_path_factory) -> dict[str, Path]:
+    """The committed cross-encoders (numbers-reranker, numbers-language), imported and exported as `attnserve
+    build` makes them: name -> our model directory."""
+    from cli.build import CHECKPOINTS_DIR, NUMBER_RANKERS
+    from modelbuild.import_cross_encoder import import_cross_encoder
+
+    root = tmp_path_factory.mktemp("number-rankers")
+    out = {}
+    for name in NUMBER_RANKERS:
+        out[name] = import_cross_encoder(CHECKPOINTS_DIR / name, root / name, name)
+        export_model_dir(out[name], progress_stream=io.StringIO())
+    return out
+
+
+BGE_M3_SHAPE = XlmRobertaShape(pooling="cls", heads=2, layers=2, max_seq_length=48)
+BGE_M3_COLBERT_DIM = 24  # not d_model (32): the head's own width is read from its file
+
+
+@pytest.fixture(scope="session")
+def bge_m3(tmp_path_factory) -> tuple[Path, Path]:
+    """A random checkpoint of bge-m3's layout (XLM-R, CLS pooling, FlagEmbedding's sparse_linear.pt and
+    colbert_linear.pt), imported and exported: (its directory, ours)."""
+    from modelbuild.import_bert import import_sentence_transformer
+    from modelbuild.random_xlm_roberta import random_bge_m3_checkpoint
+
+    root = tmp_path_factory.mktemp("bge-m3")
+    source = random_bge_m3_checkpoint(root / "hf", BGE_M3_SHAPE, colbert_dim=BGE_M3_COLBERT_DIM, seed=3)
+    directory = import_sentence_transformer(source, root / "bge-m3", "bge-m3")
+    export_model_dir(directory, progress_stream=io.StringIO())
+    return source, directory
 
 
 @pytest.fixture(scope="session")

@@ -47,16 +47,16 @@ def ipv6_loopback() -> bool:
 
 
 @pytest.fixture(scope="module")
-def server(minilm_dir, numbers_dir, multilingual_numbers_dir):
-    """`attnserve serve --models minilm numbers numbers-multilingual`: nothing else, as `make run` serves
-    them after its build."""
+def server(minilm_dir, numbers_dir, multilingual_numbers_dir, number_rankers):
+    """`attnserve serve --models minilm numbers numbers-multilingual numbers-reranker numbers-language`:
+    nothing else, as `make run` serves them after its build."""
     taken = []
     for port in (DEFAULT.port, DEFAULT.http_port, DEFAULT.metrics_port):
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 taken.append(port)
     assert not taken, f"ports {taken} are taken: this test starts a server on the default ports"
-    models = (str(minilm_dir), str(numbers_dir), str(multilingual_numbers_dir))
+    models = (str(minilm_dir), str(numbers_dir), str(multilingual_numbers_dir), *map(str, number_rankers.values()))
     process = ServerProcess(models=models, listen=(), launcher=(sys.executable, "-c", PROBE))
     yield process
     if process.process.poll() is None:
@@ -170,6 +170,19 @@ def test_the_readme_translation_examples_work_verbatim(server):
     assert answers[1]["translatedText"] == ["twelve", "seven"] and len(answers[1]["alternatives"]) == 2
     assert answers[2][0]["language"] == "fr"
     assert {"code": "en", "name": "English", "targets": ["de", "es", "fr", "zxx"]} in answers[3]
+
+
+def test_the_readme_rerank_and_classify_examples_work_verbatim(server):
+    """The bundled reranker and classifier by the gRPC client and by curl, at the default ports."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(readme_block("Rerank and Classify over gRPC:", "python"), "README.md", "exec"), {})
+    assert printed.getvalue().splitlines() == ["1 quatre mille sept cent onze", "de"]
+    command = readme_block("Cohere's and Jina's rerank shape, with curl:", "sh").strip()
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)["results"]
+    assert [r["index"] for r in results][:1] == [1] and len(results) == 2
 
 
 def test_serving_loads_nothing_of_the_build_side(server):

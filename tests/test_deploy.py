@@ -260,7 +260,8 @@ def test_kserve_runtime_runs_the_k8s_container():
     assert "COPY --from=models /models /models" in dockerfile_runtime_stage()
     assert all(p.parent == Path("/models") for p in config.models)
     isvc_text = (KSERVE / "inferenceservice.yaml").read_text()
-    assert {p.name for p in config.models} == {"minilm", "numbers", "numbers-multilingual"}
+    bundled = {"minilm", "numbers", "numbers-multilingual", "numbers-reranker", "numbers-language"}
+    assert {p.name for p in config.models} == bundled
     for model in config.models:
         assert f'"{model.name}"' in isvc_text  # the model_name its comment tells clients to send
 

@@ -27,7 +27,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list
 
 texts = st.text(max_size=60)  # any unicode, NUL and lone surrogates' neighbours included
 models = st.one_of(
-    st.sampled_from(["", "minilm", "numbers", "numbers-multilingual", "bert-reranker", "bert-classifier"]),
+    st.sampled_from(["", "minilm", "bge-m3", "numbers", "numbers-multilingual", "bert-reranker", "bert-classifier"]),
     st.text(max_size=20),
 )
 # The multilingual model's codes, codes it does not serve, and any text.
@@ -36,9 +36,9 @@ floats = st.floats(width=32, allow_nan=True, allow_infinity=True)
 
 
 @pytest.fixture(scope="module")
-def small_limits_server(minilm_dir, numbers_dir, multilingual_numbers_dir, cross_encoders):
+def small_limits_server(minilm_dir, numbers_dir, multilingual_numbers_dir, cross_encoders, bge_m3):
     # Small limits keep each accepted call cheap, so that 10,000 of them fit in a CI run.
-    models = [minilm_dir, numbers_dir, multilingual_numbers_dir]
+    models = [minilm_dir, bge_m3[1], numbers_dir, multilingual_numbers_dir]
     models += [cross_encoders[name][1] for name in ("bert-reranker", "bert-classifier")]
     server = ServerThread(models, max_new_tokens=16, max_client_batch_size=8)
     before = baseline(server)
@@ -64,11 +64,17 @@ def code(call) -> grpc.StatusCode:
 
 prompt_names = st.none() | st.sampled_from(["", "query", "passage"]) | st.text(max_size=12)
 embed_requests = st.builds(
-    pb.EmbedRequest, model=models, inputs=st.lists(texts, max_size=40),
-    normalize=st.one_of(st.none(), st.booleans()), truncate=st.one_of(st.none(), st.booleans()),
-    prompt_name=prompt_names, input_type=st.none() | st.sampled_from(["search_query", "clustering"]) | texts,
+    pb.EmbedRequest,
+    model=models,
+    inputs=st.lists(texts, max_size=40),
+    normalize=st.one_of(st.none(), st.booleans()),
+    truncate=st.one_of(st.none(), st.booleans()),
+    prompt_name=prompt_names,
+    input_type=st.none() | st.sampled_from(["search_query", "clustering"]) | texts,
     truncation_direction=st.integers(-1, 3),
-)  # fmt: skip
+    outputs=st.lists(st.integers(-1, 4), max_size=4),  # dense, sparse, multi-vector, repeated, unknown
+    embedding_type=st.integers(-1, 4),
+)
 params = st.builds(
     pb.GenerationParams,
     max_new_tokens=st.integers(0, 2**32 - 1) | st.integers(0, 20),

@@ -122,3 +122,26 @@ def test_the_cli_imports_it(exported, tmp_path):
         timeout=300,
     )
     assert done.returncode == 0 and "(xlm-roberta cross-encoder) as 'r'" in done.stdout, done.stderr
+
+
+def test_a_tokenizer_without_token_types_is_served_as_transformers_runs_it(exported, tmp_path):
+    """A BERT cross-encoder whose tokenizer gives no token_type_ids (tokenizer_config.json's
+    model_input_names, or a generic tokenizer class) runs with every token of type 0 under transformers:
+    imported so, it scores as CrossEncoder does."""
+    import io
+    import shutil
+
+    from modelbuild.export import export_model_dir
+    from modelbuild.import_cross_encoder import import_cross_encoder
+
+    source = shutil.copytree(exported["bert-reranker"].source, tmp_path / "hf")
+    settings_path = source / "tokenizer_config.json"
+    settings = json.loads(settings_path.read_text())
+    settings_path.write_text(json.dumps({**settings, "model_input_names": ["input_ids", "attention_mask"]}))
+    directory = import_cross_encoder(source, tmp_path / "untyped", "untyped")
+    export_model_dir(directory, progress_stream=io.StringIO())
+    untyped = Exported(source, directory)
+    assert not untyped.config.pair_segments
+    pairs = pairs_of(12, seed=5)
+    want = untyped.reference.predict(pairs)
+    np.testing.assert_allclose(untyped.scores(pairs), want, atol=1e-5)

@@ -1,5 +1,6 @@
-"""The embeddings capability: texts in, one vector per text out, through the model's batcher; each text
-after the prompt its request names (by name, or by Cohere's input type), cut at the end or the start."""
+"""The embeddings capability: texts in, one vector per text out (and, from the same pass, the sparse and
+multi-vector outputs a model's heads give), through the model's batcher; each text after the prompt its
+request names (by name, or by Cohere's input type), cut at the end or the start."""
 
 from __future__ import annotations
 
@@ -10,6 +11,15 @@ import numpy as np
 
 from ..errors import QueueFull, invalid
 from ..ops.call_record import CallRecord
+from .embedding_outputs import (
+    GRAPH_OUTPUT,
+    SparseVector,
+    check_embedding_type,
+    check_outputs,
+    multi_vector,
+    quantized,
+    sparse_vector,
+)
 from .registry import ModelRegistry
 from .tokenization import Tokenization
 from .validation import check_dimensions, check_texts
@@ -25,6 +35,8 @@ class EmbedRequest:
     prompt_name: str | None = None  # one of the model's prompts; None: its default prompt, if it has one
     input_type: str | None = None  # Cohere's: search_query, search_document, classification, clustering
     truncation_direction: str = "right"  # where a text too long is cut: "right" (its end) or "left"
+    outputs: tuple[str, ...] = ()  # any of dense, sparse, multi_vector (embedding_outputs.py); (): dense
+    embedding_type: str = "float"  # of dense vectors and multi-vectors: float, binary or ubinary
 
 
 # Cohere's input types -> the prompt names checkpoints give them, in the order tried. A type none of whose
@@ -68,8 +80,12 @@ class EmbedUsage:
 @dataclass(frozen=True)
 class EmbedResult:
     model: str
-    vectors: np.ndarray  # (inputs, dimensions) float32, in the order of the inputs
+    # (inputs, dimensions) float32 in the order of the inputs, or packed bits (embedding_type); None where
+    # the request did not ask for the dense output.
+    vectors: np.ndarray | None
     usage: EmbedUsage
+    sparse: list[SparseVector] | None = None  # one per input, where asked for
+    multi_vectors: list[np.ndarray] | None = None  # one (tokens - 1, dim) per input, typed as vectors are
 
 
 class Embeddings:
@@ -84,6 +100,8 @@ class Embeddings:
         normalize = model.normalize_by_default if request.normalize is None else request.normalize
         if request.truncation_direction not in TRUNCATION_DIRECTIONS:
             raise invalid("truncation_direction", f"{request.truncation_direction!r}; right or left")
+        outputs = check_outputs(request.outputs, model)
+        embedding_type = check_embedding_type(request.embedding_type)
         prompt = prompt_of(model, request)
         if prompt:
             texts = [prompt + text for text in texts]
@@ -100,15 +118,28 @@ class Embeddings:
                         f"more than {model.max_input_tokens} tokens, the most model {model.name!r} takes; "
                         "shorten it or set truncate to true",
                     )
+        extra = tuple(GRAPH_OUTPUT[name] for name in outputs if name != "dense")
         try:
-            results = await model.batcher.submit([e.ids for e in encoded])
+            results = await model.batcher.submit([e.ids for e in encoded], extra)
         except QueueFull as error:
             raise QueueFull(f"model {model.name!r}: {error}; retry later") from None
 
-        vectors = np.stack([r.vector for r in results])[:, :dimensions]
-        if normalize:
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            vectors = vectors / np.maximum(norms, 1e-12)
+        vectors = None
+        if "dense" in outputs:
+            vectors = np.stack([r.vector for r in results])[:, :dimensions]
+            if normalize:
+                norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+                vectors = vectors / np.maximum(norms, 1e-12)
+            vectors = quantized(vectors, embedding_type)
+        sparse = multi = None
+        if "sparse" in outputs:
+            special = model.special.of(seq2seq=False)
+            sparse = [sparse_vector(e.ids, r.extra["token_weights"], special) for e, r in zip(encoded, results)]
+        if "multi_vector" in outputs:
+            multi = [
+                quantized(multi_vector(e.ids, r.extra["multi_vectors"]), embedding_type)
+                for e, r in zip(encoded, results)
+            ]
         batch_seconds = {r.batch_id: r.batch_seconds for r in results}
         prompt_tokens = sum(len(e.ids) for e in encoded)
         queue_seconds = max(r.queue_seconds for r in results)
@@ -121,4 +152,4 @@ class Embeddings:
             tokenization_seconds=tokenization_seconds,
             inference_seconds=sum(batch_seconds.values()),
         )
-        return EmbedResult(model.name, vectors, usage)
+        return EmbedResult(model.name, vectors, usage, sparse, multi)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from modeldir.config import ModelConfig
-from modeldir.files import CACHE_GRAPHS, ModelFiles, open_model_dir, pooled_output, read_manifest
+from modeldir.files import CACHE_GRAPHS, ModelFiles, extra_outputs, open_model_dir, pooled_output, read_manifest
 from modeldir.language_tokenizer import languages_of, load_model_tokenizer
 
 from ..engine.batcher import BatchLimits, EmbeddingBatcher
@@ -157,7 +157,7 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
     encoder = create_session(files.encoder, sessions, provider)
     rows = 0
     if files.task == "embedding":
-        runner = EmbeddingRunner(encoder, pooled_output(c.head))
+        runner = EmbeddingRunner(encoder, pooled_output(c.head), extra_outputs(c))
     else:
         # The cache graphs run seldom and copy rows: one thread, asleep between calls.
         small = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
@@ -250,7 +250,7 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
     metrics.model_info.labels(files.name, files.task, opened.provider, str(files.manifest["opset"])).set(1)
     if files.task == "embedding":
         batcher = EmbeddingBatcher(
-            opened.runner.embed, c.pad_id, batch_limits(settings, c, settings.precision_on(opened.provider)), executor,
+            opened.runner.run, c.pad_id, batch_limits(settings, c, settings.precision_on(opened.provider)), executor,
             files.name, model_metrics,
             make_run_options=opened.runner.run_options, health=health,
             release_memory=opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,

@@ -24,6 +24,7 @@ class ModelInfo:
     prompt_names: tuple[str, ...] = ()  # an embedding model's prompts
     default_prompt_name: str = ""
     labels: tuple[str, ...] = ()  # a classification model's
+    outputs: tuple[str, ...] = ()  # an embedding model's: dense, and sparse or multi_vector where it has them
 
 
 class ModelRegistry:
@@ -77,6 +78,7 @@ class ModelRegistry:
             prompt_names=tuple(m.prompts) if isinstance(m, EmbeddingModel) else (),
             default_prompt_name=(m.default_prompt or "") if isinstance(m, EmbeddingModel) else "",
             labels=m.labels if isinstance(m, CrossEncoderModel) else (),
+            outputs=m.outputs if m.task == "embedding" else (),
         )
 
     @property

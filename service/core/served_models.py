@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from .attention_maps import AttentionGraph
 
 
+# An embedding graph's extra outputs (modeldir.files.extra_outputs) -> what a request names them.
+OUTPUT_OF_GRAPH = {"token_weights": "sparse", "multi_vectors": "multi_vector"}
+
+
 @dataclass(frozen=True)
 class Architecture:
     n_encoder_layers: int
@@ -92,6 +96,11 @@ class EmbeddingModel(ServedModel):
 
     task: ClassVar[str] = "embedding"
     batched: ClassVar[bool] = True
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """What a request may ask of it (EmbedRequest.outputs): dense, and the outputs its heads add."""
+        return ("dense", *(OUTPUT_OF_GRAPH[name] for name in self.runner.extra))
 
 
 @dataclass(eq=False)

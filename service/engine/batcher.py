@@ -58,6 +58,7 @@ class BatchLimits:
 class Item:
     ids: list[int]
     future: asyncio.Future
+    extra: tuple[str, ...] = ()  # the model's other outputs its caller wants
     enqueued: float = field(default_factory=time.perf_counter)
 
 
@@ -67,6 +68,7 @@ class Embedded:
     queue_seconds: float  # from enqueued to its batch's start
     batch_seconds: float  # the model time of its batch
     batch_id: int
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # its row of each output asked for, padded
 
 
 def take_batch(waiting: list[Item], limits: BatchLimits) -> list[Item]:
@@ -121,7 +123,7 @@ def split_by_length(batch: list, call_cost_tokens: int, length=lambda item: len(
 class EmbeddingBatcher:
     def __init__(
         self,
-        embed: Callable[[np.ndarray, np.ndarray, object], np.ndarray],
+        embed: Callable[[np.ndarray, np.ndarray, tuple[str, ...], object], tuple[np.ndarray, ...]],
         pad_id: int,
         limits: BatchLimits,
         executor: Executor,
@@ -131,7 +133,8 @@ class EmbeddingBatcher:
         health: HealthReport | None = None,
         release_memory: Callable[[], None] | None = None,
     ):
-        """embed(input_ids, attention_mask, run_options) -> (B, d), run in `executor`. metrics hears of
+        """embed(input_ids, attention_mask, extra outputs, run_options) -> ((B, d), *extra outputs), run in
+        `executor`, each batch asking for the extra outputs any of its texts wants. metrics hears of
         each model call and each text's time in the queue. make_run_options makes the per-call options
         object whose `terminate` is set when every caller of a running call has gone. release_memory,
         run in `executor` when the queue has been empty for RELEASE_IDLE_SECONDS after a call of
@@ -173,13 +176,14 @@ class EmbeddingBatcher:
                 item.future.set_exception(error)
         self.waiting.clear()
 
-    async def submit(self, sequences: list[list[int]]) -> list[Embedded]:
-        """Embed token sequences; raises QueueFull at once if they do not fit in the queue.
-        If the caller is cancelled while waiting, its texts leave the queue (or are ignored if running)."""
+    async def submit(self, sequences: list[list[int]], extra: tuple[str, ...] = ()) -> list[Embedded]:
+        """Embed token sequences (and give the extra outputs named); raises QueueFull at once if they do not
+        fit in the queue. If the caller is cancelled while waiting, its texts leave the queue (or are
+        ignored if running)."""
         if len(self.waiting) + len(sequences) > self.limits.max_queue:
             raise QueueFull(f"{len(self.waiting)} texts are waiting; the queue holds {self.limits.max_queue}")
         loop = asyncio.get_running_loop()
-        items = [Item(ids, loop.create_future()) for ids in sequences]
+        items = [Item(ids, loop.create_future(), extra) for ids in sequences]
         self.waiting.extend(items)
         self._arrived.set()
         try:
@@ -281,14 +285,21 @@ class EmbeddingBatcher:
             return
         if self.health:
             self.health.succeeded()
-        wanted, vectors, padded_tokens, started, seconds, number = outcome
+        wanted, outputs, padded_tokens, started, seconds, number = outcome
         self._largest_call = max(self._largest_call, padded_tokens)
         if self.metrics:
             self.metrics.model_call("embed", len(wanted), padded_tokens, seconds)
             self.metrics.queued_all(started - np.fromiter((item.enqueued for item in wanted), np.float64, len(wanted)))
-        for item, vector in zip(wanted, vectors):
+        vectors, extra = outputs[0], dict(zip(self._extra_of(wanted), outputs[1:]))
+        for row, item in enumerate(wanted):
             if not item.future.done():
-                item.future.set_result(Embedded(vector, started - item.enqueued, seconds, number))
+                rows = {name: extra[name][row] for name in item.extra}
+                item.future.set_result(Embedded(vectors[row], started - item.enqueued, seconds, number, rows))
+
+    @staticmethod
+    def _extra_of(batch: list[Item]) -> tuple[str, ...]:
+        """The extra outputs any text of the batch wants, in a fixed order."""
+        return tuple(sorted({name for item in batch for name in item.extra}))
 
     def _embed_wanted(self, batch: list[Item], options):
         """In the model thread, when the batch's turn has come: only texts whose callers still wait run."""
@@ -297,7 +308,7 @@ class EmbeddingBatcher:
             return None
         ids, mask = pad_batch([item.ids for item in wanted], self.pad_id)
         started = time.perf_counter()
-        vectors = self.embed(ids, mask, options)
+        outputs = self.embed(ids, mask, self._extra_of(wanted), options)
         self.batches_run += 1
         self.texts_run += len(wanted)
-        return wanted, vectors, int(ids.size), started, time.perf_counter() - started, self.batches_run
+        return wanted, outputs, int(ids.size), started, time.perf_counter() - started, self.batches_run

@@ -139,6 +139,15 @@ class Client:
         )
         return AttentionMaps.from_response(self.stub.Attention(request, timeout=self.timeout))
 
+    def rerank(self, query: str, documents: list[str], model: str = "", **fields) -> pb.RerankResponse:
+        """fields: RerankRequest's others (top_n, return_documents, raw_scores, truncation)."""
+        request = pb.RerankRequest(model=model, query=query, documents=documents, **fields)
+        return self.stub.Rerank(request, timeout=self.timeout)
+
+    def classify(self, texts: list[str], model: str = "", raw_scores: bool = False) -> pb.ClassifyResponse:
+        request = pb.ClassifyRequest(model=model, inputs=texts, raw_scores=raw_scores)
+        return self.stub.Classify(request, timeout=self.timeout)
+
     def tokenize(self, texts: list[str], model: str = "") -> pb.TokenizeResponse:
         return self.stub.Tokenize(pb.TokenizeRequest(model=model, inputs=texts), timeout=self.timeout)
 

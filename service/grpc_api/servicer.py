@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from ..core.attention_maps import CROSS, DECODER_SELF, ENCODER_SELF, AttentionRequest, AttentionResult
 from ..core.calls import Call
 from ..core.cross_encoding import ClassifyRequest, RerankRequest
@@ -37,6 +39,17 @@ EARLY_STOPPING = {
 }  # fmt: skip
 
 TRUNCATION_DIRECTIONS = {pb.TRUNCATION_DIRECTION_RIGHT: "right", pb.TRUNCATION_DIRECTION_LEFT: "left"}
+EMBEDDING_OUTPUTS = {
+    pb.EMBEDDING_OUTPUT_DENSE: "dense",
+    pb.EMBEDDING_OUTPUT_SPARSE: "sparse",
+    pb.EMBEDDING_OUTPUT_MULTI_VECTOR: "multi_vector",
+}
+OUTPUT_ENUMS = {name: number for number, name in EMBEDDING_OUTPUTS.items()}
+EMBEDDING_TYPES = {
+    pb.EMBEDDING_TYPE_FLOAT: "float",
+    pb.EMBEDDING_TYPE_BINARY: "binary",
+    pb.EMBEDDING_TYPE_UBINARY: "ubinary",
+}
 SENTENCE_SPLITTING = {
     pb.SENTENCE_SPLITTING_UNSPECIFIED: SPLIT_ALL,
     pb.SENTENCE_SPLITTING_NO_NEWLINES: SPLIT_NO_NEWLINES,
@@ -102,6 +115,13 @@ def translation_message(t: Translation) -> pb.Translation:
     return message
 
 
+def embedding_messages(vectors: np.ndarray) -> list[pb.Embedding]:
+    """(n, d) float32 -> values; packed bits (uint8, or int8 for binary) -> their bytes."""
+    if vectors.dtype == np.float32:
+        return [pb.Embedding(values=v) for v in vectors.tolist()]
+    return [pb.Embedding(packed=row.tobytes()) for row in vectors]
+
+
 def model_info(m: ModelInfo) -> pb.ModelInfo:
     source, target = m.language_pair or ("", "")
     return pb.ModelInfo(
@@ -120,6 +140,7 @@ def model_info(m: ModelInfo) -> pb.ModelInfo:
         prompt_names=m.prompt_names,
         default_prompt_name=m.default_prompt_name,
         labels=m.labels,
+        outputs=[OUTPUT_ENUMS[name] for name in m.outputs],
     )
 
 
@@ -171,6 +192,8 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             truncation_direction=TRUNCATION_DIRECTIONS.get(
                 request.truncation_direction, str(request.truncation_direction)
             ),
+            outputs=tuple(EMBEDDING_OUTPUTS.get(o, str(o)) for o in request.outputs),
+            embedding_type=EMBEDDING_TYPES.get(request.embedding_type, str(request.embedding_type)),
         )
         result = await self.core.embeddings.embed(embed, call.record)
         u = result.usage
@@ -178,8 +201,14 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             prompt_tokens=u.prompt_tokens, truncated_inputs=u.truncated_inputs, queue_seconds=u.queue_seconds,
             tokenization_seconds=u.tokenization_seconds, inference_seconds=u.inference_seconds,
         )  # fmt: skip
-        embeddings = [pb.Embedding(values=v) for v in result.vectors.tolist()]
-        return pb.EmbedResponse(model=result.model, embeddings=embeddings, usage=usage)
+        response = pb.EmbedResponse(model=result.model, usage=usage)
+        if result.vectors is not None:
+            response.embeddings.extend(embedding_messages(result.vectors))
+        for sparse in result.sparse or ():
+            response.sparse_embeddings.add(indices=sparse.indices.tolist(), values=sparse.values.tolist())
+        for vectors in result.multi_vectors or ():
+            response.multi_vectors.add(vectors=embedding_messages(vectors))
+        return response
 
     @handler
     async def Tokenize(self, request: pb.TokenizeRequest, context, call: Call) -> pb.TokenizeResponse:

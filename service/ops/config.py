@@ -30,7 +30,10 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class ServerConfig:
     models: tuple[Path, ...] = _setting(
-        (Path("build/models/minilm"), Path("build/models/numbers"), Path("build/models/numbers-multilingual")),
+        tuple(
+            Path("build/models", name)
+            for name in ("minilm", "numbers", "numbers-multilingual", "numbers-reranker", "numbers-language")
+        ),
         "model directories to serve (exported, with manifest.json); the first of each task is its default",
     )
     host: str = _setting("[::]", HOST_HELP)

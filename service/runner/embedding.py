@@ -1,4 +1,5 @@
-"""The encoder graph of an embedding model: token ids in, pooled embeddings out."""
+"""The encoder graph of an embedding model: token ids in, pooled embeddings out (and, from the same call,
+the outputs of its other heads that a batch asks for)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from .sessions import provider_of, shrink_options
 
 
 class EmbeddingRunner:
-    def __init__(self, session: ort.InferenceSession, output: str = "embedding"):
-        """output: the graph's one row per input: "embedding", or a classifier head's "logits"."""
-        self.session, self.output = session, output
+    def __init__(self, session: ort.InferenceSession, output: str = "embedding", extra: tuple[str, ...] = ()):
+        """output: the graph's one row per input: "embedding", or a classifier head's "logits". extra: the
+        outputs of the model's other heads (modeldir.files.extra_outputs), fetched when a batch asks."""
+        self.session, self.output, self.extra = session, output, extra
         self.provider = provider_of(session)
 
     @staticmethod
@@ -31,3 +33,11 @@ class EmbeddingRunner:
             [self.output], {"input_ids": input_ids, "attention_mask": attention_mask}, run_options
         )
         return pooled
+
+    def run(
+        self, input_ids: np.ndarray, attention_mask: np.ndarray, extra: tuple[str, ...] = (), run_options=None
+    ) -> tuple[np.ndarray, ...]:
+        """-> (pooled (B, d), *the extra outputs named, in their order): one call; the graph computes every
+        output (ONNX Runtime runs the whole graph), only the named ones are copied out."""
+        feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
+        return tuple(self.session.run([self.output, *extra], feeds, run_options))

@@ -7,6 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class EmbeddingOutput(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EMBEDDING_OUTPUT_DENSE: _ClassVar[EmbeddingOutput]
+    EMBEDDING_OUTPUT_SPARSE: _ClassVar[EmbeddingOutput]
+    EMBEDDING_OUTPUT_MULTI_VECTOR: _ClassVar[EmbeddingOutput]
+
+class EmbeddingType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EMBEDDING_TYPE_FLOAT: _ClassVar[EmbeddingType]
+    EMBEDDING_TYPE_BINARY: _ClassVar[EmbeddingType]
+    EMBEDDING_TYPE_UBINARY: _ClassVar[EmbeddingType]
+
 class TruncationDirection(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TRUNCATION_DIRECTION_RIGHT: _ClassVar[TruncationDirection]
@@ -51,6 +63,12 @@ class PairTruncation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PAIR_TRUNCATION_LONGEST_FIRST: _ClassVar[PairTruncation]
     PAIR_TRUNCATION_ONLY_DOCUMENT: _ClassVar[PairTruncation]
+EMBEDDING_OUTPUT_DENSE: EmbeddingOutput
+EMBEDDING_OUTPUT_SPARSE: EmbeddingOutput
+EMBEDDING_OUTPUT_MULTI_VECTOR: EmbeddingOutput
+EMBEDDING_TYPE_FLOAT: EmbeddingType
+EMBEDDING_TYPE_BINARY: EmbeddingType
+EMBEDDING_TYPE_UBINARY: EmbeddingType
 TRUNCATION_DIRECTION_RIGHT: TruncationDirection
 TRUNCATION_DIRECTION_LEFT: TruncationDirection
 TASK_UNSPECIFIED: Task
@@ -77,7 +95,7 @@ PAIR_TRUNCATION_LONGEST_FIRST: PairTruncation
 PAIR_TRUNCATION_ONLY_DOCUMENT: PairTruncation
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("model", "inputs", "normalize", "truncate", "prompt_name", "input_type", "truncation_direction")
+    __slots__ = ("model", "inputs", "normalize", "truncate", "prompt_name", "input_type", "truncation_direction", "outputs", "embedding_type")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     NORMALIZE_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +103,8 @@ class EmbedRequest(_message.Message):
     PROMPT_NAME_FIELD_NUMBER: _ClassVar[int]
     INPUT_TYPE_FIELD_NUMBER: _ClassVar[int]
     TRUNCATION_DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_TYPE_FIELD_NUMBER: _ClassVar[int]
     model: str
     inputs: _containers.RepeatedScalarFieldContainer[str]
     normalize: bool
@@ -92,13 +112,31 @@ class EmbedRequest(_message.Message):
     prompt_name: str
     input_type: str
     truncation_direction: TruncationDirection
-    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., normalize: _Optional[bool] = ..., truncate: _Optional[bool] = ..., prompt_name: _Optional[str] = ..., input_type: _Optional[str] = ..., truncation_direction: _Optional[_Union[TruncationDirection, str]] = ...) -> None: ...
+    outputs: _containers.RepeatedScalarFieldContainer[EmbeddingOutput]
+    embedding_type: EmbeddingType
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., normalize: _Optional[bool] = ..., truncate: _Optional[bool] = ..., prompt_name: _Optional[str] = ..., input_type: _Optional[str] = ..., truncation_direction: _Optional[_Union[TruncationDirection, str]] = ..., outputs: _Optional[_Iterable[_Union[EmbeddingOutput, str]]] = ..., embedding_type: _Optional[_Union[EmbeddingType, str]] = ...) -> None: ...
 
 class Embedding(_message.Message):
-    __slots__ = ("values",)
+    __slots__ = ("values", "packed")
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
+    packed: bytes
+    def __init__(self, values: _Optional[_Iterable[float]] = ..., packed: _Optional[bytes] = ...) -> None: ...
+
+class SparseEmbedding(_message.Message):
+    __slots__ = ("indices", "values")
+    INDICES_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    indices: _containers.RepeatedScalarFieldContainer[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, indices: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class MultiVector(_message.Message):
+    __slots__ = ("vectors",)
+    VECTORS_FIELD_NUMBER: _ClassVar[int]
+    vectors: _containers.RepeatedCompositeFieldContainer[Embedding]
+    def __init__(self, vectors: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ...) -> None: ...
 
 class EmbedUsage(_message.Message):
     __slots__ = ("prompt_tokens", "truncated_inputs", "queue_seconds", "tokenization_seconds", "inference_seconds")
@@ -115,14 +153,18 @@ class EmbedUsage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., truncated_inputs: _Optional[int] = ..., queue_seconds: _Optional[float] = ..., tokenization_seconds: _Optional[float] = ..., inference_seconds: _Optional[float] = ...) -> None: ...
 
 class EmbedResponse(_message.Message):
-    __slots__ = ("model", "embeddings", "usage")
+    __slots__ = ("model", "embeddings", "usage", "sparse_embeddings", "multi_vectors")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    MULTI_VECTORS_FIELD_NUMBER: _ClassVar[int]
     model: str
     embeddings: _containers.RepeatedCompositeFieldContainer[Embedding]
     usage: EmbedUsage
-    def __init__(self, model: _Optional[str] = ..., embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., usage: _Optional[_Union[EmbedUsage, _Mapping]] = ...) -> None: ...
+    sparse_embeddings: _containers.RepeatedCompositeFieldContainer[SparseEmbedding]
+    multi_vectors: _containers.RepeatedCompositeFieldContainer[MultiVector]
+    def __init__(self, model: _Optional[str] = ..., embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., usage: _Optional[_Union[EmbedUsage, _Mapping]] = ..., sparse_embeddings: _Optional[_Iterable[_Union[SparseEmbedding, _Mapping]]] = ..., multi_vectors: _Optional[_Iterable[_Union[MultiVector, _Mapping]]] = ...) -> None: ...
 
 class TokenizeRequest(_message.Message):
     __slots__ = ("model", "inputs")
@@ -155,7 +197,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "task", "dimensions", "max_input_tokens", "execution_provider", "opset", "is_default", "languages", "needs_source_language", "needs_target_language", "source_language", "target_language", "prompt_names", "default_prompt_name", "labels")
+    __slots__ = ("name", "task", "dimensions", "max_input_tokens", "execution_provider", "opset", "is_default", "languages", "needs_source_language", "needs_target_language", "source_language", "target_language", "prompt_names", "default_prompt_name", "labels", "outputs")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +213,7 @@ class ModelInfo(_message.Message):
     PROMPT_NAMES_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_PROMPT_NAME_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     task: Task
     dimensions: int
@@ -186,7 +229,8 @@ class ModelInfo(_message.Message):
     prompt_names: _containers.RepeatedScalarFieldContainer[str]
     default_prompt_name: str
     labels: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., dimensions: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., execution_provider: _Optional[str] = ..., opset: _Optional[int] = ..., is_default: _Optional[bool] = ..., languages: _Optional[_Iterable[str]] = ..., needs_source_language: _Optional[bool] = ..., needs_target_language: _Optional[bool] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., prompt_names: _Optional[_Iterable[str]] = ..., default_prompt_name: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ...) -> None: ...
+    outputs: _containers.RepeatedScalarFieldContainer[EmbeddingOutput]
+    def __init__(self, name: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., dimensions: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., execution_provider: _Optional[str] = ..., opset: _Optional[int] = ..., is_default: _Optional[bool] = ..., languages: _Optional[_Iterable[str]] = ..., needs_source_language: _Optional[bool] = ..., needs_target_language: _Optional[bool] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., prompt_names: _Optional[_Iterable[str]] = ..., default_prompt_name: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., outputs: _Optional[_Iterable[_Union[EmbeddingOutput, str]]] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)

@@ -1,0 +1,70 @@
+"""What an embedding call gives beside the pooled vector, from the same pass: sparse lexical weights
+(FlagEmbedding's bge-m3: a weight per token, the largest per vocabulary id, special tokens dropped, weights
+above 0 kept) and multi-vectors (a vector per token but the first); and the types vectors are given in, as
+sentence-transformers' quantize_embeddings defines them (float; binary and ubinary: a bit per value)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import invalid
+
+OUTPUTS = ("dense", "sparse", "multi_vector")
+GRAPH_OUTPUT = {"sparse": "token_weights", "multi_vector": "multi_vectors"}  # the encoder graph's names
+EMBEDDING_TYPES = ("float", "binary", "ubinary")
+
+
+@dataclass(frozen=True)
+class SparseVector:
+    indices: np.ndarray  # (n,) int64: vocabulary ids, ascending
+    values: np.ndarray  # (n,) float32, each above 0
+
+
+def check_outputs(outputs: tuple[str, ...], model) -> tuple[str, ...]:
+    """The outputs asked for, each named once and given by the model; none asked: the dense vector."""
+    if not outputs:
+        return ("dense",)
+    for name in outputs:
+        if name not in OUTPUTS:
+            raise invalid("outputs", f"{name!r} is not an output; one of {', '.join(OUTPUTS)}")
+        if name not in model.outputs:
+            raise invalid(
+                "outputs", f"model {model.name!r} gives no {name} output; it gives {', '.join(model.outputs)}"
+            )
+    if len(set(outputs)) != len(outputs):
+        raise invalid("outputs", f"{list(outputs)} names an output twice")
+    return tuple(outputs)
+
+
+def check_embedding_type(embedding_type: str) -> str:
+    if embedding_type not in EMBEDDING_TYPES:
+        raise invalid("embedding_type", f"{embedding_type!r}; one of {', '.join(EMBEDDING_TYPES)}")
+    return embedding_type
+
+
+def sparse_vector(ids: list[int], weights: np.ndarray, special: frozenset[int]) -> SparseVector:
+    """One input's token weights (its row, padding included) -> the largest weight per id, above 0, of
+    every id but the special tokens'."""
+    ids_array = np.asarray(ids, dtype=np.int64)
+    weights = weights[: len(ids)]
+    keep = (weights > 0) & ~np.isin(ids_array, list(special))
+    unique, where = np.unique(ids_array[keep], return_inverse=True)
+    largest = np.zeros(len(unique), dtype=np.float32)
+    np.maximum.at(largest, where, weights[keep])
+    return SparseVector(unique, largest)
+
+
+def multi_vector(ids: list[int], vectors: np.ndarray) -> np.ndarray:
+    """One input's multi-vectors (its rows, padding included) -> (tokens - 1, dim): every token but the first."""
+    return vectors[: len(ids) - 1]
+
+
+def quantized(vectors: np.ndarray, embedding_type: str) -> np.ndarray:
+    """(..., d) float32 -> the type asked: float as it is; binary / ubinary one bit a value (1: above 0),
+    packed 8 to a byte along the last axis (binary: each byte minus 128, int8), as quantize_embeddings does."""
+    if embedding_type == "float":
+        return vectors
+    packed = np.packbits(vectors > 0, axis=-1)
+    return packed if embedding_type == "ubinary" else (packed.astype(np.int16) - 128).astype(np.int8)
