@@ -28,13 +28,14 @@ def peers_installed() -> bool:
 class InfinityServer:
     """`infinity_emb v2` on MiniLM (precision fp32 or int8), batches of up to --batch-size, on the CPU."""
 
-    def __init__(self, precision: str, batch_size: int = 32, start_timeout: float = 600):
+    def __init__(self, precision: str, batch_size: int = 32, start_timeout: float = 600, folder: Path | None = None):
+        """folder: another model folder of peer_models.py's (a cross-encoder's), instead of MiniLM's."""
         self.port = free_port()
         # Run in the model's folder and name it ".": see peer_models.py for why.
         command = [str(PEERS_BIN.resolve() / "infinity_emb"), "v2", "--model-id", ".", "--engine", "optimum",
                    "--device", "cpu", "--host", "127.0.0.1", "--port", str(self.port), "--batch-size",
                    str(batch_size)]  # fmt: skip
-        folder = PEER_MODELS / f"minilm-{precision}"
+        folder = folder or PEER_MODELS / f"minilm-{precision}"
         # Its optimized graph is cached under the hub cache by model name ("."): one cache per folder. No
         # telemetry and no hub: this machine reaches neither.
         env = {**os.environ, "HF_HUB_CACHE": str((folder / "hub-cache").resolve()), "HF_HUB_OFFLINE": "1",

@@ -41,8 +41,8 @@ def cmd_export(args) -> None:
 
 def cmd_import(args) -> None:
     """A Hugging Face MarianMT checkpoint (config.json says model_type "marian"), an M2M100, NLLB-200 or
-    mBART-50 one ("m2m_100", "mbart"), a sentence-transformers BERT or XLM-RoBERTa checkpoint, or a
-    cross-encoder (*ForSequenceClassification)."""
+    mBART-50 one ("m2m_100", "mbart"), a sentence-transformers BERT or XLM-RoBERTa checkpoint (bge-m3's
+    heads included), a cross-encoder (*ForSequenceClassification), or a SPLADE SparseEncoder."""
     _needs_torch()
     import json
 
@@ -50,6 +50,7 @@ def cmd_import(args) -> None:
     from modelbuild.import_cross_encoder import import_cross_encoder
     from modelbuild.import_marian import MarianImportError, import_marian
     from modelbuild.import_multilingual import FAMILIES, import_multilingual
+    from modelbuild.import_splade import import_splade, is_splade
 
     config = Path(args.source) / "config.json"
     hf = json.loads(config.read_text()) if config.is_file() else {}
@@ -57,6 +58,8 @@ def cmd_import(args) -> None:
     importer = import_marian if kind == "marian" else import_multilingual if kind in FAMILIES else None
     if any(a.endswith("ForSequenceClassification") for a in hf.get("architectures") or ()):
         importer, kind = import_cross_encoder, f"{kind} cross-encoder"
+    if is_splade(Path(args.source)):
+        importer, kind = import_splade, f"{kind} SPLADE"
     try:
         out = (importer or import_sentence_transformer)(args.source, args.out, args.name)
     except (MarianImportError, FileNotFoundError, ValueError) as error:

@@ -217,6 +217,11 @@ class EmbeddingModel(nn.Module):
             self.head_out = nn.Linear(config.d_model, len(config.labels))
         if config.sparse_head == "token_weights":
             self.sparse_linear = nn.Linear(config.d_model, 1)
+        if config.sparse_head == "splade":  # BERT's MLM head: dense, activation, LayerNorm, the tied decoder
+            self.mlm_dense = nn.Linear(config.d_model, config.d_model)
+            self.mlm_activation = ACTIVATIONS[config.activation]()
+            self.mlm_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+            self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
         if config.multi_vector_dim:
             self.colbert_linear = nn.Linear(config.d_model, config.multi_vector_dim)
 
@@ -235,10 +240,22 @@ class EmbeddingModel(nn.Module):
         extra = []
         if self.config.sparse_head == "token_weights":  # (B, S): padding's weight 0
             extra.append(torch.relu(self.sparse_linear(hidden)).squeeze(-1) * mask.squeeze(-1))
+        if self.config.sparse_head == "splade":  # (B, vocab)
+            extra.append(self.splade(hidden, mask))
         if self.config.multi_vector_dim:  # (B, S - 1, dim): every token but the first, padding's vectors 0
             vectors = self.colbert_linear(hidden[:, 1:]) * mask[:, 1:]
             extra.append(vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12))
         return hidden, pooled, *extra
+
+    def splade(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        """(B, S, d_model), (B, S, 1) -> (B, vocab): SPLADE's weights, as sentence-transformers' SpladePooling
+        makes them from the masked-LM logits (padding's logits zeroed first)."""
+        state = self.mlm_norm(self.mlm_activation(self.mlm_dense(hidden)))
+        logits = torch.matmul(state, self.encoder.embeddings.tokens.weight.t()) + self.mlm_bias
+        weights = torch.log1p(torch.relu(logits * mask))
+        if self.config.splade_activation == "log1p_relu":
+            weights = torch.log1p(weights)
+        return weights.amax(dim=1) if self.config.splade_pooling == "max" else weights.sum(dim=1)
 
 
 class Seq2SeqModel(nn.Module):

@@ -58,10 +58,14 @@ class ModelConfig:
     score_activation: Literal["identity", "sigmoid", "softmax"] = "identity"
     pair_segments: bool = False
     # More than the pooled vector from the same pass (embedding models). sparse_head "token_weights": one
-    # weight per token, relu(linear(state)) (bge-m3's sparse_linear), kept per token id at its largest.
-    # multi_vector_dim: one vector per token but the first, a linear map of its state (bge-m3's
-    # colbert_linear), L2-normalised; 0: none.
-    sparse_head: Literal["none", "token_weights"] = "none"
+    # weight per token, relu(linear(state)) (bge-m3's sparse_linear), kept per token id at its largest;
+    # "splade": the masked-LM head's logits per position (its decoder the token table), log(1 + relu) (twice
+    # with splade_activation log1p_relu), then the largest (splade_pooling max) or the sum over positions:
+    # a weight per vocabulary id, and no dense output. multi_vector_dim: one vector per token but the first,
+    # a linear map of its state (bge-m3's colbert_linear), L2-normalised; 0: none.
+    sparse_head: Literal["none", "token_weights", "splade"] = "none"
+    splade_pooling: Literal["max", "sum"] = "max"
+    splade_activation: Literal["relu", "log1p_relu"] = "relu"
     multi_vector_dim: int = 0
     # Tokenization: inputs longer than this are truncated (or refused). None: max_positions.
     max_input_tokens: int | None = None
@@ -118,6 +122,8 @@ class ModelConfig:
             problems.append("a classifier head needs task 'embedding' (an encoder) and at least one label")
         if (self.sparse_head != "none" or self.multi_vector_dim) and (self.task != "embedding" or self.head != "none"):
             problems.append("sparse and multi-vector outputs need an embedding model without a classifier head")
+        if self.splade_pooling not in ("max", "sum") or self.splade_activation not in ("relu", "log1p_relu"):
+            problems.append(f"SPLADE pooling {self.splade_pooling!r} / activation {self.splade_activation!r} unknown")
         if self.pair_segments and self.type_vocab_size < 2:
             problems.append("pair_segments needs type_vocab_size >= 2")
         if self.default_prompt_name is not None and self.default_prompt_name not in dict(self.prompts):

@@ -109,8 +109,9 @@ def pooled_output(head: str) -> str:
 
 def extra_outputs(config: ModelConfig) -> tuple[str, ...]:
     """What an embedding model gives beside its pooled vector, from the same pass: token_weights (B, S),
-    bge-m3's sparse weights; multi_vectors (B, S - 1, dim), its ColBERT vectors."""
-    sparse = ("token_weights",) if config.sparse_head == "token_weights" else ()
+    bge-m3's sparse weights; vocabulary_weights (B, vocab), SPLADE's; multi_vectors (B, S - 1, dim), bge-m3's
+    ColBERT vectors."""
+    sparse = {"none": (), "token_weights": ("token_weights",), "splade": ("vocabulary_weights",)}[config.sparse_head]
     return sparse + (("multi_vectors",) if config.multi_vector_dim else ())
 
 

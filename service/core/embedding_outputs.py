@@ -1,7 +1,8 @@
 """What an embedding call gives beside the pooled vector, from the same pass: sparse lexical weights
 (FlagEmbedding's bge-m3: a weight per token, the largest per vocabulary id, special tokens dropped, weights
-above 0 kept) and multi-vectors (a vector per token but the first); and the types vectors are given in, as
-sentence-transformers' quantize_embeddings defines them (float; binary and ubinary: a bit per value)."""
+above 0 kept; SPLADE: the graph's weight per vocabulary id, those above 0) and multi-vectors (a vector per
+token but the first); and the types vectors are given in, as sentence-transformers' quantize_embeddings
+defines them (float; binary and ubinary: a bit per value)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import invalid
+from .served_models import OUTPUT_OF_GRAPH
 
 OUTPUTS = ("dense", "sparse", "multi_vector")
-GRAPH_OUTPUT = {"sparse": "token_weights", "multi_vector": "multi_vectors"}  # the encoder graph's names
 EMBEDDING_TYPES = ("float", "binary", "ubinary")
 
 
@@ -23,9 +24,10 @@ class SparseVector:
 
 
 def check_outputs(outputs: tuple[str, ...], model) -> tuple[str, ...]:
-    """The outputs asked for, each named once and given by the model; none asked: the dense vector."""
+    """The outputs asked for, each named once and given by the model; none asked: its first (dense, or a
+    SPLADE model's sparse weights)."""
     if not outputs:
-        return ("dense",)
+        return model.outputs[:1]
     for name in outputs:
         if name not in OUTPUTS:
             raise invalid("outputs", f"{name!r} is not an output; one of {', '.join(OUTPUTS)}")
@@ -54,6 +56,20 @@ def sparse_vector(ids: list[int], weights: np.ndarray, special: frozenset[int]) 
     largest = np.zeros(len(unique), dtype=np.float32)
     np.maximum.at(largest, where, weights[keep])
     return SparseVector(unique, largest)
+
+
+def graph_output(model, name: str) -> str:
+    """The model's graph output that gives `name` (sparse: token_weights or vocabulary_weights)."""
+    return next(graph for graph in model.runner.extra if OUTPUT_OF_GRAPH[graph] == name)
+
+
+def sparse_of(graph: str, ids: list[int], row: np.ndarray, special: frozenset[int]) -> SparseVector:
+    """One input's sparse vector from its row of the graph's output: bge-m3's token weights, or SPLADE's
+    weight per vocabulary id (kept above 0, special tokens' ids included, as SparseEncoder keeps them)."""
+    if graph == "token_weights":
+        return sparse_vector(ids, row, special)
+    indices = np.flatnonzero(row > 0)
+    return SparseVector(indices, row[indices])
 
 
 def multi_vector(ids: list[int], vectors: np.ndarray) -> np.ndarray:

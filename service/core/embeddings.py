@@ -12,13 +12,13 @@ import numpy as np
 from ..errors import QueueFull, invalid
 from ..ops.call_record import CallRecord
 from .embedding_outputs import (
-    GRAPH_OUTPUT,
     SparseVector,
     check_embedding_type,
     check_outputs,
+    graph_output,
     multi_vector,
     quantized,
-    sparse_vector,
+    sparse_of,
 )
 from .registry import ModelRegistry
 from .tokenization import Tokenization
@@ -118,7 +118,7 @@ class Embeddings:
                         f"more than {model.max_input_tokens} tokens, the most model {model.name!r} takes; "
                         "shorten it or set truncate to true",
                     )
-        extra = tuple(GRAPH_OUTPUT[name] for name in outputs if name != "dense")
+        extra = tuple(graph_output(model, name) for name in outputs if name != "dense")
         try:
             results = await model.batcher.submit([e.ids for e in encoded], extra)
         except QueueFull as error:
@@ -133,8 +133,8 @@ class Embeddings:
             vectors = quantized(vectors, embedding_type)
         sparse = multi = None
         if "sparse" in outputs:
-            special = model.special.of(seq2seq=False)
-            sparse = [sparse_vector(e.ids, r.extra["token_weights"], special) for e, r in zip(encoded, results)]
+            graph, special = graph_output(model, "sparse"), model.special.of(seq2seq=False)
+            sparse = [sparse_of(graph, e.ids, r.extra[graph], special) for e, r in zip(encoded, results)]
         if "multi_vector" in outputs:
             multi = [
                 quantized(multi_vector(e.ids, r.extra["multi_vectors"]), embedding_type)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 # An embedding graph's extra outputs (modeldir.files.extra_outputs) -> what a request names them.
-OUTPUT_OF_GRAPH = {"token_weights": "sparse", "multi_vectors": "multi_vector"}
+OUTPUT_OF_GRAPH = {"token_weights": "sparse", "vocabulary_weights": "sparse", "multi_vectors": "multi_vector"}
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,10 @@ class EmbeddingModel(ServedModel):
 
     @property
     def outputs(self) -> tuple[str, ...]:
-        """What a request may ask of it (EmbedRequest.outputs): dense, and the outputs its heads add."""
-        return ("dense", *(OUTPUT_OF_GRAPH[name] for name in self.runner.extra))
+        """What a request may ask of it (EmbedRequest.outputs), the first its default: dense (but for a
+        SPLADE model, whose pooled state means nothing), and the outputs its heads add."""
+        dense = () if "vocabulary_weights" in self.runner.extra else ("dense",)
+        return (*dense, *(OUTPUT_OF_GRAPH[name] for name in self.runner.extra))
 
 
 @dataclass(eq=False)

@@ -101,7 +101,9 @@ class Client:
     def embed(
         self, texts: list[str], model: str = "", normalize: bool | None = None, truncate: bool | None = None
     ) -> Embeddings:
-        request = pb.EmbedRequest(model=model, inputs=texts, normalize=normalize, truncate=truncate)
+        request = pb.EmbedRequest(
+            model=model, inputs=texts, normalize=normalize, truncate=truncate, outputs=[pb.EMBEDDING_OUTPUT_DENSE]
+        )
         response = self.stub.Embed(request, timeout=self.timeout)
         vectors = np.array([e.values for e in response.embeddings], dtype=np.float32)
         return Embeddings(response.model, vectors, response.usage)

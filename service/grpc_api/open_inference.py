@@ -188,6 +188,7 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 options.get("prompt_name"),
                 options.get("input_type"),
                 options.get("truncation_direction", "right"),
+                outputs=("dense",),  # the "embedding" output tensor: a model without one refuses
             )
             result = await self.core.embeddings.embed(embed, call.record)
             tensors = [numbers_tensor("embedding", "FP32", result.vectors)]

@@ -130,6 +130,7 @@ def create_app(core: ServingCore, abort_connection: AbortConnection) -> FastAPI:
                 prompt_name=body.prompt_name,
                 input_type=body.input_type,
                 truncation_direction=body.truncation_direction,
+                outputs=("dense",),  # OpenAI's embeddings are dense vectors: a model without them refuses
             )
             result = await core.embeddings.embed(embed, call.record)
             data = [{"object": "embedding", "index": i, "embedding": embedding_values(v, body.encoding_format)}
