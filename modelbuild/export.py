@@ -51,6 +51,7 @@ from modeldir.files import (
 
 from .attention_graph import export_attention, measure_attention_parity
 from .cache_graphs import CACHE_GRAPHS
+from .calibration import calibration_ranges
 from .eight_bit import eight_bit
 from .graphs import DecoderGraph, EncoderGraph, example_decoder_inputs, example_encoder_inputs
 from .half_precision import half_decoder, half_encoder
@@ -219,7 +220,8 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
         seq2seq = config.task == "seq2seq"
         files = graph_files(config.task)
         sets = [graph_set for precision in reduced for graph_set in GRAPH_SETS[precision]]
-        progress = Progress(f"export {name}", (5 if seq2seq else 4) + 2 * len(sets), progress_stream)
+        calibrated = config.task == "embedding" and config.head == "none" and config.sparse_head != "splade"
+        progress = Progress(f"export {name}", (5 if seq2seq else 4) + calibrated + 2 * len(sets), progress_stream)
         (model_dir / "onnx").mkdir(exist_ok=True)
         graphs = {}
         with progress.step(f"encoder -> {files['encoder']}"):
@@ -242,6 +244,10 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
             parity = measure_parity(model, model_dir, files)
             if attention is not None:
                 parity.update(measure_attention_parity(model, cpu_session(model_dir / ATTENTION_FILE)))
+        calibration = {}
+        if calibrated:
+            with progress.step("int8 ranges of the vectors over a calibration corpus"):
+                calibration = {"int8_ranges": calibration_ranges(model, model_dir)}
         copies = {}
         for graph_set in sets:
             copy_files = graph_files(config.task, graph_set)
@@ -272,6 +278,7 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
                 "sha256": checksums,
                 "parity": parity,
                 **copies,
+                **calibration,
                 "versions": library_versions(),
                 "export_seconds": round(time.perf_counter() - started, 2),
             }

@@ -124,7 +124,7 @@ def test_listing_says_what_each_model_gives(server):
         ({"model": "minilm", "outputs": [MULTI]}, "gives no multi_vector output"),
         ({"outputs": [SPARSE, SPARSE]}, r"outputs: \['sparse', 'sparse'\] names an output twice"),
         ({"outputs": [7]}, "outputs: '7' is not an output; one of dense, sparse, multi_vector"),
-        ({"embedding_type": 9}, "embedding_type: '9'; one of float, binary, ubinary"),
+        ({"embedding_type": 9}, "embedding_type: '9'; one of float, int8, uint8, binary, ubinary"),
     ],
 )
 def test_what_a_model_cannot_give_is_refused_by_name(server, fields, message):
@@ -148,3 +148,22 @@ def test_head_files_holding_objects_are_refused(tmp_path, bge_m3):
     )
     with pytest.raises(ValueError, match="colbert_linear.pt: not a file of tensors only"):
         read_heads(source, 32)
+
+
+def test_int8_multi_vectors_are_quantize_embeddings(server, reference):
+    """Dense and multi-vectors each against their own ranges, calibrated at export on the corpus that
+    quantize_embeddings is given here."""
+    from sentence_transformers.quantization import quantize_embeddings
+
+    from modelbuild.calibration import CALIBRATION_TEXTS
+
+    calibration_dense, _, calibration_multi = reference.encode(stdlib_sentences(CALIBRATION_TEXTS, 4, 60))
+    dense, _, colbert = reference.encode(TEXTS[:6])
+    response = embed(server, TEXTS[:6], [DENSE, MULTI], embedding_type=pb.EMBEDDING_TYPE_INT8)
+    got = np.array([np.frombuffer(e.packed, np.int8) for e in response.embeddings]).astype(np.int16)
+    want = quantize_embeddings(dense, "int8", calibration_embeddings=calibration_dense).astype(np.int16)
+    assert np.abs(got - want).max() <= 1 and (got == want).mean() > 0.99  # a step's edge may go either way
+    rows = np.concatenate([[np.frombuffer(v.packed, np.int8) for v in m.vectors] for m in response.multi_vectors])
+    ranges = np.concatenate(calibration_multi)
+    want = quantize_embeddings(np.concatenate(colbert), "int8", calibration_embeddings=ranges)
+    assert np.abs(rows.astype(np.int16) - want).max() <= 1 and (rows == want).mean() > 0.99

@@ -14,7 +14,7 @@ from ..errors import invalid
 from .served_models import OUTPUT_OF_GRAPH
 
 OUTPUTS = ("dense", "sparse", "multi_vector")
-EMBEDDING_TYPES = ("float", "binary", "ubinary")
+EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary")
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,20 @@ def check_outputs(outputs: tuple[str, ...], model) -> tuple[str, ...]:
     return tuple(outputs)
 
 
-def check_embedding_type(embedding_type: str) -> str:
+def check_embedding_type(embedding_type: str, model, normalize: bool, dimensions: int) -> str:
+    """int8 and uint8 need the model's calibrated ranges, which hold for its vectors as it normalises them by
+    default and with all their dimensions."""
     if embedding_type not in EMBEDDING_TYPES:
         raise invalid("embedding_type", f"{embedding_type!r}; one of {', '.join(EMBEDDING_TYPES)}")
+    if embedding_type in ("int8", "uint8"):
+        if not model.int8_ranges:
+            raise invalid("embedding_type", f"model {model.name!r} has no int8 ranges; export it again to make them")
+        if normalize != model.normalize_by_default or dimensions != model.dimensions:
+            raise invalid(
+                "embedding_type",
+                f"{embedding_type} takes model {model.name!r}'s own normalisation and all its {model.dimensions} "
+                "dimensions (its ranges were calibrated on those); leave normalize and dimensions unset",
+            )
     return embedding_type
 
 
@@ -77,10 +88,18 @@ def multi_vector(ids: list[int], vectors: np.ndarray) -> np.ndarray:
     return vectors[: len(ids) - 1]
 
 
-def quantized(vectors: np.ndarray, embedding_type: str) -> np.ndarray:
-    """(..., d) float32 -> the type asked: float as it is; binary / ubinary one bit a value (1: above 0),
-    packed 8 to a byte along the last axis (binary: each byte minus 128, int8), as quantize_embeddings does."""
+def quantized(vectors: np.ndarray, embedding_type: str, ranges: np.ndarray | None = None) -> np.ndarray:
+    """(..., d) float32 -> the type asked, as quantize_embeddings makes it: float as it is; uint8 / int8 each
+    value's place among 256 steps between its dimension's calibrated least and largest (ranges (2, d)),
+    clipped (int8: minus 128); binary / ubinary one bit a value (1: above 0), packed 8 to a byte along the
+    last axis (binary: each byte minus 128, int8)."""
     if embedding_type == "float":
         return vectors
+    if embedding_type in ("int8", "uint8"):
+        starts = ranges[0]
+        steps = (ranges[1] - starts) / 255
+        steps = np.where(steps == 0, 1, steps)
+        steps_taken = np.clip(np.floor((vectors - starts) / steps), 0, 255)
+        return steps_taken.astype(np.uint8) if embedding_type == "uint8" else (steps_taken - 128).astype(np.int8)
     packed = np.packbits(vectors > 0, axis=-1)
     return packed if embedding_type == "ubinary" else (packed.astype(np.int16) - 128).astype(np.int8)

@@ -36,7 +36,7 @@ class EmbedRequest:
     input_type: str | None = None  # Cohere's: search_query, search_document, classification, clustering
     truncation_direction: str = "right"  # where a text too long is cut: "right" (its end) or "left"
     outputs: tuple[str, ...] = ()  # any of dense, sparse, multi_vector (embedding_outputs.py); (): dense
-    embedding_type: str = "float"  # of dense vectors and multi-vectors: float, binary or ubinary
+    embedding_type: str = "float"  # of dense vectors and multi-vectors: float, int8, uint8, binary or ubinary
 
 
 # Cohere's input types -> the prompt names checkpoints give them, in the order tried. A type none of whose
@@ -101,7 +101,8 @@ class Embeddings:
         if request.truncation_direction not in TRUNCATION_DIRECTIONS:
             raise invalid("truncation_direction", f"{request.truncation_direction!r}; right or left")
         outputs = check_outputs(request.outputs, model)
-        embedding_type = check_embedding_type(request.embedding_type)
+        embedding_type = check_embedding_type(request.embedding_type, model, normalize, dimensions)
+        ranges = model.int8_ranges
         prompt = prompt_of(model, request)
         if prompt:
             texts = [prompt + text for text in texts]
@@ -130,14 +131,14 @@ class Embeddings:
             if normalize:
                 norms = np.linalg.norm(vectors, axis=1, keepdims=True)
                 vectors = vectors / np.maximum(norms, 1e-12)
-            vectors = quantized(vectors, embedding_type)
+            vectors = quantized(vectors, embedding_type, ranges.get("dense"))
         sparse = multi = None
         if "sparse" in outputs:
             graph, special = graph_output(model, "sparse"), model.special.of(seq2seq=False)
             sparse = [sparse_of(graph, e.ids, r.extra[graph], special) for e, r in zip(encoded, results)]
         if "multi_vector" in outputs:
             multi = [
-                quantized(multi_vector(e.ids, r.extra["multi_vectors"]), embedding_type)
+                quantized(multi_vector(e.ids, r.extra["multi_vectors"]), embedding_type, ranges.get("multi_vector"))
                 for e, r in zip(encoded, results)
             ]
         batch_seconds = {r.batch_id: r.batch_seconds for r in results}

@@ -260,8 +260,15 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
             return CrossEncoderModel(**common, runner=opened.runner, batcher=batcher, normalize_by_default=False,
                                      prompts={}, default_prompt=None, labels=c.labels,
                                      score_activation=c.score_activation)  # fmt: skip
-        return EmbeddingModel(**common, runner=opened.runner, batcher=batcher, normalize_by_default=c.normalize,
-                              prompts=dict(c.prompts), default_prompt=c.default_prompt_name)  # fmt: skip
+        return EmbeddingModel(
+            **common,
+            runner=opened.runner,
+            batcher=batcher,
+            normalize_by_default=c.normalize,
+            prompts=dict(c.prompts),
+            default_prompt=c.default_prompt_name,
+            int8_ranges={out: np.array(r, np.float32) for out, r in files.manifest.get("int8_ranges", {}).items()},
+        )
     g = opened.geometry
     memory = opened.runner.cache_memory(g, opened.rows, MIN_SOURCE_CAPACITY)
     cache = GenerationCache(memory, shrinks=not settings.cuda_graphs)

@@ -4,8 +4,10 @@ model's config)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
 
 from modeldir.language_tokenizer import LanguageTokenizer
 from modeldir.languages import Languages
@@ -93,6 +95,8 @@ class EmbeddingModel(ServedModel):
     normalize_by_default: bool
     prompts: dict[str, str]  # sentence-transformers' prompts by name
     default_prompt: str | None  # the one an input gets when a request names none
+    # int8 and uint8's ranges, (2, d) per output (dense, multi_vector), calibrated at export; {}: none
+    int8_ranges: dict[str, np.ndarray] = field(default_factory=dict)
 
     task: ClassVar[str] = "embedding"
     batched: ClassVar[bool] = True

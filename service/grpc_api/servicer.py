@@ -47,6 +47,8 @@ EMBEDDING_OUTPUTS = {
 OUTPUT_ENUMS = {name: number for number, name in EMBEDDING_OUTPUTS.items()}
 EMBEDDING_TYPES = {
     pb.EMBEDDING_TYPE_FLOAT: "float",
+    pb.EMBEDDING_TYPE_INT8: "int8",
+    pb.EMBEDDING_TYPE_UINT8: "uint8",
     pb.EMBEDDING_TYPE_BINARY: "binary",
     pb.EMBEDDING_TYPE_UBINARY: "ubinary",
 }

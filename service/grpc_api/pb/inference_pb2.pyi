@@ -18,6 +18,8 @@ class EmbeddingType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EMBEDDING_TYPE_FLOAT: _ClassVar[EmbeddingType]
     EMBEDDING_TYPE_BINARY: _ClassVar[EmbeddingType]
     EMBEDDING_TYPE_UBINARY: _ClassVar[EmbeddingType]
+    EMBEDDING_TYPE_INT8: _ClassVar[EmbeddingType]
+    EMBEDDING_TYPE_UINT8: _ClassVar[EmbeddingType]
 
 class TruncationDirection(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -69,6 +71,8 @@ EMBEDDING_OUTPUT_MULTI_VECTOR: EmbeddingOutput
 EMBEDDING_TYPE_FLOAT: EmbeddingType
 EMBEDDING_TYPE_BINARY: EmbeddingType
 EMBEDDING_TYPE_UBINARY: EmbeddingType
+EMBEDDING_TYPE_INT8: EmbeddingType
+EMBEDDING_TYPE_UINT8: EmbeddingType
 TRUNCATION_DIRECTION_RIGHT: TruncationDirection
 TRUNCATION_DIRECTION_LEFT: TruncationDirection
 TASK_UNSPECIFIED: Task
