@@ -111,3 +111,10 @@ def test_the_cli_imports_it(checkpoints, tmp_path):
     )
     assert done.returncode == 0 and "(bert SPLADE) as 's'" in done.stdout, done.stderr
     assert load_model_dir(tmp_path / "s")[1].sparse_head == "splade"
+
+
+def test_embedding_types_leave_sparse_weights_as_they_are(server):
+    """int8 and the bit types are of dense vectors and multi-vectors: a SPLADE model's weights stay float."""
+    plain = server.stub().Embed(pb.EmbedRequest(model="splade-max", inputs=TEXTS[:3]), timeout=60)
+    typed = pb.EmbedRequest(model="splade-max", inputs=TEXTS[:3], embedding_type=pb.EMBEDDING_TYPE_INT8)
+    assert server.stub().Embed(typed, timeout=60).sparse_embeddings == plain.sparse_embeddings

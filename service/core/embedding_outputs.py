@@ -40,15 +40,16 @@ def check_outputs(outputs: tuple[str, ...], model) -> tuple[str, ...]:
     return tuple(outputs)
 
 
-def check_embedding_type(embedding_type: str, model, normalize: bool, dimensions: int) -> str:
-    """int8 and uint8 need the model's calibrated ranges, which hold for its vectors as it normalises them by
-    default and with all their dimensions."""
+def check_embedding_type(embedding_type: str, outputs: tuple[str, ...], model, normalize: bool, dimensions: int) -> str:
+    """The type of the dense and multi-vector outputs asked for (sparse weights stay float). int8 and uint8
+    need the model's calibrated ranges of each, which hold for its vectors as it normalises them by default
+    and with all their dimensions."""
     if embedding_type not in EMBEDDING_TYPES:
         raise invalid("embedding_type", f"{embedding_type!r}; one of {', '.join(EMBEDDING_TYPES)}")
     if embedding_type in ("int8", "uint8"):
-        if not model.int8_ranges:
+        if any(o != "sparse" and o not in model.int8_ranges for o in outputs):
             raise invalid("embedding_type", f"model {model.name!r} has no int8 ranges; export it again to make them")
-        if normalize != model.normalize_by_default or dimensions != model.dimensions:
+        if "dense" in outputs and (normalize != model.normalize_by_default or dimensions != model.dimensions):
             raise invalid(
                 "embedding_type",
                 f"{embedding_type} takes model {model.name!r}'s own normalisation and all its {model.dimensions} "

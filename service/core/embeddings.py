@@ -101,7 +101,7 @@ class Embeddings:
         if request.truncation_direction not in TRUNCATION_DIRECTIONS:
             raise invalid("truncation_direction", f"{request.truncation_direction!r}; right or left")
         outputs = check_outputs(request.outputs, model)
-        embedding_type = check_embedding_type(request.embedding_type, model, normalize, dimensions)
+        embedding_type = check_embedding_type(request.embedding_type, outputs, model, normalize, dimensions)
         ranges = model.int8_ranges
         prompt = prompt_of(model, request)
         if prompt:
