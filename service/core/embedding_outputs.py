@@ -2,7 +2,8 @@
 (FlagEmbedding's bge-m3: a weight per token, the largest per vocabulary id, special tokens dropped, weights
 above 0 kept; SPLADE: the graph's weight per vocabulary id, those above 0) and multi-vectors (a vector per
 token but the first); and the types vectors are given in, as sentence-transformers' quantize_embeddings
-defines them (float; binary and ubinary: a bit per value)."""
+defines them (float; int8 and uint8: a byte a value, within calibrated ranges; binary and ubinary: a bit a
+value)."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ class ModelHealth:
 def run_encoder(model: EmbeddingModel, texts: list[str]) -> None:
     """One call of the embedding runner, as the batcher makes it (blocking: run it in the model thread)."""
     ids, mask = pad_batch([e.ids for e in model.tokenizer.encode(texts)], model.special.pad)
-    vectors = model.runner.embed(ids, mask)
+    (vectors,) = model.runner.run(ids, mask)
     if not np.isfinite(vectors).all():
         raise RuntimeError(f"model {model.name}: the encoder gave non-finite embeddings")
 

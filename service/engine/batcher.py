@@ -285,12 +285,12 @@ class EmbeddingBatcher:
             return
         if self.health:
             self.health.succeeded()
-        wanted, outputs, padded_tokens, started, seconds, number = outcome
+        wanted, names, outputs, padded_tokens, started, seconds, number = outcome
         self._largest_call = max(self._largest_call, padded_tokens)
         if self.metrics:
             self.metrics.model_call("embed", len(wanted), padded_tokens, seconds)
             self.metrics.queued_all(started - np.fromiter((item.enqueued for item in wanted), np.float64, len(wanted)))
-        vectors, extra = outputs[0], dict(zip(self._extra_of(wanted), outputs[1:]))
+        vectors, extra = outputs[0], dict(zip(names, outputs[1:]))
         for row, item in enumerate(wanted):
             if not item.future.done():
                 rows = {name: extra[name][row] for name in item.extra}
@@ -307,8 +307,9 @@ class EmbeddingBatcher:
         if not wanted:
             return None
         ids, mask = pad_batch([item.ids for item in wanted], self.pad_id)
+        names = self._extra_of(wanted)
         started = time.perf_counter()
-        outputs = self.embed(ids, mask, self._extra_of(wanted), options)
+        outputs = self.embed(ids, mask, names, options)
         self.batches_run += 1
         self.texts_run += len(wanted)
-        return wanted, outputs, int(ids.size), started, time.perf_counter() - started, self.batches_run
+        return wanted, names, outputs, int(ids.size), started, time.perf_counter() - started, self.batches_run

@@ -27,17 +27,11 @@ class EmbeddingRunner:
         one = np.ones((1, 1), np.int64)
         self.session.run([self.output], {"input_ids": one, "attention_mask": one}, shrink_options(self.provider))
 
-    def embed(self, input_ids: np.ndarray, attention_mask: np.ndarray, run_options=None) -> np.ndarray:
-        """(B, S) int64 twice -> (B, d) float32, pooled, not normalised. Only this output is fetched."""
-        (pooled,) = self.session.run(
-            [self.output], {"input_ids": input_ids, "attention_mask": attention_mask}, run_options
-        )
-        return pooled
-
     def run(
         self, input_ids: np.ndarray, attention_mask: np.ndarray, extra: tuple[str, ...] = (), run_options=None
     ) -> tuple[np.ndarray, ...]:
-        """-> (pooled (B, d), *the extra outputs named, in their order): one call; the graph computes every
-        output (ONNX Runtime runs the whole graph), only the named ones are copied out."""
+        """(B, S) int64 twice -> (pooled (B, d) float32, not normalised, *the extra outputs named, in their
+        order): one call; the graph computes every output (ONNX Runtime runs the whole graph), only the
+        named ones are copied out."""
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
         return tuple(self.session.run([self.output, *extra], feeds, run_options))
