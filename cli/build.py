@@ -42,11 +42,13 @@ def cmd_export(args) -> None:
 def cmd_import(args) -> None:
     """A Hugging Face MarianMT checkpoint (config.json says model_type "marian"), an M2M100, NLLB-200 or
     mBART-50 one ("m2m_100", "mbart"), a sentence-transformers BERT or XLM-RoBERTa checkpoint (bge-m3's
-    heads included), a cross-encoder (*ForSequenceClassification), or a SPLADE SparseEncoder."""
+    heads included), a cross-encoder (*ForSequenceClassification), a SPLADE SparseEncoder, or a PyLate
+    ColBERT model."""
     _needs_torch()
     import json
 
     from modelbuild.import_bert import import_sentence_transformer
+    from modelbuild.import_colbert import import_colbert, is_colbert
     from modelbuild.import_cross_encoder import import_cross_encoder
     from modelbuild.import_marian import MarianImportError, import_marian
     from modelbuild.import_multilingual import FAMILIES, import_multilingual
@@ -60,6 +62,8 @@ def cmd_import(args) -> None:
         importer, kind = import_cross_encoder, f"{kind} cross-encoder"
     if is_splade(Path(args.source)):
         importer, kind = import_splade, f"{kind} SPLADE"
+    if is_colbert(Path(args.source)):
+        importer, kind = import_colbert, f"{kind} ColBERT"
     try:
         out = (importer or import_sentence_transformer)(args.source, args.out, args.name)
     except (MarianImportError, FileNotFoundError, ValueError) as error:

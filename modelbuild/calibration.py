@@ -23,23 +23,30 @@ BATCH = 32
 @torch.no_grad()
 def calibration_ranges(model: EmbeddingModel, model_dir: Path, texts: list[str] | None = None) -> dict:
     """-> {"dense": [[least...], [largest...]], "multi_vector": [...] where the model has multi-vectors}, over
-    the model directory's tokenizer's inputs (cut at its max_input_tokens, as served)."""
+    the model directory's tokenizer's inputs (cut at its max_input_tokens, as served). A ColBERT-style
+    model's multi-vectors are its documents' (framed and kept as served), and it has no dense output."""
     config = model.config
-    tokenizer = TextTokenizer(Path(model_dir) / TOKENIZER_FILE, config.max_input_tokens)
+    colbert = config.colbert
+    max_tokens = colbert.max_tokens("document") if colbert else config.max_input_tokens
+    tokenizer = TextTokenizer(Path(model_dir) / TOKENIZER_FILE, max_tokens)
     texts = texts or stdlib_sentences(CALIBRATION_TEXTS, 4, 60)
     dense, multi = [], []
     for start in range(0, len(texts), BATCH):
-        encoded = tokenizer.encode(texts[start : start + BATCH])
-        ids, mask = pad_batch([e.ids for e in encoded], config.pad_id)
+        sequences = [e.ids for e in tokenizer.encode(texts[start : start + BATCH])]
+        if colbert:
+            sequences = [colbert.frame(ids, "document")[0] for ids in sequences]
+        ids, mask = pad_batch(sequences, config.pad_id)
         outputs = model(torch.from_numpy(ids), torch.from_numpy(mask))
         pooled = outputs[1]
         if config.normalize:
             pooled = torch.nn.functional.normalize(pooled, dim=-1)
         dense.append(pooled.numpy())
-        if config.multi_vector_dim:
-            vectors = outputs[-1].numpy()
-            multi += [vectors[row, : len(e.ids) - 1] for row, e in enumerate(encoded)]
-    ranges = {"dense": _ranges(np.concatenate(dense))}
+        vectors = outputs[-1].numpy()
+        if colbert:
+            multi += [vectors[row, colbert.kept(s, "document")] for row, s in enumerate(sequences)]
+        elif config.multi_vector_dim:
+            multi += [vectors[row, : len(s) - 1] for row, s in enumerate(sequences)]
+    ranges = {} if colbert else {"dense": _ranges(np.concatenate(dense))}
     if multi:
         ranges["multi_vector"] = _ranges(np.concatenate(multi))
     return ranges

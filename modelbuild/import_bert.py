@@ -62,6 +62,8 @@ _RULES = [(_pattern(source), target) for source, target in BERT_NAMES.items()]
 def rename(bert_name: str) -> str | None:
     """Our parameter name for a BertModel parameter; None for ones a sentence embedding does not use."""
     name = bert_name.removeprefix("bert.").removeprefix("roberta.")
+    # LayerNorm's parameters under TensorFlow's names, as transformers 5.3 saves BERT's (it reads both).
+    name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
     if IGNORED.match(name):
         return None
     for pattern, target in _RULES:
@@ -92,10 +94,10 @@ def _sentence_transformers_settings(source: Path) -> dict:
     if pooling.get("include_prompt", True) is False:
         raise ValueError(f"{source}: pooling without the prompt's tokens (include_prompt false) is not supported")
     settings = {"pooling": mode, "normalize": "Normalize" in kinds, "max_input_tokens": max_seq_length(source)}
-    return settings | _prompts(source)
+    return settings | prompts_of(source)
 
 
-def _prompts(source: Path) -> dict:
+def prompts_of(source: Path) -> dict:
     """config_sentence_transformers.json's prompts and the default one's name (empty prompts dropped)."""
     path = source / "config_sentence_transformers.json"
     found = json.loads(path.read_text()) if path.exists() else {}

@@ -224,6 +224,11 @@ class EmbeddingModel(nn.Module):
             self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
         if config.multi_vector_dim:
             self.colbert_linear = nn.Linear(config.d_model, config.multi_vector_dim)
+        if config.colbert:  # PyLate's Dense layers
+            widths = (config.d_model, *config.colbert.dims)
+            self.projection = nn.ModuleList(
+                nn.Linear(i, o, bias=b) for i, o, b in zip(widths, widths[1:], config.colbert.bias)
+            )
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
         """-> last_hidden_state (B, S, d_model), and embedding (B, d_model): pooled, not normalised; or,
@@ -244,6 +249,11 @@ class EmbeddingModel(nn.Module):
             extra.append(self.splade(hidden, mask))
         if self.config.multi_vector_dim:  # (B, S - 1, dim): every token but the first, padding's vectors 0
             vectors = self.colbert_linear(hidden[:, 1:]) * mask[:, 1:]
+            extra.append(vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12))
+        if self.config.colbert:  # (B, S, dim): every token's, padding's too (a query's expansion tokens are kept)
+            vectors = hidden
+            for layer, activation in zip(self.projection, self.config.colbert.activations):
+                vectors = torch.tanh(layer(vectors)) if activation == "tanh" else layer(vectors)
             extra.append(vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12))
         return hidden, pooled, *extra
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .late_interaction import ColbertSettings
+
 CONFIG_FILE = "config.json"
 
 CONFIG_FORMAT = "attnserve.model/1"
@@ -67,6 +69,9 @@ class ModelConfig:
     splade_pooling: Literal["max", "sum"] = "max"
     splade_activation: Literal["relu", "log1p_relu"] = "relu"
     multi_vector_dim: int = 0
+    # A ColBERT-style model (PyLate's): a vector per token from a projection stack, L2-normalised, for
+    # queries and documents framed as modeldir/late_interaction.py says; no pooled output. None: not one.
+    colbert: ColbertSettings | None = None
     # Tokenization: inputs longer than this are truncated (or refused). None: max_positions.
     max_input_tokens: int | None = None
     # tokenizer.json, or Marian's sentencepiece files (with target_vocab.json: marian_separate_vocabs), or
@@ -95,6 +100,8 @@ class ModelConfig:
         for name in ("suppressed_ids", "languages", "language_pair", "labels"):  # lists, read from JSON
             object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "prompts", tuple((str(n), str(t)) for n, t in self.prompts))
+        if isinstance(self.colbert, dict):  # read from JSON
+            object.__setattr__(self, "colbert", ColbertSettings(**self.colbert))
         if self.max_input_tokens is None:
             object.__setattr__(self, "max_input_tokens", self.max_positions)
         problems = []
@@ -122,6 +129,10 @@ class ModelConfig:
             problems.append("a classifier head needs task 'embedding' (an encoder) and at least one label")
         if (self.sparse_head != "none" or self.multi_vector_dim) and (self.task != "embedding" or self.head != "none"):
             problems.append("sparse and multi-vector outputs need an embedding model without a classifier head")
+        if self.colbert and (self.task != "embedding" or self.head != "none" or self.sparse_head != "none"):
+            problems.append("a ColBERT model is an embedding model without other heads")
+        if self.colbert and self.multi_vector_dim:
+            problems.append("a ColBERT model's vectors are its projection's; multi_vector_dim is bge-m3's")
         if self.splade_pooling not in ("max", "sum") or self.splade_activation not in ("relu", "log1p_relu"):
             problems.append(f"SPLADE pooling {self.splade_pooling!r} / activation {self.splade_activation!r} unknown")
         if self.pair_segments and self.type_vocab_size < 2:

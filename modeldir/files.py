@@ -110,9 +110,10 @@ def pooled_output(head: str) -> str:
 def extra_outputs(config: ModelConfig) -> tuple[str, ...]:
     """What an embedding model gives beside its pooled vector, from the same pass: token_weights (B, S),
     bge-m3's sparse weights; vocabulary_weights (B, vocab), SPLADE's; multi_vectors (B, S - 1, dim), bge-m3's
-    ColBERT vectors."""
+    ColBERT vectors; token_vectors (B, S, dim), a ColBERT-style model's, one per token padding included."""
     sparse = {"none": (), "token_weights": ("token_weights",), "splade": ("vocabulary_weights",)}[config.sparse_head]
-    return sparse + (("multi_vectors",) if config.multi_vector_dim else ())
+    colbert = ("token_vectors",) if config.colbert else ()
+    return sparse + (("multi_vectors",) if config.multi_vector_dim else ()) + colbert
 
 
 def cache_names(prefix: str, n_layers: int) -> tuple[str, ...]:

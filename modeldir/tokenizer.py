@@ -31,35 +31,34 @@ class TextTokenizer:
         self._tokenizer.no_padding()
         # Counts the special tokens the post-processor adds ([CLS] ... [SEP]), as Hugging Face does.
         self._tokenizer.enable_truncation(max_length=max_tokens)
-        self._left: Tokenizer | None = None  # the same, cutting long inputs at their start (made when asked)
-        self._pairs: dict[str, Tokenizer] = {}  # the same, cutting pairs by a strategy (made when asked)
+        # The same, cutting long inputs at their start, or at fewer tokens, or pairs by a strategy: made when
+        # first asked for, by (direction, length, strategy).
+        self._truncating: dict[tuple[str, int, str], Tokenizer] = {}
 
-    def _left_truncating(self) -> Tokenizer:
-        if self._left is None:  # two threads may both make one: either serves
-            left = Tokenizer.from_str(self._tokenizer.to_str())
-            left.enable_truncation(max_length=self.max_tokens, direction="left")
-            self._left = left
-        return self._left
+    def _truncated_at(self, direction: str, max_tokens: int, strategy: str = "longest_first") -> Tokenizer:
+        key = (direction, max_tokens, strategy)
+        if key == ("right", self.max_tokens, "longest_first"):
+            return self._tokenizer
+        if key not in self._truncating:  # two threads may both make one: either serves
+            other = Tokenizer.from_str(self._tokenizer.to_str())
+            other.enable_truncation(max_length=max_tokens, direction=direction, strategy=strategy)
+            self._truncating[key] = other
+        return self._truncating[key]
 
-    def encode(self, texts: list[str], truncate_left: bool = False) -> list[Encoded]:
-        """truncate_left: a text too long loses its first tokens, not its last (TEI's truncation_direction)."""
-        tokenizer = self._left_truncating() if truncate_left else self._tokenizer
+    def encode(self, texts: list[str], truncate_left: bool = False, max_tokens: int | None = None) -> list[Encoded]:
+        """truncate_left: a text too long loses its first tokens, not its last (TEI's truncation_direction).
+        max_tokens: cut at fewer tokens than the model takes (a ColBERT model's queries)."""
+        tokenizer = self._truncated_at(
+            "left" if truncate_left else "right", min(max_tokens or self.max_tokens, self.max_tokens)
+        )
         return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in tokenizer.encode_batch(texts)]
 
     def encode_pairs(self, pairs: list[tuple[str, str]], only_second: bool = False) -> list[Encoded]:
         """(query, document) pairs as one input each, framed as the checkpoint frames a pair ([CLS] q [SEP] d
         [SEP]), too long ones cut as CrossEncoder cuts them: the longer text first, token by token; or, with
         only_second, the document alone."""
-        tokenizer = self._pair_truncating(only_second)
+        tokenizer = self._truncated_at("right", self.max_tokens, "only_second" if only_second else "longest_first")
         return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in tokenizer.encode_batch(pairs)]
-
-    def _pair_truncating(self, only_second: bool) -> Tokenizer:
-        key = "only_second" if only_second else "longest_first"
-        if key not in self._pairs:  # two threads may both make one: either serves
-            pair = Tokenizer.from_str(self._tokenizer.to_str())
-            pair.enable_truncation(max_length=self.max_tokens, strategy=key)
-            self._pairs[key] = pair
-        return self._pairs[key]
 
     def content(self, texts: list[str]) -> list[list[int]]:
         """Each text's own ids, without the special tokens the post-processor adds (a multilingual
@@ -192,12 +191,15 @@ def load_tokenizer(kind: str, path: Path, max_tokens: int) -> TextTokenizer | Ma
     return TextTokenizer(path, max_tokens)
 
 
-def pad_batch(sequences: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Right-pad to the longest: -> input_ids, attention_mask, both (B, S) int64."""
+def pad_batch(
+    sequences: list[list[int]], pad_id: int, attended: list[int | None] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad to the longest: -> input_ids, attention_mask, both (B, S) int64. attended: how many of
+    each sequence's first tokens the mask admits (None: all; a ColBERT query's expansion tokens are not)."""
     length = max(len(s) for s in sequences)
     ids = np.full((len(sequences), length), pad_id, dtype=np.int64)
     mask = np.zeros((len(sequences), length), dtype=np.int64)
     for row, sequence in enumerate(sequences):
         ids[row, : len(sequence)] = sequence
-        mask[row, : len(sequence)] = 1
+        mask[row, : len(sequence) if attended is None or attended[row] is None else attended[row]] = 1
     return ids, mask

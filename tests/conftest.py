@@ -174,6 +174,35 @@ def bge_m3(tmp_path_factory) -> tuple[Path, Path]:
     return source, directory
 
 
+# Random ColBERT-style checkpoints made by PyLate (testing/colbert_reference.py): one Dense layer without
+# bias, as PyLate makes them; and a stack of two with a bias and tanh, queries attending to their expansion.
+COLBERT_SHAPES = {
+    "colbert": {"embedding_size": 24, "query_length": 16, "document_length": 40},
+    "colbert-stack": {
+        "dense": [[40, True, "tanh"], [16, False, "identity"]],
+        "query_length": 12,
+        "document_length": 30,
+        "attend_to_expansion_tokens": True,
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def colbert_models(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """COLBERT_SHAPES made and saved by PyLate, imported and exported: name -> (PyLate's directory, ours)."""
+    from modelbuild.import_colbert import import_colbert
+    from testing.colbert_reference import random_colbert_checkpoint
+
+    root = tmp_path_factory.mktemp("colbert")
+    out = {}
+    for seed, (name, shape) in enumerate(COLBERT_SHAPES.items()):
+        source = random_colbert_checkpoint(root / f"{name}-pylate", shape, seed=seed)
+        directory = import_colbert(source, root / name, name)
+        export_model_dir(directory, progress_stream=io.StringIO())
+        out[name] = (source, directory)
+    return out
+
+
 @pytest.fixture(scope="session")
 def reference_embeddings():
     """sentence-transformers' own vectors of minilm_texts.TEXTS (normalised), from the packaged MiniLM."""

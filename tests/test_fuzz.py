@@ -27,7 +27,9 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list
 
 texts = st.text(max_size=60)  # any unicode, NUL and lone surrogates' neighbours included
 models = st.one_of(
-    st.sampled_from(["", "minilm", "bge-m3", "numbers", "numbers-multilingual", "bert-reranker", "bert-classifier"]),
+    st.sampled_from(
+        ["", "minilm", "bge-m3", "colbert", "numbers", "numbers-multilingual", "bert-reranker", "bert-classifier"]
+    ),
     st.text(max_size=20),
 )
 # The multilingual model's codes, codes it does not serve, and any text.
@@ -36,9 +38,9 @@ floats = st.floats(width=32, allow_nan=True, allow_infinity=True)
 
 
 @pytest.fixture(scope="module")
-def small_limits_server(minilm_dir, numbers_dir, multilingual_numbers_dir, cross_encoders, bge_m3):
+def small_limits_server(minilm_dir, numbers_dir, multilingual_numbers_dir, cross_encoders, bge_m3, colbert_models):
     # Small limits keep each accepted call cheap, so that 10,000 of them fit in a CI run.
-    models = [minilm_dir, bge_m3[1], numbers_dir, multilingual_numbers_dir]
+    models = [minilm_dir, bge_m3[1], colbert_models["colbert"][1], numbers_dir, multilingual_numbers_dir]
     models += [cross_encoders[name][1] for name in ("bert-reranker", "bert-classifier")]
     server = ServerThread(models, max_new_tokens=16, max_client_batch_size=8)
     before = baseline(server)
@@ -70,7 +72,7 @@ embed_requests = st.builds(
     normalize=st.one_of(st.none(), st.booleans()),
     truncate=st.one_of(st.none(), st.booleans()),
     prompt_name=prompt_names,
-    input_type=st.none() | st.sampled_from(["search_query", "clustering"]) | texts,
+    input_type=st.none() | st.sampled_from(["search_query", "search_document", "clustering"]) | texts,
     truncation_direction=st.integers(-1, 3),
     outputs=st.lists(st.integers(-1, 4), max_size=4),  # dense, sparse, multi-vector, repeated, unknown
     embedding_type=st.integers(-1, 4),

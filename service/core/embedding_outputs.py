@@ -1,9 +1,9 @@
 """What an embedding call gives beside the pooled vector, from the same pass: sparse lexical weights
 (FlagEmbedding's bge-m3: a weight per token, the largest per vocabulary id, special tokens dropped, weights
-above 0 kept; SPLADE: the graph's weight per vocabulary id, those above 0) and multi-vectors (a vector per
-token but the first); and the types vectors are given in, as sentence-transformers' quantize_embeddings
-defines them (float; int8 and uint8: a byte a value, within calibrated ranges; binary and ubinary: a bit a
-value)."""
+above 0 kept; SPLADE: the graph's weight per vocabulary id, those above 0) and multi-vectors (bge-m3: a vector
+per token but the first; ColBERT-style models: as modeldir/late_interaction.py keeps them); and the types
+vectors are given in, as sentence-transformers' quantize_embeddings defines them (float; int8 and uint8: a
+byte a value, within calibrated ranges; binary and ubinary: a bit a value)."""
 
 from __future__ import annotations
 
@@ -85,9 +85,12 @@ def sparse_of(graph: str, ids: list[int], row: np.ndarray, special: frozenset[in
     return SparseVector(indices, row[indices])
 
 
-def multi_vector(ids: list[int], vectors: np.ndarray) -> np.ndarray:
-    """One input's multi-vectors (its rows, padding included) -> (tokens - 1, dim): every token but the first."""
-    return vectors[: len(ids) - 1]
+def multi_vector(model, role: str | None, ids: list[int], rows: dict[str, np.ndarray]) -> np.ndarray:
+    """One input's multi-vectors from its rows of the graph's outputs (padding included): bge-m3's every
+    token but the first, (tokens - 1, dim); a ColBERT-style model's those its role keeps (late_interaction)."""
+    if model.colbert:
+        return rows["token_vectors"][model.colbert.kept(ids, role)]
+    return rows["multi_vectors"][: len(ids) - 1]
 
 
 def quantized(vectors: np.ndarray, embedding_type: str, ranges: np.ndarray | None = None) -> np.ndarray:

@@ -48,12 +48,29 @@ INPUT_TYPES = {
     "clustering": ("clustering",),
 }
 TRUNCATION_DIRECTIONS = ("right", "left")
+# A ColBERT-style model embeds a text as a query or as a document (modeldir/late_interaction.py).
+COLBERT_ROLES = {"search_query": "query", "search_document": "document"}
+
+
+def role_of(model, request: EmbedRequest) -> str | None:
+    """A ColBERT-style model's role for the call's texts, by input_type, which it needs: a query and a
+    document are cut, padded and kept differently (None: not such a model)."""
+    if model.colbert is None:
+        return None
+    if request.input_type not in COLBERT_ROLES:
+        given = "none is given" if request.input_type is None else f"not {request.input_type!r}"
+        raise invalid(
+            "input_type",
+            f"model {model.name!r} embeds queries and documents apart: search_query or search_document, {given}",
+        )
+    return COLBERT_ROLES[request.input_type]
 
 
 def prompt_of(model, request: EmbedRequest) -> str:
-    """The text put before each input: by prompt_name, or input_type, or the model's default prompt."""
+    """The text put before each input: by prompt_name, or input_type, or the model's default prompt. (A
+    ColBERT-style model's input_type names the texts' role too, so a prompt_name may come with it.)"""
     prompts = model.prompts
-    if request.prompt_name is not None and request.input_type is not None:
+    if request.prompt_name is not None and request.input_type is not None and model.colbert is None:
         raise invalid("prompt_name", "give prompt_name or input_type, not both")
     if request.prompt_name is not None:
         if request.prompt_name not in prompts:
@@ -85,7 +102,7 @@ class EmbedResult:
     vectors: np.ndarray | None
     usage: EmbedUsage
     sparse: list[SparseVector] | None = None  # one per input, where asked for
-    multi_vectors: list[np.ndarray] | None = None  # one (tokens - 1, dim) per input, typed as vectors are
+    multi_vectors: list[np.ndarray] | None = None  # one (vectors, dim) per input, typed as vectors are
 
 
 class Embeddings:
@@ -103,25 +120,30 @@ class Embeddings:
         outputs = check_outputs(request.outputs, model)
         embedding_type = check_embedding_type(request.embedding_type, outputs, model, normalize, dimensions)
         ranges = model.int8_ranges
+        role = role_of(model, request)
         prompt = prompt_of(model, request)
         if prompt:
             texts = [prompt + text for text in texts]
 
         started = time.perf_counter()
         left = request.truncation_direction == "left"
-        encoded = await self.tokenization.encode(model, texts, truncate_left=left)
+        most = min(model.colbert.max_tokens(role), model.max_input_tokens) if role else model.max_input_tokens
+        encoded = await self.tokenization.encode(model, texts, truncate_left=left, max_tokens=most)
         tokenization_seconds = time.perf_counter() - started
         if not request.truncate:
             for i, e in enumerate(encoded):
                 if e.truncated:
                     raise invalid(
                         f"inputs[{i}]",
-                        f"more than {model.max_input_tokens} tokens, the most model {model.name!r} takes; "
+                        f"more than {most} tokens, the most model {model.name!r} takes{f' in a {role}' if role else ''}; "
                         "shorten it or set truncate to true",
                     )
+        sequences, attended = [e.ids for e in encoded], None
+        if role:  # the marker token in, a query padded with expansion tokens
+            sequences, attended = map(list, zip(*(model.colbert.frame(ids, role) for ids in sequences)))
         extra = tuple(graph_output(model, name) for name in outputs if name != "dense")
         try:
-            results = await model.batcher.submit([e.ids for e in encoded], extra)
+            results = await model.batcher.submit(sequences, extra, attended)
         except QueueFull as error:
             raise QueueFull(f"model {model.name!r}: {error}; retry later") from None
 
@@ -138,11 +160,11 @@ class Embeddings:
             sparse = [sparse_of(graph, e.ids, r.extra[graph], special) for e, r in zip(encoded, results)]
         if "multi_vector" in outputs:
             multi = [
-                quantized(multi_vector(e.ids, r.extra["multi_vectors"]), embedding_type, ranges.get("multi_vector"))
-                for e, r in zip(encoded, results)
+                quantized(multi_vector(model, role, ids, r.extra), embedding_type, ranges.get("multi_vector"))
+                for ids, r in zip(sequences, results)
             ]
         batch_seconds = {r.batch_id: r.batch_seconds for r in results}
-        prompt_tokens = sum(len(e.ids) for e in encoded)
+        prompt_tokens = sum(len(ids) for ids in sequences)
         queue_seconds = max(r.queue_seconds for r in results)
         model.metrics.prompt(prompt_tokens)
         call.figures.update(inputs=len(texts), prompt_tokens=prompt_tokens, queue_seconds=round(queue_seconds, 6))

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from modeldir.config import ModelConfig
 from modeldir.files import CACHE_GRAPHS, ModelFiles, extra_outputs, open_model_dir, pooled_output, read_manifest
 from modeldir.language_tokenizer import languages_of, load_model_tokenizer
 
@@ -226,16 +225,6 @@ def _warm_up_in_thread(model: ServedModel) -> None:
                 raise RuntimeError(f"model {model.name}: the attention-map graph gives rows that do not sum to 1")
 
 
-def batch_limits(settings: LoadSettings, config: ModelConfig, precision: str) -> BatchLimits:
-    """The batch limits, with the attention budget in query-key pairs for this model's heads and precision."""
-    budget = settings.max_attention_bytes
-    if not budget:
-        return settings.batching
-    element = 2 if precision == "fp16" else 4  # int8 graphs keep their activations in float32
-    pairs = max(budget // (config.n_heads * element), 1)
-    return dataclasses.replace(settings.batching, max_attention_pairs=pairs)
-
-
 def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics: Metrics, on_health_change):
     """The typed model with its loop (on the event loop): batcher or scheduler, metrics, health."""
     files, c = opened.files, opened.files.config
@@ -249,8 +238,10 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
     )  # fmt: skip
     metrics.model_info.labels(files.name, files.task, opened.provider, str(files.manifest["opset"])).set(1)
     if files.task == "embedding":
+        budget, precision = settings.max_attention_bytes, settings.precision_on(opened.provider)
+        limits = settings.batching.with_attention_budget(budget, c.n_heads, precision)
         batcher = EmbeddingBatcher(
-            opened.runner.run, c.pad_id, batch_limits(settings, c, settings.precision_on(opened.provider)), executor,
+            opened.runner.run, c.pad_id, limits, executor,
             files.name, model_metrics,
             make_run_options=opened.runner.run_options, health=health,
             release_memory=opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
@@ -268,6 +259,7 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
             prompts=dict(c.prompts),
             default_prompt=c.default_prompt_name,
             int8_ranges={out: np.array(r, np.float32) for out, r in files.manifest.get("int8_ranges", {}).items()},
+            colbert=c.colbert,
         )
     g = opened.geometry
     memory = opened.runner.cache_memory(g, opened.rows, MIN_SOURCE_CAPACITY)

@@ -11,6 +11,7 @@ import numpy as np
 
 from modeldir.language_tokenizer import LanguageTokenizer
 from modeldir.languages import Languages
+from modeldir.late_interaction import ColbertSettings
 from modeldir.tokenizer import MarianTokenizer, TextTokenizer
 
 from ..engine.batcher import EmbeddingBatcher
@@ -25,7 +26,14 @@ if TYPE_CHECKING:
 
 
 # An embedding graph's extra outputs (modeldir.files.extra_outputs) -> what a request names them.
-OUTPUT_OF_GRAPH = {"token_weights": "sparse", "vocabulary_weights": "sparse", "multi_vectors": "multi_vector"}
+OUTPUT_OF_GRAPH = {
+    "token_weights": "sparse",
+    "vocabulary_weights": "sparse",
+    "multi_vectors": "multi_vector",
+    "token_vectors": "multi_vector",
+}
+# Graph outputs whose model's pooled state means nothing: SPLADE's, a ColBERT-style model's.
+NO_DENSE = ("vocabulary_weights", "token_vectors")
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,7 @@ class EmbeddingModel(ServedModel):
     default_prompt: str | None  # the one an input gets when a request names none
     # int8 and uint8's ranges, (2, d) per output (dense, multi_vector), calibrated at export; {}: none
     int8_ranges: dict[str, np.ndarray] = field(default_factory=dict)
+    colbert: ColbertSettings | None = None  # a ColBERT-style model's framing of queries and documents
 
     task: ClassVar[str] = "embedding"
     batched: ClassVar[bool] = True
@@ -104,8 +113,8 @@ class EmbeddingModel(ServedModel):
     @property
     def outputs(self) -> tuple[str, ...]:
         """What a request may ask of it (EmbedRequest.outputs), the first its default: dense (but for a
-        SPLADE model, whose pooled state means nothing), and the outputs its heads add."""
-        dense = () if "vocabulary_weights" in self.runner.extra else ("dense",)
+        SPLADE or ColBERT-style model, whose pooled state means nothing), and the outputs its heads add."""
+        dense = () if any(name in NO_DENSE for name in self.runner.extra) else ("dense",)
         return (*dense, *(OUTPUT_OF_GRAPH[name] for name in self.runner.extra))
 
 

@@ -35,23 +35,29 @@ class Tokenization:
         texts: list[str],
         languages: LanguageChoice = NO_LANGUAGES,
         truncate_left: bool = False,
+        max_tokens: int | None = None,
     ) -> list[Encoded]:
         """Each text's ids; a multilingual model's framed with the call's language codes. truncate_left
-        (embedding models): a text too long loses its first tokens instead of its last."""
+        (embedding models): a text too long loses its first tokens instead of its last; max_tokens: cut at
+        fewer tokens than the model takes (a ColBERT model's queries)."""
+        args = (model, texts, languages, truncate_left, max_tokens)
         if sum(len(t) for t in texts) <= INLINE_CHARACTERS:  # tens of microseconds: cheaper than a thread's round trip
-            return self.encode_now(model, texts, languages, truncate_left)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, self.encode_now, model, texts, languages, truncate_left)
+            return self.encode_now(*args)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self.encode_now, *args)
 
     @staticmethod
     def encode_now(
-        model: ServedModel, texts: list[str], languages: LanguageChoice = NO_LANGUAGES, truncate_left: bool = False
+        model: ServedModel,
+        texts: list[str],
+        languages: LanguageChoice = NO_LANGUAGES,
+        truncate_left: bool = False,
+        max_tokens: int | None = None,
     ) -> list[Encoded]:
         """encode(), in the calling thread."""
         if languages.frames_source:
             return model.tokenizer.encode(texts, source=languages.source, target=languages.target)
-        if truncate_left:
-            return model.tokenizer.encode(texts, truncate_left=True)
+        if truncate_left or max_tokens:
+            return model.tokenizer.encode(texts, truncate_left=truncate_left, max_tokens=max_tokens)
         return model.tokenizer.encode(texts)
 
     async def encode_target(self, model: ServedModel, text: str) -> Encoded:

@@ -15,6 +15,7 @@ batch. A text whose caller has gone (cancelled, past its deadline) is dropped be
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -47,6 +48,14 @@ class BatchLimits:
     # query-key pairs (the loader turns bytes into pairs by the model's heads and element size).
     max_attention_pairs: int = 0
 
+    def with_attention_budget(self, budget_bytes: int, n_heads: int, precision: str) -> BatchLimits:
+        """These limits with an attention budget of `budget_bytes` (0: none) in query-key pairs, for a model
+        of `n_heads` heads in `precision`."""
+        if not budget_bytes:
+            return self
+        element = 2 if precision == "fp16" else 4  # int8 graphs keep their activations in float32
+        return dataclasses.replace(self, max_attention_pairs=max(budget_bytes // (n_heads * element), 1))
+
     def fits(self, count: int, longest: int) -> bool:
         """A batch of `count` texts padded to `longest` tokens keeps both budgets."""
         if count * longest > self.max_batch_tokens:
@@ -59,6 +68,7 @@ class Item:
     ids: list[int]
     future: asyncio.Future
     extra: tuple[str, ...] = ()  # the model's other outputs its caller wants
+    attended: int | None = None  # how many of its first tokens attention admits (None: all)
     enqueued: float = field(default_factory=time.perf_counter)
 
 
@@ -176,14 +186,17 @@ class EmbeddingBatcher:
                 item.future.set_exception(error)
         self.waiting.clear()
 
-    async def submit(self, sequences: list[list[int]], extra: tuple[str, ...] = ()) -> list[Embedded]:
-        """Embed token sequences (and give the extra outputs named); raises QueueFull at once if they do not
-        fit in the queue. If the caller is cancelled while waiting, its texts leave the queue (or are
-        ignored if running)."""
+    async def submit(
+        self, sequences: list[list[int]], extra: tuple[str, ...] = (), attended: list[int | None] | None = None
+    ) -> list[Embedded]:
+        """Embed token sequences (and give the extra outputs named; attended: how many of each one's first
+        tokens attention admits, None all); raises QueueFull at once if they do not fit in the queue. If the
+        caller is cancelled while waiting, its texts leave the queue (or are ignored if running)."""
         if len(self.waiting) + len(sequences) > self.limits.max_queue:
             raise QueueFull(f"{len(self.waiting)} texts are waiting; the queue holds {self.limits.max_queue}")
         loop = asyncio.get_running_loop()
-        items = [Item(ids, loop.create_future(), extra) for ids in sequences]
+        attended = attended or [None] * len(sequences)
+        items = [Item(ids, loop.create_future(), extra, admitted) for ids, admitted in zip(sequences, attended)]
         self.waiting.extend(items)
         self._arrived.set()
         try:
@@ -306,7 +319,7 @@ class EmbeddingBatcher:
         wanted = [item for item in batch if not item.future.done()]
         if not wanted:
             return None
-        ids, mask = pad_batch([item.ids for item in wanted], self.pad_id)
+        ids, mask = pad_batch([item.ids for item in wanted], self.pad_id, [item.attended for item in wanted])
         names = self._extra_of(wanted)
         started = time.perf_counter()
         outputs = self.embed(ids, mask, names, options)
