@@ -45,12 +45,24 @@ def random_encoder(out_dir: Path, d_model: int = 32, layers: int = 2, seed: int 
     return Path(out_dir)
 
 
+def random_xlm_roberta_encoder(out_dir: Path, seed: int = 0) -> Path:
+    """A random XLMRobertaModel with a small sentencepiece vocabulary (modelbuild/random_xlm_roberta.py)."""
+    from modelbuild.random_xlm_roberta import random_xlm_roberta_checkpoint
+
+    random_xlm_roberta_checkpoint(out_dir, seed=seed)
+    return Path(out_dir) / "encoder"
+
+
 def random_colbert_checkpoint(out_dir: Path, settings: dict, seed: int = 0) -> Path:
-    """-> a PyLate ColBERT directory around a random encoder; settings: ColBERT's keyword arguments, and
-    "dense" for a projection stack of its own (pylate_reference.py)."""
+    """-> a PyLate ColBERT directory around a random encoder (settings' "family": bert, the default, or
+    xlm-roberta); settings: ColBERT's keyword arguments, and "dense" for a projection stack of its own
+    (pylate_reference.py)."""
     out_dir = Path(out_dir)
-    encoder = random_encoder(out_dir / "encoder", seed=seed)
     settings = dict(settings, seed=seed)
+    if settings.pop("family", "bert") == "xlm-roberta":
+        encoder = random_xlm_roberta_encoder(out_dir / "xlm-roberta", seed=seed)
+    else:
+        encoder = random_encoder(out_dir / "encoder", seed=seed)
     command = [str(pylate_python()), str(SCRIPT), "make", str(encoder), str(out_dir / "colbert"), json.dumps(settings)]
     subprocess.run(command, check=True, capture_output=True)
     return out_dir / "colbert"

@@ -175,7 +175,8 @@ def bge_m3(tmp_path_factory) -> tuple[Path, Path]:
 
 
 # Random ColBERT-style checkpoints made by PyLate (testing/colbert_reference.py): one Dense layer without
-# bias, as PyLate makes them; and a stack of two with a bias and tanh, queries attending to their expansion.
+# bias, as PyLate makes them; a stack of two with a bias and tanh, queries attending to their expansion; an
+# XLM-RoBERTa one whose queries are not expanded.
 COLBERT_SHAPES = {
     "colbert": {"embedding_size": 24, "query_length": 16, "document_length": 40},
     "colbert-stack": {
@@ -183,6 +184,13 @@ COLBERT_SHAPES = {
         "query_length": 12,
         "document_length": 30,
         "attend_to_expansion_tokens": True,
+    },
+    "colbert-xlmr": {  # XLM-R's <mask> and <s>, and queries without expansion
+        "family": "xlm-roberta",
+        "embedding_size": 16,
+        "query_length": 10,
+        "document_length": 48,
+        "do_query_expansion": False,
     },
 }
 
