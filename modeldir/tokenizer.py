@@ -16,6 +16,20 @@ from tokenizers import Tokenizer
 from .files import MARIAN_KINDS, MARIAN_TARGET_VOCAB_FILE
 from .stream_decoding import TokenizerStreamDecoder, WindowDecoder
 
+UNCUT = 1 << 30  # a length no text reaches: "no truncation"
+
+
+@dataclass(frozen=True)
+class Span:
+    """A token and where it stands in its text: byte offsets into the text's UTF-8, None for the special
+    tokens the post-processor adds (TEI's /tokenize gives these)."""
+
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
 
 @dataclass(frozen=True)
 class Encoded:
@@ -53,12 +67,34 @@ class TextTokenizer:
         )
         return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in tokenizer.encode_batch(texts)]
 
-    def encode_pairs(self, pairs: list[tuple[str, str]], only_second: bool = False) -> list[Encoded]:
+    def encode_pairs(
+        self, pairs: list[tuple[str, str]], only_second: bool = False, truncate_left: bool = False
+    ) -> list[Encoded]:
         """(query, document) pairs as one input each, framed as the checkpoint frames a pair ([CLS] q [SEP] d
         [SEP]), too long ones cut as CrossEncoder cuts them: the longer text first, token by token; or, with
-        only_second, the document alone."""
-        tokenizer = self._truncated_at("right", self.max_tokens, "only_second" if only_second else "longest_first")
+        only_second, the document alone (truncate_left: at the texts' starts)."""
+        strategy = "only_second" if only_second else "longest_first"
+        tokenizer = self._truncated_at("left" if truncate_left else "right", self.max_tokens, strategy)
         return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in tokenizer.encode_batch(pairs)]
+
+    def spans(self, texts: list[str], add_special_tokens: bool = True) -> list[list[Span]]:
+        """Each text's tokens, not cut at any length, with their places in it."""
+        tokenizer = self._truncated_at("right", UNCUT)
+        out = []
+        for text, e in zip(texts, tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)):
+            data, at = text.encode(), [0]  # at[i]: where character i starts in data
+            for character in text:
+                at.append(at[-1] + len(character.encode()))
+            spans = []
+            for token_id, token, special, (start, stop) in zip(e.ids, e.tokens, e.special_tokens_mask, e.offsets):
+                if special:
+                    spans.append(Span(token_id, token, True, None, None))
+                else:
+                    spans.append(
+                        Span(token_id, data[at[start] : at[stop]].decode(errors="replace"), False, at[start], at[stop])
+                    )
+            out.append(spans)
+        return out
 
     def content(self, texts: list[str]) -> list[list[int]]:
         """Each text's own ids, without the special tokens the post-processor adds (a multilingual
@@ -140,6 +176,25 @@ class MarianTokenizer:
             tokens = tokens[: self.max_tokens - 1] + ["</s>"]
             encoded.append(Encoded([self.vocab.get(t, self.unk_id) for t in tokens], tokens, truncated))
         return encoded
+
+    def spans(self, texts: list[str], add_special_tokens: bool = True) -> list[list[Span]]:
+        """Each text's tokens, not cut at any length, with their places in it."""
+        tokenizer = self._truncated_at("right", UNCUT)
+        out = []
+        for text, e in zip(texts, tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)):
+            data, at = text.encode(), [0]  # at[i]: where character i starts in data
+            for character in text:
+                at.append(at[-1] + len(character.encode()))
+            spans = []
+            for token_id, token, special, (start, stop) in zip(e.ids, e.tokens, e.special_tokens_mask, e.offsets):
+                if special:
+                    spans.append(Span(token_id, token, True, None, None))
+                else:
+                    spans.append(
+                        Span(token_id, data[at[start] : at[stop]].decode(errors="replace"), False, at[start], at[stop])
+                    )
+            out.append(spans)
+        return out
 
     def content(self, texts: list[str]) -> list[list[int]]:
         """Each text's own ids, without </s> (a multilingual tokenizer frames them)."""

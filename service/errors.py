@@ -59,12 +59,12 @@ def invalid(field: str, problem: str) -> InvalidArgument:
     return InvalidArgument(f"{field}: {problem}", field)
 
 
-_FIELD = re.compile(r"^(?P<name>[a-z_.]+)(?P<index>\[\d+\])?$")
+_FIELD = re.compile(r"^(?P<name>[a-z_.]+)(?P<index>(\[\d+\])*)$")
 
 
 def renamed(error: ServiceError, names: dict[str, str]) -> tuple[str | None, str]:
     """The error's field and message with the core's field name replaced by a front door's: names maps
-    'params.max_new_tokens' to 'max_tokens', 'inputs' to 'input' (an index such as [3] is kept)."""
+    'params.max_new_tokens' to 'max_tokens', 'inputs' to 'input' (indices such as [3] or [3][1] are kept)."""
     field, message = error.field, error.message
     match = _FIELD.match(field or "")
     if not match or match["name"] not in names:

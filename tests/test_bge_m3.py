@@ -113,8 +113,9 @@ def test_any_text_gives_flagembedding_lexical_weights(server, reference, text):
 
 def test_listing_says_what_each_model_gives(server):
     models = {m.name: m for m in server.stub().ListModels(pb.ListModelsRequest(), timeout=10).models}
-    assert list(models["bge-m3"].outputs) == [DENSE, SPARSE, MULTI]
-    assert list(models["minilm"].outputs) == [DENSE]
+    states = pb.EMBEDDING_OUTPUT_TOKEN_EMBEDDINGS  # every embedding model's last hidden state
+    assert list(models["bge-m3"].outputs) == [DENSE, SPARSE, MULTI, states]
+    assert list(models["minilm"].outputs) == [DENSE, states]
 
 
 @pytest.mark.parametrize(

@@ -154,13 +154,13 @@ def test_typed_vectors(server):
 
 def test_input_type_is_needed_and_dense_is_not_given(server):
     models = {m.name: m for m in server.stub().ListModels(pb.ListModelsRequest(), timeout=10).models}
-    assert list(models["colbert"].outputs) == [pb.EMBEDDING_OUTPUT_MULTI_VECTOR]
+    assert list(models["colbert"].outputs) == [pb.EMBEDDING_OUTPUT_MULTI_VECTOR, pb.EMBEDDING_OUTPUT_TOKEN_EMBEDDINGS]
     refusals = {
         "input_type: model 'colbert' embeds queries and documents apart: search_query or search_document, "
         "none is given": pb.EmbedRequest(model="colbert", inputs=["a"]),
         "input_type: model 'colbert' embeds queries and documents apart: search_query or search_document, "
         "not 'clustering'": pb.EmbedRequest(model="colbert", inputs=["a"], input_type="clustering"),
-        "outputs: model 'colbert' gives no dense output; it gives multi_vector": pb.EmbedRequest(
+        "outputs: model 'colbert' gives no dense output; it gives multi_vector, token_embeddings": pb.EmbedRequest(
             model="colbert", inputs=["a"], input_type="search_query", outputs=[pb.EMBEDDING_OUTPUT_DENSE]
         ),
         "inputs[0]: more than 15 tokens, the most model 'colbert' takes in a query; shorten it or set truncate "

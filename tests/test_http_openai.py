@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.grpc_api.client import Client
+from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
 from .waits import wait_until
@@ -58,6 +59,19 @@ def test_embeddings_float_and_base64_are_the_grpc_vectors(served, sdk):
     np.testing.assert_allclose(default.data[0].embedding, expected[0], atol=1e-6)
 
 
+def test_token_ids_embed_as_the_text_they_are(served, sdk):
+    """OpenAI's token-id inputs: the model's own ids (its tokenizer's, [CLS] and [SEP] included) give the
+    text's vector; one array or several."""
+    expected = grpc_vectors(served, TEXTS)
+    tokenized = served.stub().Tokenize(pb.TokenizeRequest(model="minilm", inputs=TEXTS), timeout=30)
+    ids = [list(t.ids) for t in tokenized.tokenized]
+    several = sdk.embeddings.create(model="minilm", input=ids, encoding_format="float")
+    np.testing.assert_allclose(np.array([d.embedding for d in several.data]), expected, atol=1e-6)
+    assert several.usage.prompt_tokens == sum(len(i) for i in ids)
+    one = sdk.embeddings.create(model="minilm", input=ids[0], encoding_format="float")
+    np.testing.assert_allclose(one.data[0].embedding, expected[0], atol=1e-6)
+
+
 def test_raw_base64_is_little_endian_float32(served, base_url):
     # no model: the default embedding model; the caller's request id comes back
     response = httpx.post(f"{base_url}/v1/embeddings", json={"input": TEXTS[0], "encoding_format": "base64"},
@@ -88,7 +102,8 @@ def test_dimensions_keep_the_leading_values_normalised_again(served, sdk):
         ({"input": []}, 400, "input", "input: empty; send 1 to 32 texts"),
         ({"input": ["a"] * 33}, 400, "input", "33 texts; at most 32 per call"),
         ({"input": ["fine", ""]}, 400, "input[1]", "input[1]: empty text"),
-        ({"input": [[101, 2023, 102]]}, 400, "input", "token-id arrays are not served here"),
+        ({"input": [[101, 30522, 102]]}, 400, "input[0][1]", "token id 30522; the model's ids are 0 to 30521"),
+        ({"input": [[101, 2023], []]}, 400, "input[1]", "no token ids"),
         ({"input": TEXTS, "encoding_format": "int8"}, 400, "encoding_format", "encoding_format"),
     ],
 )

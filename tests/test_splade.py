@@ -84,12 +84,14 @@ def test_any_text_gives_sparse_encoder_weights(server, references, text):
 
 def test_no_dense_output_on_any_door(server):
     models = {m.name: m for m in server.stub().ListModels(pb.ListModelsRequest(), timeout=10).models}
-    assert list(models["splade-max"].outputs) == [pb.EMBEDDING_OUTPUT_SPARSE]
+    assert list(models["splade-max"].outputs) == [pb.EMBEDDING_OUTPUT_SPARSE, pb.EMBEDDING_OUTPUT_TOKEN_EMBEDDINGS]
     with pytest.raises(grpc.RpcError) as error:
         request = pb.EmbedRequest(model="splade-max", inputs=["a"], outputs=[pb.EMBEDDING_OUTPUT_DENSE])
         server.stub().Embed(request, timeout=30)
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert error.value.details() == "outputs: model 'splade-max' gives no dense output; it gives sparse"
+    assert (
+        error.value.details() == "outputs: model 'splade-max' gives no dense output; it gives sparse, token_embeddings"
+    )
     answer = httpx.post(
         f"http://127.0.0.1:{server.server.http.port}/v1/embeddings",
         json={"model": "splade-max", "input": ["a"]},

@@ -5,9 +5,12 @@ checkpoint's activation (or raw logits on request), documents ranked by score, t
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 
 import numpy as np
+
+from modeldir.tokenizer import Encoded
 
 from ..errors import QueueFull, invalid
 from ..ops.call_record import CallRecord
@@ -28,6 +31,8 @@ class RerankRequest:
     return_documents: bool = False
     raw_scores: bool = False  # the logits, without the checkpoint's activation
     truncation: str = "longest_first"  # a pair too long: cut the longer text first, or only the document
+    truncate: bool = True  # False: a pair too long is refused, not cut
+    truncation_direction: str = "right"  # where a text is cut: at its end, or its start ("left")
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,10 @@ class RerankResult:
 @dataclass(frozen=True)
 class ClassifyRequest:
     model: str
-    inputs: list[str]
+    inputs: list[str | tuple[str, str]]  # texts, or pairs of texts framed as the checkpoint frames a pair
     raw_scores: bool = False
+    truncate: bool = True  # False: an input too long is refused, not cut
+    truncation_direction: str = "right"
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,24 @@ class ClassifyResult:
     labels: tuple[str, ...]  # the checkpoint's, in its order
     scores: np.ndarray  # (inputs, labels) float32
     prompt_tokens: int
+
+
+def check_direction(direction: str) -> None:
+    if direction not in ("right", "left"):
+        raise invalid("truncation_direction", f"{direction!r}; right or left")
+
+
+def check_classify_inputs(inputs: list[str | tuple[str, str]], limit: int) -> list[str | tuple[str, str]]:
+    """1 to `limit` inputs, each a text or a pair of texts, none empty."""
+    check_texts([item if isinstance(item, str) else "pair" for item in inputs], limit)
+    for i, item in enumerate(inputs):
+        if isinstance(item, str):
+            continue
+        if len(item) != 2:
+            raise invalid(f"inputs[{i}]", f"a pair is two texts, not {len(item)}")
+        for j, text in enumerate(item):
+            check_text(f"inputs[{i}][{j}]", text)
+    return inputs
 
 
 def activated(logits: np.ndarray, activation: str) -> np.ndarray:
@@ -82,23 +107,32 @@ class CrossEncoding:
         model.metrics.prompt(sum(len(i) for i in ids))
         return np.stack([r.vector for r in results])
 
-    async def _pairs(self, model: CrossEncoderModel, request: RerankRequest) -> list[list[int]]:
-        pairs = [(request.query, document) for document in request.documents]
-        only_second = request.truncation == "only_document"
-        encode = model.tokenizer.encode_pairs
+    async def _pairs(
+        self, model: CrossEncoderModel, pairs: list[tuple[str, str]], only_second: bool = False, left: bool = False
+    ) -> list[Encoded]:
+        encode = functools.partial(model.tokenizer.encode_pairs, only_second=only_second, truncate_left=left)
         try:
             if sum(len(q) + len(d) for q, d in pairs) <= INLINE_CHARACTERS:
-                encoded = encode(pairs, only_second)
-            else:
-                loop = asyncio.get_running_loop()
-                encoded = await loop.run_in_executor(self.tokenization.executor, encode, pairs, only_second)
+                return encode(pairs)
+            return await asyncio.get_running_loop().run_in_executor(self.tokenization.executor, encode, pairs)
         except Exception as error:  # only_document, and the query alone leaves no room
             if not only_second:
                 raise
             raise invalid(
                 "query", f"too long to leave room for a document in {model.max_input_tokens} tokens ({error})"
             ) from None
-        return [e.ids for e in encoded]
+
+    @staticmethod
+    def _check_length(model: CrossEncoderModel, encoded: list[Encoded], truncate: bool, field: str) -> None:
+        if truncate:
+            return
+        for i, e in enumerate(encoded):
+            if e.truncated:
+                raise invalid(
+                    f"{field}[{i}]",
+                    f"more than {model.max_input_tokens} tokens, the most model {model.name!r} takes; "
+                    "shorten it or set truncate to true",
+                )
 
     def check_rerank(self, model: CrossEncoderModel, request: RerankRequest) -> None:
         if len(model.labels) != 1:
@@ -119,12 +153,17 @@ class CrossEncoding:
             raise invalid("top_n", f"{request.top_n}; at least 1")
         if request.truncation not in TRUNCATIONS:
             raise invalid("truncation", f"{request.truncation!r}; one of {', '.join(TRUNCATIONS)}")
+        check_direction(request.truncation_direction)
 
     async def rerank(self, request: RerankRequest, call: CallRecord) -> RerankResult:
         model = self.registry.get(request.model, "classification", call.rpc)
         call.use_model(model.name)
         self.check_rerank(model, request)
-        ids = await self._pairs(model, request)
+        pairs = [(request.query, document) for document in request.documents]
+        only_second, left = request.truncation == "only_document", request.truncation_direction == "left"
+        encoded = await self._pairs(model, pairs, only_second, left)
+        self._check_length(model, encoded, request.truncate, "documents")
+        ids = [e.ids for e in encoded]
         logits = await self._logits(model, ids)
         scores = logits[:, 0] if request.raw_scores else activated(logits, model.score_activation)[:, 0]
         order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))[: request.top_n or len(scores)]
@@ -138,8 +177,16 @@ class CrossEncoding:
     async def classify(self, request: ClassifyRequest, call: CallRecord) -> ClassifyResult:
         model = self.registry.get(request.model, "classification", call.rpc)
         call.use_model(model.name)
-        texts = check_texts(request.inputs, self.max_inputs)
-        encoded = await self.tokenization.encode(model, texts)
+        inputs = check_classify_inputs(request.inputs, self.max_inputs)
+        check_direction(request.truncation_direction)
+        left = request.truncation_direction == "left"
+        texts = [item for item in inputs if isinstance(item, str)]
+        encoded_texts = iter(await self.tokenization.encode(model, texts, truncate_left=left))
+        encoded_pairs = iter(
+            await self._pairs(model, [item for item in inputs if not isinstance(item, str)], left=left)
+        )
+        encoded = [next(encoded_texts if isinstance(item, str) else encoded_pairs) for item in inputs]
+        self._check_length(model, encoded, request.truncate, "inputs")
         ids = [e.ids for e in encoded]
         logits = await self._logits(model, ids)
         scores = logits if request.raw_scores else activated(logits, model.score_activation)

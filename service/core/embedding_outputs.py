@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import invalid
 from .served_models import OUTPUT_OF_GRAPH
 
-OUTPUTS = ("dense", "sparse", "multi_vector")
+OUTPUTS = ("dense", "sparse", "multi_vector", "token_embeddings")
 EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary")
 
 
@@ -44,11 +44,11 @@ def check_outputs(outputs: tuple[str, ...], model) -> tuple[str, ...]:
 def check_embedding_type(embedding_type: str, outputs: tuple[str, ...], model, normalize: bool, dimensions: int) -> str:
     """The type of the dense and multi-vector outputs asked for (sparse weights stay float). int8 and uint8
     need the model's calibrated ranges of each, which hold for its vectors as it normalises them by default
-    and with all their dimensions."""
+    and with all their dimensions. (Token embeddings stay float too.)"""
     if embedding_type not in EMBEDDING_TYPES:
         raise invalid("embedding_type", f"{embedding_type!r}; one of {', '.join(EMBEDDING_TYPES)}")
     if embedding_type in ("int8", "uint8"):
-        if any(o != "sparse" and o not in model.int8_ranges for o in outputs):
+        if any(o in ("dense", "multi_vector") and o not in model.int8_ranges for o in outputs):
             raise invalid("embedding_type", f"model {model.name!r} has no int8 ranges; export it again to make them")
         if "dense" in outputs and (normalize != model.normalize_by_default or dimensions != model.dimensions):
             raise invalid(

@@ -22,20 +22,20 @@ from .embedding_outputs import (
 )
 from .registry import ModelRegistry
 from .tokenization import Tokenization
-from .validation import check_dimensions, check_texts
+from .validation import check_dimensions, check_inputs
 
 
 @dataclass(frozen=True)
 class EmbedRequest:
     model: str
-    inputs: list[str]
+    inputs: list[str | list[int]]  # texts, or the model's token ids (special tokens included as given)
     normalize: bool | None = None  # None: the model's default (L2-normalised unless it says otherwise)
     truncate: bool = True  # cut texts longer than the model takes; False: refuse them
     dimensions: int | None = None  # keep the first n values of each vector (Matryoshka), normalised after; None: all
     prompt_name: str | None = None  # one of the model's prompts; None: its default prompt, if it has one
     input_type: str | None = None  # Cohere's: search_query, search_document, classification, clustering
     truncation_direction: str = "right"  # where a text too long is cut: "right" (its end) or "left"
-    outputs: tuple[str, ...] = ()  # any of dense, sparse, multi_vector (embedding_outputs.py); (): dense
+    outputs: tuple[str, ...] = ()  # any of dense, sparse, multi_vector, token_embeddings; (): the model's first
     embedding_type: str = "float"  # of dense vectors and multi-vectors: float, int8, uint8, binary or ubinary
 
 
@@ -103,6 +103,7 @@ class EmbedResult:
     usage: EmbedUsage
     sparse: list[SparseVector] | None = None  # one per input, where asked for
     multi_vectors: list[np.ndarray] | None = None  # one (vectors, dim) per input, typed as vectors are
+    token_embeddings: list[np.ndarray] | None = None  # one (tokens, d_model) float32 per input
 
 
 class Embeddings:
@@ -112,7 +113,7 @@ class Embeddings:
     async def embed(self, request: EmbedRequest, call: CallRecord) -> EmbedResult:
         model = self.registry.get(request.model, "embedding", call.rpc)
         call.use_model(model.name)
-        texts = check_texts(request.inputs, self.max_client_batch_size)
+        inputs = check_inputs(request.inputs, self.max_client_batch_size, model.architecture.vocab_size)
         dimensions = check_dimensions(request.dimensions, model.dimensions, model.name)
         normalize = model.normalize_by_default if request.normalize is None else request.normalize
         if request.truncation_direction not in TRUNCATION_DIRECTIONS:
@@ -121,14 +122,12 @@ class Embeddings:
         embedding_type = check_embedding_type(request.embedding_type, outputs, model, normalize, dimensions)
         ranges = model.int8_ranges
         role = role_of(model, request)
-        prompt = prompt_of(model, request)
-        if prompt:
-            texts = [prompt + text for text in texts]
+        prompt = prompt_of(model, request)  # before each text (token ids are the model's input as they are)
 
         started = time.perf_counter()
         left = request.truncation_direction == "left"
         most = min(model.colbert.max_tokens(role), model.max_input_tokens) if role else model.max_input_tokens
-        encoded = await self.tokenization.encode(model, texts, truncate_left=left, max_tokens=most)
+        encoded = await self.tokenization.encode_inputs(model, inputs, prompt, left, most)
         tokenization_seconds = time.perf_counter() - started
         if not request.truncate:
             for i, e in enumerate(encoded):
@@ -163,11 +162,14 @@ class Embeddings:
                 quantized(multi_vector(model, role, ids, r.extra), embedding_type, ranges.get("multi_vector"))
                 for ids, r in zip(sequences, results)
             ]
+        states = None
+        if "token_embeddings" in outputs:  # every token's, special tokens included, as float
+            states = [r.extra["last_hidden_state"][: len(ids)] for ids, r in zip(sequences, results)]
         batch_seconds = {r.batch_id: r.batch_seconds for r in results}
         prompt_tokens = sum(len(ids) for ids in sequences)
         queue_seconds = max(r.queue_seconds for r in results)
         model.metrics.prompt(prompt_tokens)
-        call.figures.update(inputs=len(texts), prompt_tokens=prompt_tokens, queue_seconds=round(queue_seconds, 6))
+        call.figures.update(inputs=len(inputs), prompt_tokens=prompt_tokens, queue_seconds=round(queue_seconds, 6))
         usage = EmbedUsage(
             prompt_tokens=prompt_tokens,
             truncated_inputs=sum(e.truncated for e in encoded),
@@ -175,4 +177,4 @@ class Embeddings:
             tokenization_seconds=tokenization_seconds,
             inference_seconds=sum(batch_seconds.values()),
         )
-        return EmbedResult(model.name, vectors, usage, sparse, multi)
+        return EmbedResult(model.name, vectors, usage, sparse, multi, states)

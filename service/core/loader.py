@@ -141,7 +141,9 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
         files = dataclasses.replace(files, config=dataclasses.replace(files.config, max_input_tokens=cap))
         log.info("model %s: inputs capped at %d tokens (model_max_input_tokens)", files.name, cap)
     c = files.config
-    architecture = Architecture(c.n_encoder_layers, c.n_decoder_layers, c.n_heads, c.d_model, c.max_positions)
+    architecture = Architecture(
+        c.n_encoder_layers, c.n_decoder_layers, c.n_heads, c.d_model, c.max_positions, c.vocab_size
+    )
     geometry = None
     if files.task == "seq2seq":
         geometry = settings.cache.geometry(architecture, c.max_input_tokens, precision)
@@ -156,7 +158,8 @@ def _open(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: 
     encoder = create_session(files.encoder, sessions, provider)
     rows = 0
     if files.task == "embedding":
-        runner = EmbeddingRunner(encoder, pooled_output(c.head), extra_outputs(c))
+        states = ("last_hidden_state",) if c.head == "none" else ()  # token embeddings, unpooled (TEI's embed_all)
+        runner = EmbeddingRunner(encoder, pooled_output(c.head), extra_outputs(c) + states)
     else:
         # The cache graphs run seldom and copy rows: one thread, asleep between calls.
         small = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
@@ -260,6 +263,7 @@ def _build(opened: _Opened, settings: LoadSettings, executor: Executor, metrics:
             default_prompt=c.default_prompt_name,
             int8_ranges={out: np.array(r, np.float32) for out, r in files.manifest.get("int8_ranges", {}).items()},
             colbert=c.colbert,
+            pooling="splade" if c.sparse_head == "splade" else c.pooling,
         )
     g = opened.geometry
     memory = opened.runner.cache_memory(g, opened.rows, MIN_SOURCE_CAPACITY)

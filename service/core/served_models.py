@@ -31,6 +31,7 @@ OUTPUT_OF_GRAPH = {
     "vocabulary_weights": "sparse",
     "multi_vectors": "multi_vector",
     "token_vectors": "multi_vector",
+    "last_hidden_state": "token_embeddings",  # every embedding model's (loader.py asks for it)
 }
 # Graph outputs whose model's pooled state means nothing: SPLADE's, a ColBERT-style model's.
 NO_DENSE = ("vocabulary_weights", "token_vectors")
@@ -43,6 +44,7 @@ class Architecture:
     n_heads: int
     d_model: int
     max_positions: int
+    vocab_size: int = 0  # the token table's rows: a token-id input must be below it
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class EmbeddingModel(ServedModel):
     # int8 and uint8's ranges, (2, d) per output (dense, multi_vector), calibrated at export; {}: none
     int8_ranges: dict[str, np.ndarray] = field(default_factory=dict)
     colbert: ColbertSettings | None = None  # a ColBERT-style model's framing of queries and documents
+    pooling: str = "mean"  # how its dense vector is made: mean, cls; splade (a SPLADE model's weights)
 
     task: ClassVar[str] = "embedding"
     batched: ClassVar[bool] = True

@@ -50,13 +50,16 @@ class CoreSettings:
     access_log_share: float = 1.0  # of answered calls, the share that get an access-log line
 
 
+TOKENIZE_THREADS = 2  # long texts are cut into tokens in these, off the event loop
+
+
 class ServingCore:
     def __init__(self, settings: CoreSettings, metrics: Metrics):
         self.settings, self.metrics = settings, metrics
         self.access_log = AccessLog(settings.access_log_share)
         # One thread runs every model call: on a CPU, concurrent calls would only fight over the cores.
         self.model_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
-        self.tokenize_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
+        self.tokenize_executor = ThreadPoolExecutor(max_workers=TOKENIZE_THREADS, thread_name_prefix="tokenize")
         self.admission = Admission(settings.max_concurrent_requests)
         self.streams = StreamPolicy(settings.stream_write_timeout, metrics)
         self.registry: ModelRegistry | None = None  # once the models are loaded and warm

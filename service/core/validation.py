@@ -41,6 +41,27 @@ def check_texts(texts: list[str], limit: int) -> list[str]:
     return texts
 
 
+def check_inputs(
+    inputs: list[str | list[int]], limit: int, vocab_size: int, field: str = "inputs"
+) -> list[str | list[int]]:
+    """1 to `limit` inputs, each a text (not empty) or a model's token ids (1 or more, each an id of its
+    vocabulary: the ids go in as given, special tokens included where the caller put them)."""
+    if not inputs:
+        raise invalid(field, f"empty; send 1 to {limit} texts")
+    if len(inputs) > limit:
+        raise invalid(field, f"{len(inputs)} texts; at most {limit} per call (max_client_batch_size)")
+    for i, item in enumerate(inputs):
+        if isinstance(item, str):
+            check_text(f"{field}[{i}]", item)
+            continue
+        if not item:
+            raise invalid(f"{field}[{i}]", "no token ids")
+        at = next((k for k, t in enumerate(item) if type(t) is not int or not 0 <= t < vocab_size), None)
+        if at is not None:
+            raise invalid(f"{field}[{i}][{at}]", f"token id {item[at]!r}; the model's ids are 0 to {vocab_size - 1}")
+    return inputs
+
+
 def check_dimensions(dimensions: int | None, model_dimensions: int, model_name: str) -> int:
     """How many leading values of each vector to keep: None (unset) is all of them."""
     if dimensions is None:

@@ -43,6 +43,7 @@ EMBEDDING_OUTPUTS = {
     pb.EMBEDDING_OUTPUT_DENSE: "dense",
     pb.EMBEDDING_OUTPUT_SPARSE: "sparse",
     pb.EMBEDDING_OUTPUT_MULTI_VECTOR: "multi_vector",
+    pb.EMBEDDING_OUTPUT_TOKEN_EMBEDDINGS: "token_embeddings",
 }
 OUTPUT_ENUMS = {name: number for number, name in EMBEDDING_OUTPUTS.items()}
 EMBEDDING_TYPES = {
@@ -210,6 +211,8 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             response.sparse_embeddings.add(indices=sparse.indices.tolist(), values=sparse.values.tolist())
         for vectors in result.multi_vectors or ():
             response.multi_vectors.add(vectors=embedding_messages(vectors))
+        for states in result.token_embeddings or ():
+            response.token_embeddings.add(vectors=embedding_messages(states))
         return response
 
     @handler

@@ -82,8 +82,8 @@ class HttpApi:
     key_in_body: bool = False  # its clients may send the token in the body instead: the route checks it
 
     def rpc_name(self, path: str) -> str:
-        """A route's name in call records and metrics: /v1/embeddings -> http.embeddings."""
-        return f"{self.name}.{path.rsplit('/', 1)[-1]}"
+        """A route's name in call records and metrics: /v1/embeddings -> http.embeddings; / -> tei.root."""
+        return f"{self.name}.{path.rsplit('/', 1)[-1] or 'root'}"
 
     def error_response(self, refusal: Refusal, call_id: str | None = None) -> JSONResponse:
         status = refusal.status[0] if isinstance(refusal.status, tuple) else refusal.status  # (status, type)
@@ -105,6 +105,15 @@ class BodyTooLarge(Exception):
 
     def error(self) -> RequestTooLarge:
         return RequestTooLarge(f"request body: {self.size} bytes or more; at most {self.limit} (max_message_bytes)")
+
+
+def field_of(loc) -> str:
+    """A validation error's place as the caller wrote it: ("body", "input", "list[str]", 3) -> input[3]
+    (the type names pydantic puts in for a union's members are dropped)."""
+    parts = [p for p in loc if p != "body"]
+    if not parts:
+        return "body"
+    return str(parts[0]) + "".join(f"[{p}]" for p in parts[1:] if isinstance(p, int))
 
 
 def refuse(core: ServingCore, headers: Mapping[str, str], path: str, error, api: HttpApi = OPENAI) -> JSONResponse:

@@ -10,7 +10,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -25,7 +25,7 @@ from ..core.serving import ServingCore
 from ..core.streaming import merged
 from ..core.validation import GenerationOptions
 from ..errors import ServiceError, invalid
-from .call_handling import BodyTooLarge, handle, openai_error, refuse
+from .call_handling import OPENAI, BodyTooLarge, HttpApi, field_of, handle, openai_error, refuse
 from .event_stream import AbortConnection, PacedEventStream, sse
 from .openai_types import CompletionsRequest, EmbeddingsRequest
 
@@ -81,29 +81,24 @@ def prompts_of(body: CompletionsRequest) -> list[str]:
     return [body.prompt] if isinstance(body.prompt, str) else body.prompt
 
 
-def field_of(loc) -> str:
-    """A validation error's place as the caller wrote it: ("body", "input", "list[str]", 3) -> input[3]
-    (the type names pydantic puts in for a union's members are dropped)."""
-    parts = [p for p in loc if p != "body"]
-    if not parts:
-        return "body"
-    return str(parts[0]) + "".join(f"[{p}]" for p in parts[1:] if isinstance(p, int))
-
-
-def create_app(core: ServingCore, abort_connection: AbortConnection) -> FastAPI:
-    """The API; abort_connection(scope) drops the connection of a request whose stream is given up."""
-    summary = "OpenAI-compatible embeddings and completions; DeepL's and LibreTranslate's translation APIs"
+def create_app(
+    core: ServingCore, abort_connection: AbortConnection, api_of: Callable[[str], HttpApi] = lambda path: OPENAI
+) -> FastAPI:
+    """The API; abort_connection(scope) drops the connection of a request whose stream is given up;
+    api_of(path): the API whose shape a body refused before its route runs is answered in."""
+    summary = "OpenAI-compatible embeddings and completions; TEI's, DeepL's and LibreTranslate's APIs"
     app = FastAPI(title="attnserve", summary=summary, docs_url="/docs")
 
     @app.exception_handler(RequestValidationError)
     async def refuse_invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
         first = (error.errors() or [{"loc": (), "msg": "not a valid request"}])[0]
         field = field_of(first.get("loc", ()))
-        return refuse(core, request.headers, request.url.path, invalid(field, str(first.get("msg"))))
+        path = request.url.path
+        return refuse(core, request.headers, path, invalid(field, str(first.get("msg"))), api_of(path))
 
     @app.exception_handler(BodyTooLarge)
     async def refuse_large_body(request: Request, error: BodyTooLarge) -> JSONResponse:
-        return refuse(core, request.headers, request.url.path, error.error())
+        return refuse(core, request.headers, request.url.path, error.error(), api_of(request.url.path))
 
     @app.get("/health")
     async def health() -> Response:
@@ -120,12 +115,10 @@ def create_app(core: ServingCore, abort_connection: AbortConnection) -> FastAPI:
     @app.post("/v1/embeddings")
     async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
         async def embed(call: Call) -> Response:
-            texts = [body.input] if isinstance(body.input, str) else body.input
-            if any(not isinstance(t, str) for t in texts):
-                raise invalid("input", "token-id arrays are not served here; send text")
+            one = isinstance(body.input, str) or (body.input and all(isinstance(t, int) for t in body.input))
             embed = EmbedRequest(
                 body.model,
-                texts,
+                [body.input] if one else body.input,  # texts, or token-id arrays: the model's own ids
                 dimensions=body.dimensions,
                 prompt_name=body.prompt_name,
                 input_type=body.input_type,

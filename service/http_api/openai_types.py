@@ -13,7 +13,8 @@ class EmbeddingsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input: str | list[str] | list[int] | list[list[int]] = Field(
-        description="a text, or a list of texts (token-id arrays are refused: send text)"
+        description="a text, a list of texts, or token ids (one array, or several): the model's own ids, "
+        "special tokens included as given"
     )
     model: str = Field("", description="a served embedding model; empty: the default one")
     encoding_format: Literal["float", "base64"] = Field(

@@ -1,5 +1,5 @@
 """The HTTP port: the OpenAI-compatible API (openai_api.py), /v1/rerank (rerank_api.py), DeepL's
-(deepl_api.py) and LibreTranslate's (libretranslate_api.py), served by uvicorn on the same event loop as
+(deepl_api.py), LibreTranslate's (libretranslate_api.py) and TEI's (tei_api.py), served by uvicorn on the same event loop as
 the gRPC port, with TLS, bearer tokens and a request size limit as configured."""
 
 from __future__ import annotations
@@ -18,18 +18,20 @@ from ..errors import Unauthenticated
 from ..ops.auth import REQUIRED, bearer_allowed, read_tokens
 from ..ops.config import ServerConfig
 from ..ops.listen import address_text, listening_sockets
-from . import deepl_api, libretranslate_api
+from . import deepl_api, libretranslate_api, tei_api
 from .call_handling import OPENAI, BodyTooLarge, HttpApi, refuse
 from .deepl_api import add_deepl_routes
 from .libretranslate_api import add_libretranslate_routes
 from .openai_api import create_app
 from .rerank_api import add_rerank_routes
+from .tei_api import add_tei_routes
 
 OPEN_PATHS = ("/health",)  # probes and load balancers need no secret
 # Each path's API, for the refusals sent before a route runs: OpenAI's where none other claims it.
 APIS = {
     **{path: deepl_api.DEEPL for path in deepl_api.PATHS},
     **{path: libretranslate_api.LIBRETRANSLATE for path in libretranslate_api.PATHS},
+    **{path: tei_api.TEI for path in tei_api.PATHS},
 }
 
 
@@ -96,10 +98,11 @@ class HttpServer:
         """Listen (the API answers 503 until the core is ready). -> the port."""
         c = self.config
         tokens = read_tokens(c.auth_token_file) if c.auth_token_file else None
-        api = create_app(self.core, self.abort_connection)
+        api = create_app(self.core, self.abort_connection, api_of)
         add_deepl_routes(api, self.core)
         add_libretranslate_routes(api, self.core, tokens)
         add_rerank_routes(api, self.core)
+        add_tei_routes(api, self.core)
         app = Guard(api, tokens, c.max_message_bytes, self.core)
         settings = uvicorn.Config(
             app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c)

@@ -12,6 +12,7 @@ class EmbeddingOutput(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EMBEDDING_OUTPUT_DENSE: _ClassVar[EmbeddingOutput]
     EMBEDDING_OUTPUT_SPARSE: _ClassVar[EmbeddingOutput]
     EMBEDDING_OUTPUT_MULTI_VECTOR: _ClassVar[EmbeddingOutput]
+    EMBEDDING_OUTPUT_TOKEN_EMBEDDINGS: _ClassVar[EmbeddingOutput]
 
 class EmbeddingType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -68,6 +69,7 @@ class PairTruncation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 EMBEDDING_OUTPUT_DENSE: EmbeddingOutput
 EMBEDDING_OUTPUT_SPARSE: EmbeddingOutput
 EMBEDDING_OUTPUT_MULTI_VECTOR: EmbeddingOutput
+EMBEDDING_OUTPUT_TOKEN_EMBEDDINGS: EmbeddingOutput
 EMBEDDING_TYPE_FLOAT: EmbeddingType
 EMBEDDING_TYPE_BINARY: EmbeddingType
 EMBEDDING_TYPE_UBINARY: EmbeddingType
@@ -157,18 +159,20 @@ class EmbedUsage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., truncated_inputs: _Optional[int] = ..., queue_seconds: _Optional[float] = ..., tokenization_seconds: _Optional[float] = ..., inference_seconds: _Optional[float] = ...) -> None: ...
 
 class EmbedResponse(_message.Message):
-    __slots__ = ("model", "embeddings", "usage", "sparse_embeddings", "multi_vectors")
+    __slots__ = ("model", "embeddings", "usage", "sparse_embeddings", "multi_vectors", "token_embeddings")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     SPARSE_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     MULTI_VECTORS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     model: str
     embeddings: _containers.RepeatedCompositeFieldContainer[Embedding]
     usage: EmbedUsage
     sparse_embeddings: _containers.RepeatedCompositeFieldContainer[SparseEmbedding]
     multi_vectors: _containers.RepeatedCompositeFieldContainer[MultiVector]
-    def __init__(self, model: _Optional[str] = ..., embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., usage: _Optional[_Union[EmbedUsage, _Mapping]] = ..., sparse_embeddings: _Optional[_Iterable[_Union[SparseEmbedding, _Mapping]]] = ..., multi_vectors: _Optional[_Iterable[_Union[MultiVector, _Mapping]]] = ...) -> None: ...
+    token_embeddings: _containers.RepeatedCompositeFieldContainer[MultiVector]
+    def __init__(self, model: _Optional[str] = ..., embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., usage: _Optional[_Union[EmbedUsage, _Mapping]] = ..., sparse_embeddings: _Optional[_Iterable[_Union[SparseEmbedding, _Mapping]]] = ..., multi_vectors: _Optional[_Iterable[_Union[MultiVector, _Mapping]]] = ..., token_embeddings: _Optional[_Iterable[_Union[MultiVector, _Mapping]]] = ...) -> None: ...
 
 class TokenizeRequest(_message.Message):
     __slots__ = ("model", "inputs")

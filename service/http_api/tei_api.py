@@ -1,0 +1,310 @@
+"""Text Embeddings Inference's HTTP API on the HTTP port, so that TEI's clients (huggingface_hub's
+InferenceClient, LangChain's and LlamaIndex's TEI integrations) work unchanged: /embed, /embed_sparse,
+/embed_all, /rerank, /predict, /similarity, /tokenize, /decode, /info, and POST /, which answers by the
+body's shape (InferenceClient posts every task to the base URL). Scores are TEI's: a sigmoid of one logit,
+a softmax of several. Errors in TEI's shape, {"error", "error_type"}, with its statuses."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+from fastapi import FastAPI, Request
+from pydantic import ValidationError
+from starlette.responses import JSONResponse, Response
+
+from ..core.calls import Call, StatusTable
+from ..core.cross_encoding import ClassifyRequest, RerankRequest
+from ..core.embeddings import EmbedRequest, EmbedResult
+from ..core.served_models import CrossEncoderModel
+from ..core.serving import ServingCore
+from ..errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+    RequestTooLarge,
+    Unauthenticated,
+    Unavailable,
+    invalid,
+)
+from .call_handling import HttpApi, field_of, handle
+from .request_fields import request_fields
+from .tei_info import tei_info
+from .tei_types import (
+    ClassificationBody,
+    DecodeBody,
+    EmbedAllBody,
+    EmbedBody,
+    PredictBody,
+    RerankBody,
+    SimilarityBody,
+    SimilarityParameters,
+    TokenizeBody,
+    predict_inputs,
+)
+
+STATUSES = StatusTable(
+    ok="200",
+    cancelled="499",
+    statuses={
+        InvalidArgument: (422, "Validation"),
+        RequestTooLarge: (413, "Validation"),
+        NotFound: (404, "Validation"),
+        Overloaded: (429, "Overloaded"),
+        Unavailable: (503, "Unhealthy"),
+        FailedPrecondition: (424, "Backend"),
+        DeadlineExceeded: (504, "Backend"),
+        Unauthenticated: (401, "Unauthorized"),
+    },
+    internal=(500, "Backend"),
+    code=lambda status: str(status[0]),
+)
+TEI = HttpApi("tei", STATUSES, lambda refusal: {"error": refusal.message, "error_type": refusal.status[1]})
+PATHS = (
+    "/",
+    "/embed",
+    "/embed_sparse",
+    "/embed_all",
+    "/rerank",
+    "/predict",
+    "/similarity",
+    "/tokenize",
+    "/decode",
+    "/info",
+)
+NAMES = {"documents": "texts"}
+
+
+def timing_headers(result: EmbedResult | None, started: float, tokens: int, characters: int) -> dict[str, str]:
+    """TEI's x-compute-* and per-stage times (milliseconds)."""
+    took = str(round((time.perf_counter() - started) * 1000))
+    headers = {
+        "x-compute-type": "cpu+attnserve",
+        "x-compute-time": took,
+        "x-total-time": took,
+        "x-compute-tokens": str(tokens),
+        "x-compute-characters": str(characters),
+    }
+    if result is not None:
+        u = result.usage
+        headers.update(
+            {
+                "x-tokenization-time": str(round(u.tokenization_seconds * 1000)),
+                "x-queue-time": str(round(u.queue_seconds * 1000)),
+                "x-inference-time": str(round(u.inference_seconds * 1000)),
+            }
+        )
+    return headers
+
+
+def characters(inputs) -> int:
+    """TEI's x-compute-characters: a text's characters, token ids' count."""
+    items = [inputs] if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)) else inputs
+    return sum(len(item) for item in items)
+
+
+def validation_error(error: ValidationError) -> InvalidArgument:
+    """A body pydantic refused, by its first wrong field: one of a union's members' complaints would mislead."""
+    errors = error.errors()
+    field = field_of(errors[0]["loc"])
+    if sum(field_of(e["loc"]) == field for e in errors) > 1:
+        return invalid(field, "not of a type it takes (see /docs): a text, token ids or a list of them, ...")
+    return invalid(field, errors[0]["msg"])
+
+
+def classifier(core: ServingCore, name: str, labels: str) -> str:
+    """The model a TEI route asks for: the named one; else the first cross-encoder of one label (a reranker,
+    labels "one") or of several (a classifier), as TEI tells them apart; else the default one."""
+    if name:
+        return name
+    for model in core.registry.models.values():
+        if isinstance(model, CrossEncoderModel) and (len(model.labels) == 1) == (labels == "one"):
+            return model.name
+    return ""
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def tei_scores(logits: np.ndarray, function: str | None = None) -> np.ndarray:
+    """(N, labels) logits -> TEI's scores: a softmax of several labels, a sigmoid of one (or `function`)."""
+    function = function or ("softmax" if logits.shape[1] > 1 else "sigmoid")
+    if function == "softmax":
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return shifted / shifted.sum(axis=1, keepdims=True)
+    return sigmoid(logits) if function == "sigmoid" else logits
+
+
+def labelled(labels: tuple[str, ...], scores: np.ndarray, top_k: int | None = None) -> list[dict]:
+    order = sorted(range(len(labels)), key=lambda i: (-float(scores[i]), i))[:top_k]
+    return [{"score": float(scores[i]), "label": labels[i]} for i in order]
+
+
+def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
+    async def embed(body: EmbedAllBody, output: str, call: Call, **fields) -> tuple[EmbedResult, dict]:
+        request = EmbedRequest(
+            body.model,
+            [body.inputs]
+            if isinstance(body.inputs, str) or (body.inputs and isinstance(body.inputs[0], int))
+            else body.inputs,
+            truncate=body.cut,
+            prompt_name=body.prompt_name,
+            truncation_direction=body.direction,
+            outputs=(output,),
+            **fields,
+        )
+        started = time.perf_counter()
+        result = await core.embeddings.embed(request, call.record)
+        return result, timing_headers(result, started, result.usage.prompt_tokens, characters(body.inputs))
+
+    async def dense(body: EmbedBody, call: Call) -> Response:
+        result, headers = await embed(body, "dense", call, normalize=body.normalize, dimensions=body.dimensions)
+        return JSONResponse(result.vectors.tolist(), headers=headers)
+
+    async def sparse(body: EmbedAllBody, call: Call) -> Response:
+        result, headers = await embed(body, "sparse", call)
+        rows = [[{"index": int(i), "value": float(v)} for i, v in zip(s.indices, s.values)] for s in result.sparse]
+        return JSONResponse(rows, headers=headers)
+
+    async def every_token(body: EmbedAllBody, call: Call) -> Response:
+        result, headers = await embed(body, "token_embeddings", call)
+        return JSONResponse([states.tolist() for states in result.token_embeddings], headers=headers)
+
+    async def rerank(body: RerankBody, call: Call) -> Response:
+        started = time.perf_counter()
+        request = RerankRequest(
+            classifier(core, body.model, "one"),
+            body.query,
+            body.texts,
+            return_documents=body.return_text,
+            raw_scores=True,
+            truncate=body.cut,
+            truncation_direction=body.direction,
+        )
+        result = await core.cross_encoding.rerank(request, call.record)
+        ranked = []
+        for r in result.results:  # by logit: the sigmoid keeps the order
+            entry = {"index": r.index, "score": r.score if body.raw_scores else float(sigmoid(np.float64(r.score)))}
+            if r.document is not None:
+                entry["text"] = r.document
+            ranked.append(entry)
+        used = len(body.query) * len(body.texts) + sum(len(t) for t in body.texts)
+        return JSONResponse(ranked, headers=timing_headers(None, started, result.prompt_tokens, used))
+
+    async def classified(body, inputs, call: Call, function: str | None = None):
+        request = ClassifyRequest(
+            classifier(core, body.model, "several"),
+            inputs,
+            raw_scores=True,
+            truncate=body.cut,
+            truncation_direction=body.direction,
+        )
+        result = await core.cross_encoding.classify(request, call.record)
+        return result, tei_scores(result.scores.astype(np.float64), function)
+
+    async def predict(body: PredictBody, call: Call) -> Response:
+        started = time.perf_counter()
+        inputs, batch = predict_inputs(body.inputs)
+        result, scores = await classified(body, inputs, call, "none" if body.raw_scores else None)
+        rows = [labelled(result.labels, row) for row in scores]
+        used = sum(len(i) if isinstance(i, str) else len(i[0]) + len(i[1]) for i in inputs)
+        return JSONResponse(
+            rows if batch else rows[0], headers=timing_headers(None, started, result.prompt_tokens, used)
+        )
+
+    async def text_classification(body: ClassificationBody, call: Call) -> Response:
+        """huggingface_hub's text_classification: a list of labels per input, best first."""
+        inputs = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+        p = body.parameters
+        result, scores = await classified(body, inputs, call, p.function_to_apply)
+        return JSONResponse([labelled(result.labels, row, p.top_k) for row in scores])
+
+    async def similarity(body: SimilarityBody, call: Call) -> Response:
+        p = body.parameters or SimilarityParameters()
+        if not body.inputs.sentences:
+            raise invalid("inputs.sentences", "empty; send 1 or more")
+        texts = [body.inputs.source_sentence, *body.inputs.sentences]
+        embedded = EmbedAllBody(
+            model=body.model,
+            inputs=texts,
+            truncate=p.truncate,
+            truncation_direction=p.truncation_direction,
+            prompt_name=p.prompt_name,
+        )
+        result, headers = await embed(embedded, "dense", call, normalize=True)
+        return JSONResponse((result.vectors[1:] @ result.vectors[0]).tolist(), headers=headers)
+
+    async def tokenize(body: TokenizeBody, call: Call) -> Response:
+        texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+        result = await core.tokenization.spans(
+            body.model, texts, body.add_special_tokens, body.prompt_name, call.record
+        )
+        return JSONResponse([[vars(token) for token in tokens] for tokens in result])
+
+    async def decode(body: DecodeBody, call: Call) -> Response:
+        ids = [body.ids] if not body.ids or isinstance(body.ids[0], int) else body.ids
+        return JSONResponse(await core.tokenization.decode(body.model, ids, body.skip_special_tokens, call.record))
+
+    routes = {
+        "/embed": (EmbedBody, dense),
+        "/embed_sparse": (EmbedAllBody, sparse),
+        "/embed_all": (EmbedAllBody, every_token),
+        "/rerank": (RerankBody, rerank),
+        "/predict": (PredictBody, predict),
+        "/similarity": (SimilarityBody, similarity),
+        "/tokenize": (TokenizeBody, tokenize),
+        "/decode": (DecodeBody, decode),
+    }
+
+    async def answer(request: Request, kind, work) -> Response:
+        async def run(call: Call) -> Response:
+            fields = await request_fields(request)
+            try:
+                body = kind.model_validate(fields)
+            except ValidationError as error:
+                raise validation_error(error) from None
+            return await work(body, call)
+
+        return await handle(core, request, NAMES, run, TEI)
+
+    def route(kind, work):
+        async def endpoint(request: Request) -> Response:
+            return await answer(request, kind, work)
+
+        return endpoint
+
+    for path, (kind, work) in routes.items():
+        app.add_api_route(path, route(kind, work), methods=["POST"])
+
+    @app.post("/")
+    async def root(request: Request) -> Response:
+        """InferenceClient's tasks, told apart by their bodies: sentence_similarity's inputs are an object;
+        text_classification sends "parameters"; a "query" and "texts" are a rerank; the rest is embedding,
+        sparse where the model's first output is (a SPLADE model)."""
+        try:
+            fields = json.loads(await request.body() or b"{}")
+        except ValueError:
+            fields = {}
+        fields = fields if isinstance(fields, dict) else {}
+        if isinstance(fields.get("inputs"), dict):
+            return await answer(request, SimilarityBody, similarity)
+        if "parameters" in fields:
+            return await answer(request, ClassificationBody, text_classification)
+        if "query" in fields and "texts" in fields:
+            return await answer(request, RerankBody, rerank)
+        return await answer(request, EmbedBody, embedding)
+
+    async def embedding(body: EmbedBody, call: Call) -> Response:
+        model = core.registry.get(body.model, "embedding", call.record.rpc)
+        return await (sparse if model.outputs[0] == "sparse" else dense)(body, call)
+
+    @app.get("/info")
+    async def info(request: Request) -> Response:
+        async def describe(call: Call) -> Response:
+            return JSONResponse(tei_info(core, request.query_params.get("model", "")))
+
+        return await handle(core, request, {}, describe, TEI)
