@@ -5,7 +5,7 @@ request names (by name, or by Cohere's input type), cut at the end or the start.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,6 +37,8 @@ class EmbedRequest:
     truncation_direction: str = "right"  # where a text too long is cut: "right" (its end) or "left"
     outputs: tuple[str, ...] = ()  # any of dense, sparse, multi_vector, token_embeddings; (): the model's first
     embedding_type: str = "float"  # of dense vectors and multi-vectors: float, int8, uint8, binary or ubinary
+    dense_types: tuple[str, ...] = ()  # the dense vectors in these types too, from the same pass (Cohere's)
+    max_tokens: int | None = None  # cut (or refuse) inputs at fewer tokens than the model takes
 
 
 # Cohere's input types -> the prompt names checkpoints give them, in the order tried. A type none of whose
@@ -104,6 +106,7 @@ class EmbedResult:
     sparse: list[SparseVector] | None = None  # one per input, where asked for
     multi_vectors: list[np.ndarray] | None = None  # one (vectors, dim) per input, typed as vectors are
     token_embeddings: list[np.ndarray] | None = None  # one (tokens, d_model) float32 per input
+    dense_typed: dict[str, np.ndarray] = field(default_factory=dict)  # the dense vectors in each of dense_types
 
 
 class Embeddings:
@@ -120,6 +123,9 @@ class Embeddings:
             raise invalid("truncation_direction", f"{request.truncation_direction!r}; right or left")
         outputs = check_outputs(request.outputs, model)
         embedding_type = check_embedding_type(request.embedding_type, outputs, model, normalize, dimensions)
+        dense_types = [check_embedding_type(t, ("dense",), model, normalize, dimensions) for t in request.dense_types]
+        if request.max_tokens is not None and request.max_tokens < 1:
+            raise invalid("max_tokens", f"{request.max_tokens}; at least 1")
         ranges = model.int8_ranges
         role = role_of(model, request)
         prompt = prompt_of(model, request)  # before each text (token ids are the model's input as they are)
@@ -127,6 +133,7 @@ class Embeddings:
         started = time.perf_counter()
         left = request.truncation_direction == "left"
         most = min(model.colbert.max_tokens(role), model.max_input_tokens) if role else model.max_input_tokens
+        most = min(most, request.max_tokens or most)
         encoded = await self.tokenization.encode_inputs(model, inputs, prompt, left, most)
         tokenization_seconds = time.perf_counter() - started
         if not request.truncate:
@@ -146,13 +153,13 @@ class Embeddings:
         except QueueFull as error:
             raise QueueFull(f"model {model.name!r}: {error}; retry later") from None
 
-        vectors = None
+        vectors, typed = None, {}
         if "dense" in outputs:
-            vectors = np.stack([r.vector for r in results])[:, :dimensions]
+            floats = np.stack([r.vector for r in results])[:, :dimensions]
             if normalize:
-                norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-                vectors = vectors / np.maximum(norms, 1e-12)
-            vectors = quantized(vectors, embedding_type, ranges.get("dense"))
+                floats = floats / np.maximum(np.linalg.norm(floats, axis=1, keepdims=True), 1e-12)
+            vectors = quantized(floats, embedding_type, ranges.get("dense"))
+            typed = {t: quantized(floats, t, ranges.get("dense")) for t in dense_types}
         sparse = multi = None
         if "sparse" in outputs:
             graph, special = graph_output(model, "sparse"), model.special.of(seq2seq=False)
@@ -177,4 +184,4 @@ class Embeddings:
             tokenization_seconds=tokenization_seconds,
             inference_seconds=sum(batch_seconds.values()),
         )
-        return EmbedResult(model.name, vectors, usage, sparse, multi, states)
+        return EmbedResult(model.name, vectors, usage, sparse, multi, states, typed)

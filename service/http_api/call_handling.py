@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -22,6 +23,7 @@ from ..errors import (
     RequestTooLarge,
     Unauthenticated,
     Unavailable,
+    invalid,
 )
 from ..ops.auth import BEARER
 from ..ops.call_record import REQUEST_ID_HEADER, request_id
@@ -114,6 +116,16 @@ def field_of(loc) -> str:
     if not parts:
         return "body"
     return str(parts[0]) + "".join(f"[{p}]" for p in parts[1:] if isinstance(p, int))
+
+
+def body_error(error: ValidationError) -> InvalidArgument:
+    """A body pydantic refused, by its first wrong field (one of a union's members' complaints would
+    mislead: a field that fits none of its types is said to)."""
+    errors = error.errors()
+    field = field_of(errors[0]["loc"])
+    if sum(field_of(e["loc"]) == field for e in errors) > 1:
+        return invalid(field, "not of a type it takes (the schema: /docs)")
+    return invalid(field, errors[0]["msg"])
 
 
 def refuse(core: ServingCore, headers: Mapping[str, str], path: str, error, api: HttpApi = OPENAI) -> JSONResponse:

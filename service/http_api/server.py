@@ -1,6 +1,7 @@
 """The HTTP port: the OpenAI-compatible API (openai_api.py), /v1/rerank (rerank_api.py), DeepL's
-(deepl_api.py), LibreTranslate's (libretranslate_api.py) and TEI's (tei_api.py), served by uvicorn on the same event loop as
-the gRPC port, with TLS, bearer tokens and a request size limit as configured."""
+(deepl_api.py), LibreTranslate's (libretranslate_api.py), TEI's (tei_api.py) and Cohere's (cohere_api.py),
+served by uvicorn on the same event loop as the gRPC port, with TLS, bearer tokens and a request size limit
+as configured. DeepL's, Cohere's and (to come) KServe's routes share /v2, each path its own API's."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from ..errors import Unauthenticated
 from ..ops.auth import REQUIRED, bearer_allowed, read_tokens
 from ..ops.config import ServerConfig
 from ..ops.listen import address_text, listening_sockets
-from . import deepl_api, libretranslate_api, tei_api
+from . import cohere_api, deepl_api, libretranslate_api, tei_api
 from .call_handling import OPENAI, BodyTooLarge, HttpApi, refuse
+from .cohere_api import add_cohere_routes
 from .deepl_api import add_deepl_routes
 from .libretranslate_api import add_libretranslate_routes
 from .openai_api import create_app
@@ -32,6 +34,7 @@ APIS = {
     **{path: deepl_api.DEEPL for path in deepl_api.PATHS},
     **{path: libretranslate_api.LIBRETRANSLATE for path in libretranslate_api.PATHS},
     **{path: tei_api.TEI for path in tei_api.PATHS},
+    **{path: cohere_api.COHERE for path in cohere_api.PATHS},
 }
 
 
@@ -103,6 +106,7 @@ class HttpServer:
         add_libretranslate_routes(api, self.core, tokens)
         add_rerank_routes(api, self.core)
         add_tei_routes(api, self.core)
+        add_cohere_routes(api, self.core)
         app = Guard(api, tokens, c.max_message_bytes, self.core)
         settings = uvicorn.Config(
             app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c)

@@ -30,7 +30,7 @@ from ..errors import (
     Unavailable,
     invalid,
 )
-from .call_handling import HttpApi, field_of, handle
+from .call_handling import HttpApi, body_error, handle
 from .request_fields import request_fields
 from .tei_info import tei_info
 from .tei_types import (
@@ -104,15 +104,6 @@ def characters(inputs) -> int:
     """TEI's x-compute-characters: a text's characters, token ids' count."""
     items = [inputs] if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)) else inputs
     return sum(len(item) for item in items)
-
-
-def validation_error(error: ValidationError) -> InvalidArgument:
-    """A body pydantic refused, by its first wrong field: one of a union's members' complaints would mislead."""
-    errors = error.errors()
-    field = field_of(errors[0]["loc"])
-    if sum(field_of(e["loc"]) == field for e in errors) > 1:
-        return invalid(field, "not of a type it takes (see /docs): a text, token ids or a list of them, ...")
-    return invalid(field, errors[0]["msg"])
 
 
 def classifier(core: ServingCore, name: str, labels: str) -> str:
@@ -266,7 +257,7 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
             try:
                 body = kind.model_validate(fields)
             except ValidationError as error:
-                raise validation_error(error) from None
+                raise body_error(error) from None
             return await work(body, call)
 
         return await handle(core, request, NAMES, run, TEI)

@@ -1,0 +1,188 @@
+"""Cohere's v2 API on the HTTP port, POST /v2/embed and /v2/rerank, in the shapes Cohere's SDK (ClientV2 with
+a base_url) sends and reads: several embedding types from one pass (float, int8, uint8, binary, ubinary as
+sentence-transformers' quantize_embeddings makes them; base64, float32's little-endian bytes), input_type
+choosing the model's prompt, truncate NONE, START or END. Errors as Cohere's, {"message"}, and its statuses."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from typing import Literal
+
+import numpy as np
+from fastapi import FastAPI, Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.responses import JSONResponse, Response
+
+from ..core.calls import Call, StatusTable
+from ..core.cross_encoding import RerankRequest
+from ..core.embeddings import EmbedRequest
+from ..core.serving import ServingCore
+from ..errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+    RequestTooLarge,
+    Unauthenticated,
+    Unavailable,
+    invalid,
+)
+from .call_handling import HttpApi, body_error, handle
+from .request_fields import request_fields
+
+STATUSES = StatusTable(
+    ok="200",
+    cancelled="499",
+    statuses={
+        InvalidArgument: 400,
+        RequestTooLarge: 413,
+        NotFound: 404,
+        Overloaded: 429,
+        Unavailable: 503,
+        FailedPrecondition: 400,
+        DeadlineExceeded: 504,
+        Unauthenticated: 401,
+    },
+    internal=500,
+    code=str,
+)
+COHERE = HttpApi("cohere", STATUSES, lambda refusal: {"message": refusal.message})
+PATHS = ("/v2/embed", "/v2/rerank")
+EMBED_NAMES = {"inputs": "texts", "dimensions": "output_dimension", "embedding_type": "embedding_types"}
+RERANK_NAMES = {}
+TRUNCATE = {"NONE": (False, "right"), "START": (True, "left"), "END": (True, "right")}
+META = {"api_version": {"version": "2"}}
+
+
+class CohereBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # its SDKs send fields of later versions (priority, ...)
+
+    model: str = Field("", description="a served model; empty: the default one of its kind")
+
+
+class TextContent(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class Content(BaseModel):
+    content: list[TextContent]
+
+
+class EmbedBody(CohereBody):
+    texts: list[str] | None = None
+    inputs: list[Content] | None = Field(None, description="text content only")
+    images: list[str] | None = None
+    input_type: str | None = None
+    embedding_types: list[str] | None = None
+    output_dimension: int | None = None
+    max_tokens: int | None = None
+    truncate: Literal["NONE", "START", "END"] | None = None
+
+
+class Document(BaseModel):
+    text: str
+
+
+class RerankBody(CohereBody):
+    query: str
+    documents: list[str | Document]
+    top_n: int | None = None
+    max_tokens_per_doc: int | None = None
+    return_documents: bool = False  # the SDKs before 5.14 send it
+
+
+def texts_of(body: EmbedBody) -> list[str]:
+    """texts, or inputs of one text part each."""
+    if body.images:
+        raise invalid("images", "not served: text models only")
+    if body.texts is not None and body.inputs is not None:
+        raise invalid("texts", "give texts or inputs, not both")
+    if body.inputs is None:
+        return body.texts or []
+    texts = []
+    for i, item in enumerate(body.inputs):
+        if len(item.content) != 1:
+            raise invalid(f"inputs[{i}].content", f"{len(item.content)} parts; one text part an input")
+        texts.append(item.content[0].text)
+    return texts
+
+
+def typed_values(vectors: np.ndarray, kind: str) -> list:
+    if kind == "base64":
+        return [base64.b64encode(v.astype("<f4").tobytes()).decode() for v in vectors]
+    return vectors.tolist()
+
+
+def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
+    async def parsed(request: Request, kind):
+        try:
+            return kind.model_validate(await request_fields(request))
+        except ValidationError as error:
+            raise body_error(error) from None
+
+    @app.post("/v2/embed")
+    async def embed(request: Request) -> Response:
+        async def work(call: Call) -> Response:
+            body = await parsed(request, EmbedBody)
+            if body.input_type == "image":
+                raise invalid("input_type", "image: not served (text models only)")
+            kinds = list(dict.fromkeys(body.embedding_types or ["float"]))
+            unknown = [k for k in kinds if k not in ("float", "base64", "int8", "uint8", "binary", "ubinary")]
+            if unknown:
+                raise invalid("embedding_types", f"{unknown[0]!r}; any of float, int8, uint8, binary, ubinary, base64")
+            cut, direction = TRUNCATE[body.truncate or "END"]
+            texts = texts_of(body)
+            embedded = EmbedRequest(
+                body.model,
+                texts,
+                truncate=cut,
+                truncation_direction=direction,
+                dimensions=body.output_dimension,
+                input_type=body.input_type,
+                outputs=("dense",),
+                dense_types=tuple(k for k in kinds if k not in ("float", "base64")),
+                max_tokens=body.max_tokens,
+            )
+            result = await core.embeddings.embed(embedded, call.record)
+            vectors = {k: result.vectors if k in ("float", "base64") else result.dense_typed[k] for k in kinds}
+            return JSONResponse(
+                {
+                    "id": str(uuid.uuid4()),
+                    "embeddings": {k: typed_values(v, k) for k, v in vectors.items()},
+                    "texts": texts,
+                    "meta": {**META, "billed_units": {"input_tokens": result.usage.prompt_tokens}},
+                    "response_type": "embeddings_by_type",
+                }
+            )
+
+        return await handle(core, request, EMBED_NAMES, work, COHERE)
+
+    @app.post("/v2/rerank")
+    async def rerank(request: Request) -> Response:
+        async def work(call: Call) -> Response:
+            body = await parsed(request, RerankBody)
+            model = core.registry.get(body.model, "classification", call.record.rpc)
+            if body.max_tokens_per_doc is not None and body.max_tokens_per_doc < model.max_input_tokens:
+                raise invalid(
+                    "max_tokens_per_doc",
+                    f"{body.max_tokens_per_doc}; documents are cut at model {model.name!r}'s own limit, "
+                    f"{model.max_input_tokens} tokens a pair: send at least that, or leave it unset",
+                )
+            documents = [d if isinstance(d, str) else d.text for d in body.documents]
+            ranked = RerankRequest(
+                model.name, body.query, documents, top_n=body.top_n, return_documents=body.return_documents
+            )
+            result = await core.cross_encoding.rerank(ranked, call.record)
+            results = []
+            for r in result.results:
+                entry = {"index": r.index, "relevance_score": r.score}
+                if r.document is not None:
+                    entry["document"] = {"text": r.document}
+                results.append(entry)
+            meta = {**META, "billed_units": {"search_units": 1}}
+            return JSONResponse({"id": str(uuid.uuid4()), "results": results, "meta": meta})
+
+        return await handle(core, request, RERANK_NAMES, work, COHERE)
