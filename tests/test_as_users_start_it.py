@@ -185,6 +185,26 @@ def test_the_readme_rerank_and_classify_examples_work_verbatim(server):
     assert [r["index"] for r in results][:1] == [1] and len(results) == 2
 
 
+def test_the_readme_tei_and_cohere_examples_work_verbatim(server, monkeypatch):
+    """huggingface_hub's InferenceClient and Cohere's SDK, unchanged, and TEI's routes by curl, at the
+    default HTTP port."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # conftest's: no hub here
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(readme_block("InferenceClient works\nunchanged:", "python"), "README.md", "exec"), {})
+        exec(compile(readme_block("Cohere's SDK works unchanged:", "python"), "README.md", "exec"), {})
+    assert printed.getvalue().splitlines() == ["(2, 384)", "True", "fr", "384 48", "1"]
+    answers = []
+    for command in readme_block("TEI's other routes, with curl:", "sh").strip().splitlines():
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        answers.append(json.loads(done.stdout))
+    assert [r["index"] for r in answers[0]] == [1, 0] and 0 <= answers[0][1]["score"] < answers[0][0]["score"] <= 1
+    assert len(answers[1]) == 1 and len(answers[1][0]) == 4
+
+
 def test_serving_loads_nothing_of_the_build_side(server):
     """Last in this module: it stops the server, whose probe then says what it loaded."""
     assert server.stop() == 0

@@ -11,55 +11,31 @@ import grpc
 import numpy as np
 
 from ..core.calls import Call
-from ..core.cross_encoding import ClassifyRequest
-from ..core.embeddings import EmbedRequest
-from ..core.generation import GenerateResult
+from ..core.open_inference import (
+    FIELD_NAMES,
+    GENERATION_PARAMETERS,
+    PARAMETERS,
+    STREAM_PARAMETER,
+    TEXT,
+    VERSION,
+    bytes_tensor,
+    check_version,
+    generation_options,
+    infer,
+    numbers_tensor,
+    requested,
+    tensor_metadata,
+)
 from ..core.registry import ModelInfo
 from ..core.serving import ServingCore
 from ..core.streaming import StreamStalled
-from ..core.validation import GenerationOptions
-from ..errors import NotFound, invalid
+from ..errors import invalid
 from ..ops.call_record import CallRecord
 from .call_handling import UnparsedRequest, answer_on_stream, handler, status_code
-from .open_inference_wire import (
-    TEXT,
-    Tensor,
-    TextInput,
-    bytes_tensor,
-    infer_response,
-    numbers_tensor,
-    read_parameters,
-    read_text_input,
-    requested,
-)
+from .open_inference_wire import TextInput, infer_response, read_parameters, read_text_input
 from .pb import open_inference_pb2 as pb
 from .pb import open_inference_pb2_grpc as pb_grpc
 
-VERSION = "1"  # each model is served in one version
-EMBEDDING_PARAMETERS = {
-    "normalize": bool,
-    "truncate": bool,
-    "dimensions": int,
-    "prompt_name": str,
-    "input_type": str,
-    "truncation_direction": str,
-}
-GENERATION_PARAMETERS = {
-    "max_new_tokens": int, "temperature": float, "top_k": int, "top_p": float, "repetition_penalty": float,
-    "seed": int, "stop": str, "ignore_eos": bool, "num_beams": int, "length_penalty": float,
-    "early_stopping": str, "num_return_sequences": int, "source_language": str, "target_language": str,
-}  # fmt: skip
-CLASSIFY_PARAMETERS = {"raw_scores": bool}
-STREAM_PARAMETER = {"stream": bool}  # ModelStreamInfer: answer a seq2seq request piece by piece
-# The core's field names, as this protocol's callers name them.
-FIELD_NAMES = {
-    "model": "model_name", "inputs": TEXT, "input": TEXT, "dimensions": "parameters.dimensions",
-    "stream": "parameters.stream",
-    **{name: f"parameters.{name}" for name in ("prompt_name", "input_type", "truncation_direction")},
-    **{f"params.{name}": f"parameters.{name}" for name in GENERATION_PARAMETERS},
-    **{name: f"parameters.{name}" for name in ("source_language", "target_language")},
-}  # fmt: skip
-OUTPUTS = {"embedding": ["embedding"], "seq2seq": [TEXT, "token_ids", "finish_reason"], "classification": ["scores"]}
 FINAL = "triton_final_response"
 
 
@@ -73,17 +49,13 @@ def server_version() -> str:
 SERVER_VERSION = server_version()  # read once: it is the installed package's metadata
 
 
-def tensor_metadata(model: ModelInfo) -> tuple[list, list]:
-    """(inputs, outputs) as TensorMetadata: -1 for a dimension of any size."""
+def tensor_metadata_messages(model: ModelInfo) -> tuple[list, list]:
+    """(inputs, outputs) as TensorMetadata."""
     meta = pb.ModelMetadataResponse.TensorMetadata
-    inputs = [meta(name=TEXT, datatype="BYTES", shape=[-1])]
-    if model.task == "embedding":
-        return inputs, [meta(name="embedding", datatype="FP32", shape=[-1, model.dimensions])]
-    if model.task == "classification":  # each text's score for every label
-        return inputs, [meta(name="scores", datatype="FP32", shape=[-1, len(model.labels)])]
-    outputs = [meta(name=TEXT, datatype="BYTES", shape=[-1]), meta(name="token_ids", datatype="INT64", shape=[-1, -1]),
-               meta(name="finish_reason", datatype="BYTES", shape=[-1])]  # fmt: skip
-    return inputs, outputs
+    inputs, outputs = tensor_metadata(model)
+    return [meta(name=t.name, datatype=t.datatype, shape=t.shape) for t in inputs], [
+        meta(name=t.name, datatype=t.datatype, shape=t.shape) for t in outputs
+    ]
 
 
 def model_config(model: ModelInfo) -> pb.ModelConfig:
@@ -96,36 +68,6 @@ def model_config(model: ModelInfo) -> pb.ModelConfig:
         input=[pb.ModelInput(name=t.name, data_type=types[t.datatype], dims=t.shape) for t in inputs],
         output=[pb.ModelOutput(name=t.name, data_type=types[t.datatype], dims=t.shape) for t in outputs],
     )  # fmt: skip
-
-
-def check_version(model: ModelInfo, requested_version: str) -> None:
-    if requested_version not in ("", VERSION):
-        raise NotFound(
-            f"model_version: {requested_version!r} is not served; model {model.name!r} has version {VERSION}",
-            "model_version",
-        )
-
-
-def generation_options(values: dict) -> GenerationOptions:
-    if "stop" in values:
-        values["stop"] = (values["stop"],)
-    return GenerationOptions(**values)
-
-
-def generation_tensors(results: list[GenerateResult], n_best: int) -> list[Tensor]:
-    """text [N] (or [N, k] for the k best), token_ids [N(, k), L] padded with -1, finish_reason like text."""
-    answers = [r.hypotheses if n_best > 1 else (r,) for r in results]
-    shape = (len(results), n_best) if n_best > 1 else (len(results),)
-    flat = [a for row in answers for a in row]
-    longest = max(len(a.token_ids) for a in flat)
-    token_ids = np.full((len(flat), longest), -1, dtype=np.int64)
-    for i, a in enumerate(flat):
-        token_ids[i, : len(a.token_ids)] = a.token_ids
-    return [
-        bytes_tensor(TEXT, [a.text for a in flat], shape),
-        numbers_tensor("token_ids", "INT64", token_ids.reshape(*shape, longest)),
-        bytes_tensor("finish_reason", [a.finish_reason for a in flat], shape),
-    ]
 
 
 class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -154,7 +96,7 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelMetadata(self, request, context, call: Call) -> pb.ModelMetadataResponse:
         model = self.core.model(request.name)
         check_version(model, request.version)
-        inputs, outputs = tensor_metadata(model)
+        inputs, outputs = tensor_metadata_messages(model)
         return pb.ModelMetadataResponse(
             name=model.name, versions=[VERSION], platform="attnserve", inputs=inputs, outputs=outputs
         )
@@ -173,37 +115,12 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """The request's model (of a task that streams, if `stream`), the outputs it wants, and its texts."""
         model = self.core.model(request.model_name, stream=stream)
         check_version(model, request.model_version)
-        return model, requested(request, OUTPUTS[model.task]), read_text_input(request)
+        return model, requested([o.name for o in request.outputs], model), read_text_input(request)
 
     async def _infer(self, request: pb.ModelInferRequest, call: Call) -> pb.ModelInferResponse:
         model, wanted, text = self._read(request)
-        if model.task == "embedding":
-            options = read_parameters(request.parameters, EMBEDDING_PARAMETERS)
-            embed = EmbedRequest(
-                model.name,
-                text.texts,
-                options.get("normalize"),
-                options.get("truncate", True),
-                options.get("dimensions"),
-                options.get("prompt_name"),
-                options.get("input_type"),
-                options.get("truncation_direction", "right"),
-                outputs=("dense",),  # the "embedding" output tensor: a model without one refuses
-            )
-            result = await self.core.embeddings.embed(embed, call.record)
-            tensors = [numbers_tensor("embedding", "FP32", result.vectors)]
-            usage = {"prompt_tokens": result.usage.prompt_tokens}
-        elif model.task == "classification":
-            options = read_parameters(request.parameters, CLASSIFY_PARAMETERS)
-            classify = ClassifyRequest(model.name, text.texts, options.get("raw_scores", False))
-            result = await self.core.cross_encoding.classify(classify, call.record)
-            tensors = [numbers_tensor("scores", "FP32", result.scores)]
-            usage = {"prompt_tokens": result.prompt_tokens}
-        else:
-            options = generation_options(read_parameters(request.parameters, GENERATION_PARAMETERS))
-            results = await self.core.generation.generate_all(model.name, text.texts, options, call.record)
-            tensors = generation_tensors(results, options.num_return_sequences)
-            usage = {k: call.record.figures[k] for k in ("prompt_tokens", "generated_tokens")}
+        options = read_parameters(request.parameters, PARAMETERS[model.task])
+        tensors, usage = await infer(self.core, model, text.texts, options, call.record)
         response = infer_response(request, model.name, [t for t in tensors if t.name in wanted], text.raw)
         for name, value in usage.items():
             response.parameters[name].int64_param = value

@@ -7,12 +7,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-import numpy as np
-
+from ..core.open_inference import TEXT, Tensor
 from ..errors import invalid
 from .pb import open_inference_pb2 as pb
 
-TEXT = "text"
 # The parameters Triton's clients may add to any request (perf_analyzer always sends the last): they carry
 # nothing attnserve acts on. (A request's last response is never empty here.)
 CLIENT_PARAMETERS = frozenset(
@@ -72,32 +70,6 @@ def read_text_input(request: pb.ModelInferRequest) -> TextInput:
         except UnicodeDecodeError as error:
             raise invalid(f"{TEXT}[{i}]", f"not UTF-8 ({error.reason} at byte {error.start})") from None
     return TextInput(texts, raw)
-
-
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    datatype: str  # BYTES, FP32 or INT64
-    values: np.ndarray | list[bytes]  # numbers in their shape; BYTES elements flattened, row-major
-    shape: tuple[int, ...]
-
-
-def numbers_tensor(name: str, datatype: str, values: np.ndarray) -> Tensor:
-    dtype = {"FP32": "<f4", "INT64": "<i8"}[datatype]
-    return Tensor(name, datatype, np.ascontiguousarray(values, dtype=dtype), tuple(values.shape))
-
-
-def bytes_tensor(name: str, texts: list[str], shape: tuple[int, ...]) -> Tensor:
-    return Tensor(name, "BYTES", [t.encode() for t in texts], shape)
-
-
-def requested(request: pb.ModelInferRequest, available: list[str]) -> list[str]:
-    """The outputs the request names (none: all), each one the model has."""
-    names = [o.name for o in request.outputs]
-    for name in names:
-        if name not in available:
-            raise invalid("outputs", f"{name!r} is not an output of model {request.model_name!r} ({available})")
-    return names or available
 
 
 def infer_response(

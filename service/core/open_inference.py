@@ -1,0 +1,165 @@
+"""The Open Inference Protocol (KServe v2) as the core serves it, whichever door carries it (gRPC's
+GRPCInferenceService, REST on the HTTP port): each model's tensors (one BYTES input, `text`, and its task's
+outputs), the parameters each task takes, and an infer: texts and parameters in, tensors and usage out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import NotFound, invalid
+from ..ops.call_record import CallRecord
+from .cross_encoding import ClassifyRequest
+from .embeddings import EmbedRequest
+from .generation import GenerateResult
+from .registry import ModelInfo
+from .validation import GenerationOptions
+
+TEXT = "text"
+VERSION = "1"  # each model is served in one version
+EMBEDDING_PARAMETERS = {
+    "normalize": bool,
+    "truncate": bool,
+    "dimensions": int,
+    "prompt_name": str,
+    "input_type": str,
+    "truncation_direction": str,
+}
+GENERATION_PARAMETERS = {
+    "max_new_tokens": int,
+    "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "repetition_penalty": float,
+    "seed": int,
+    "stop": str,
+    "ignore_eos": bool,
+    "num_beams": int,
+    "length_penalty": float,
+    "early_stopping": str,
+    "num_return_sequences": int,
+    "source_language": str,
+    "target_language": str,
+}
+CLASSIFY_PARAMETERS = {"raw_scores": bool}
+PARAMETERS = {
+    "embedding": EMBEDDING_PARAMETERS,
+    "classification": CLASSIFY_PARAMETERS,
+    "seq2seq": GENERATION_PARAMETERS,
+}
+STREAM_PARAMETER = {"stream": bool}  # a seq2seq request answered piece by piece (gRPC's ModelStreamInfer)
+# The core's field names, as this protocol's callers name them.
+FIELD_NAMES = {
+    "model": "model_name",
+    "inputs": TEXT,
+    "input": TEXT,
+    "dimensions": "parameters.dimensions",
+    "stream": "parameters.stream",
+    **{name: f"parameters.{name}" for name in ("prompt_name", "input_type", "truncation_direction")},
+    **{f"params.{name}": f"parameters.{name}" for name in GENERATION_PARAMETERS},
+    **{name: f"parameters.{name}" for name in ("source_language", "target_language")},
+}
+OUTPUTS = {"embedding": ["embedding"], "seq2seq": [TEXT, "token_ids", "finish_reason"], "classification": ["scores"]}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    datatype: str  # BYTES, FP32 or INT64
+    shape: tuple[int, ...]  # -1: a dimension of any size
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    datatype: str  # BYTES, FP32 or INT64
+    values: np.ndarray | list[bytes]  # numbers in their shape; BYTES elements flattened, row-major
+    shape: tuple[int, ...]
+
+
+def numbers_tensor(name: str, datatype: str, values: np.ndarray) -> Tensor:
+    dtype = {"FP32": "<f4", "INT64": "<i8"}[datatype]
+    return Tensor(name, datatype, np.ascontiguousarray(values, dtype=dtype), tuple(values.shape))
+
+
+def bytes_tensor(name: str, texts: list[str], shape: tuple[int, ...]) -> Tensor:
+    return Tensor(name, "BYTES", [t.encode() for t in texts], shape)
+
+
+def tensor_metadata(model: ModelInfo) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """A model's (inputs, outputs)."""
+    inputs = [TensorSpec(TEXT, "BYTES", (-1,))]
+    if model.task == "embedding":
+        return inputs, [TensorSpec("embedding", "FP32", (-1, model.dimensions))]
+    if model.task == "classification":  # each text's score for every label
+        return inputs, [TensorSpec("scores", "FP32", (-1, len(model.labels)))]
+    outputs = [TensorSpec(TEXT, "BYTES", (-1,)), TensorSpec("token_ids", "INT64", (-1, -1)),
+               TensorSpec("finish_reason", "BYTES", (-1,))]  # fmt: skip
+    return inputs, outputs
+
+
+def check_version(model: ModelInfo, requested_version: str) -> None:
+    if requested_version not in ("", VERSION):
+        raise NotFound(
+            f"model_version: {requested_version!r} is not served; model {model.name!r} has version {VERSION}",
+            "model_version",
+        )
+
+
+def requested(names: list[str], model: ModelInfo) -> list[str]:
+    """The outputs a request names (none: all), each one the model has."""
+    available = OUTPUTS[model.task]
+    for name in names:
+        if name not in available:
+            raise invalid("outputs", f"{name!r} is not an output of model {model.name!r} ({available})")
+    return names or available
+
+
+def generation_options(values: dict) -> GenerationOptions:
+    if "stop" in values:
+        values["stop"] = (values["stop"],)
+    return GenerationOptions(**values)
+
+
+def generation_tensors(results: list[GenerateResult], n_best: int) -> list[Tensor]:
+    """text [N] (or [N, k] for the k best), token_ids [N(, k), L] padded with -1, finish_reason like text."""
+    answers = [r.hypotheses if n_best > 1 else (r,) for r in results]
+    shape = (len(results), n_best) if n_best > 1 else (len(results),)
+    flat = [a for row in answers for a in row]
+    longest = max(len(a.token_ids) for a in flat)
+    token_ids = np.full((len(flat), longest), -1, dtype=np.int64)
+    for i, a in enumerate(flat):
+        token_ids[i, : len(a.token_ids)] = a.token_ids
+    return [
+        bytes_tensor(TEXT, [a.text for a in flat], shape),
+        numbers_tensor("token_ids", "INT64", token_ids.reshape(*shape, longest)),
+        bytes_tensor("finish_reason", [a.finish_reason for a in flat], shape),
+    ]
+
+
+async def infer(core, model: ModelInfo, texts: list[str], options: dict, record: CallRecord):
+    """One infer of a model's texts with its task's parameters (read as PARAMETERS says) -> (its output
+    tensors, the usage a response's parameters report)."""
+    if model.task == "embedding":
+        embed = EmbedRequest(
+            model.name,
+            texts,
+            options.get("normalize"),
+            options.get("truncate", True),
+            options.get("dimensions"),
+            options.get("prompt_name"),
+            options.get("input_type"),
+            options.get("truncation_direction", "right"),
+            outputs=("dense",),  # the "embedding" output tensor: a model without one refuses
+        )
+        result = await core.embeddings.embed(embed, record)
+        return [numbers_tensor("embedding", "FP32", result.vectors)], {"prompt_tokens": result.usage.prompt_tokens}
+    if model.task == "classification":
+        classify = ClassifyRequest(model.name, texts, options.get("raw_scores", False))
+        result = await core.cross_encoding.classify(classify, record)
+        return [numbers_tensor("scores", "FP32", result.scores)], {"prompt_tokens": result.prompt_tokens}
+    generation = generation_options(options)
+    results = await core.generation.generate_all(model.name, texts, generation, record)
+    usage = {k: record.figures[k] for k in ("prompt_tokens", "generated_tokens")}
+    return generation_tensors(results, generation.num_return_sequences), usage
