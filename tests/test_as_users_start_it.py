@@ -205,6 +205,19 @@ def test_the_readme_tei_and_cohere_examples_work_verbatim(server, monkeypatch):
     assert len(answers[1]) == 1 and len(answers[1][0]) == 4
 
 
+def test_the_readme_kserve_rest_examples_work_verbatim(server):
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(readme_block("tritonclient.http works unchanged:", "python"), "README.md", "exec"), {})
+    assert printed.getvalue() == "(2, 384)\n"
+    command = readme_block("tritonclient.http works unchanged:", "python")  # the curl block follows it
+    readme = (ROOT / "README.md").read_text()
+    curl = re.search(re.escape(command) + r"```\n\n```sh\n(.*?)```", readme, re.S).group(1)
+    done = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["outputs"][0]["shape"] == [1, 384]
+
+
 def test_serving_loads_nothing_of_the_build_side(server):
     """Last in this module: it stops the server, whose probe then says what it loaded."""
     assert server.stop() == 0

@@ -297,8 +297,8 @@ def test_kserve_service_selects_the_runtime():
     offered |= {f"mt:{f['name']}:{f['version']}" for f in runtime["spec"]["supportedModelFormats"] if "version" in f}
     fmt = model["modelFormat"]
     assert f"mt:{fmt['name']}" + (f":{fmt['version']}" if "version" in fmt else "") in offered
-    # gRPC only: KServe's "v2" is the REST form (/v2/models/<name>/infer), which the HTTP port does not serve.
-    assert runtime["spec"]["protocolVersions"] == ["grpc-v2"] and model["protocolVersion"] == "grpc-v2"
+    # Both forms: gRPC on the first port (the service's), KServe's "v2" REST form on the HTTP port.
+    assert runtime["spec"]["protocolVersions"] == ["grpc-v2", "v2"] and model["protocolVersion"] == "grpc-v2"
     # Models from the image: no storage to fetch them from.
     assert not {"storageUri", "storage"} & model.keys() and "storageUris" not in isvc["spec"]["predictor"]
     # Several ports need RawDeployment (Knative allows one); the first becomes the Service's port 80, gRPC,

@@ -4,6 +4,7 @@ outputs), the parameters each task takes, and an infer: texts and parameters in,
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,11 @@ from .registry import ModelInfo
 from .validation import GenerationOptions
 
 TEXT = "text"
+# The parameters Triton's clients may add to any request (perf_analyzer always sends the last): they carry
+# nothing attnserve acts on. (A request's last response is never empty here.)
+CLIENT_PARAMETERS = frozenset(
+    {"priority", "timeout", "sequence_id", "sequence_start", "sequence_end", "triton_enable_empty_final_response"}
+)
 VERSION = "1"  # each model is served in one version
 EMBEDDING_PARAMETERS = {
     "normalize": bool,
@@ -61,6 +67,25 @@ FIELD_NAMES = {
     **{name: f"parameters.{name}" for name in ("source_language", "target_language")},
 }
 OUTPUTS = {"embedding": ["embedding"], "seq2seq": [TEXT, "token_ids", "finish_reason"], "classification": ["scores"]}
+
+
+def unpack_bytes(raw: bytes, field: str) -> list[bytes]:
+    """A raw BYTES tensor: each element's length (4 bytes, little-endian), then its bytes."""
+    elements, offset = [], 0
+    while offset < len(raw):
+        if offset + 4 > len(raw):
+            raise invalid(field, f"raw contents end inside the length of element {len(elements)}")
+        (size,) = struct.unpack_from("<I", raw, offset)
+        offset += 4
+        if offset + size > len(raw):
+            raise invalid(field, f"element {len(elements)} claims {size} bytes; {len(raw) - offset} are left")
+        elements.append(raw[offset : offset + size])
+        offset += size
+    return elements
+
+
+def pack_bytes(elements: list[bytes]) -> bytes:
+    return b"".join(struct.pack("<I", len(e)) + e for e in elements)
 
 
 @dataclass(frozen=True)

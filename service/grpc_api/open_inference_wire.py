@@ -4,37 +4,11 @@ can get wrong here is refused as InvalidArgument naming the tensor or parameter.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
-from ..core.open_inference import TEXT, Tensor
+from ..core.open_inference import CLIENT_PARAMETERS, TEXT, Tensor, pack_bytes, unpack_bytes
 from ..errors import invalid
 from .pb import open_inference_pb2 as pb
-
-# The parameters Triton's clients may add to any request (perf_analyzer always sends the last): they carry
-# nothing attnserve acts on. (A request's last response is never empty here.)
-CLIENT_PARAMETERS = frozenset(
-    {"priority", "timeout", "sequence_id", "sequence_start", "sequence_end", "triton_enable_empty_final_response"}
-)
-
-
-def unpack_bytes(raw: bytes, field: str) -> list[bytes]:
-    """A raw BYTES tensor: each element's length (4 bytes, little-endian), then its bytes."""
-    elements, offset = [], 0
-    while offset < len(raw):
-        if offset + 4 > len(raw):
-            raise invalid(field, f"raw contents end inside the length of element {len(elements)}")
-        (size,) = struct.unpack_from("<I", raw, offset)
-        offset += 4
-        if offset + size > len(raw):
-            raise invalid(field, f"element {len(elements)} claims {size} bytes; {len(raw) - offset} are left")
-        elements.append(raw[offset : offset + size])
-        offset += size
-    return elements
-
-
-def pack_bytes(elements: list[bytes]) -> bytes:
-    return b"".join(struct.pack("<I", len(e)) + e for e in elements)
 
 
 @dataclass(frozen=True)

@@ -82,9 +82,12 @@ class HttpApi:
     error_body: Callable[[Refusal], dict]
     auth_schemes: tuple[str, ...] = (BEARER,)  # how its clients send a token in the authorization header
     key_in_body: bool = False  # its clients may send the token in the body instead: the route checks it
+    route_name: Callable[[str], str] | None = None  # for paths with a model's name in them (KServe's)
 
     def rpc_name(self, path: str) -> str:
         """A route's name in call records and metrics: /v1/embeddings -> http.embeddings; / -> tei.root."""
+        if self.route_name is not None:
+            return self.route_name(path)
         return f"{self.name}.{path.rsplit('/', 1)[-1] or 'root'}"
 
     def error_response(self, refusal: Refusal, call_id: str | None = None) -> JSONResponse:

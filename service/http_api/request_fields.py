@@ -36,7 +36,7 @@ async def request_fields(request: Request) -> dict[str, object]:
         return fields
     try:
         parsed = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as error:
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:  # RecursionError: nested too deep
         raise invalid("body", f"not valid JSON ({kind or 'no content type'}): {error}") from None
     if not isinstance(parsed, dict):
         raise invalid("body", f"a JSON object is required, not {type(parsed).__name__}")

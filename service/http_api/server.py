@@ -1,7 +1,7 @@
 """The HTTP port: the OpenAI-compatible API (openai_api.py), /v1/rerank (rerank_api.py), DeepL's
 (deepl_api.py), LibreTranslate's (libretranslate_api.py), TEI's (tei_api.py) and Cohere's (cohere_api.py),
 served by uvicorn on the same event loop as the gRPC port, with TLS, bearer tokens and a request size limit
-as configured. DeepL's, Cohere's and (to come) KServe's routes share /v2, each path its own API's."""
+as configured. DeepL's, Cohere's and KServe's routes share /v2, each path its own API's."""
 
 from __future__ import annotations
 
@@ -19,16 +19,17 @@ from ..errors import Unauthenticated
 from ..ops.auth import REQUIRED, bearer_allowed, read_tokens
 from ..ops.config import ServerConfig
 from ..ops.listen import address_text, listening_sockets
-from . import cohere_api, deepl_api, libretranslate_api, tei_api
+from . import cohere_api, deepl_api, kserve_api, libretranslate_api, tei_api
 from .call_handling import OPENAI, BodyTooLarge, HttpApi, refuse
 from .cohere_api import add_cohere_routes
 from .deepl_api import add_deepl_routes
+from .kserve_api import add_kserve_routes
 from .libretranslate_api import add_libretranslate_routes
 from .openai_api import create_app
 from .rerank_api import add_rerank_routes
 from .tei_api import add_tei_routes
 
-OPEN_PATHS = ("/health",)  # probes and load balancers need no secret
+OPEN_PATHS = ("/health", *kserve_api.OPEN_PATHS)  # probes and load balancers need no secret
 # Each path's API, for the refusals sent before a route runs: OpenAI's where none other claims it.
 APIS = {
     **{path: deepl_api.DEEPL for path in deepl_api.PATHS},
@@ -39,7 +40,7 @@ APIS = {
 
 
 def api_of(path: str) -> HttpApi:
-    return APIS.get(path, OPENAI)
+    return kserve_api.KSERVE if kserve_api.is_kserve(path) else APIS.get(path, OPENAI)
 
 
 class Guard:
@@ -54,8 +55,8 @@ class Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        path = scope["path"] if scope["path"] in self.routes else "/unknown"
-        api = api_of(path)
+        api = api_of(scope["path"])  # KServe's paths name a model: its API names their calls boundedly
+        path = scope["path"] if scope["path"] in self.routes or api.route_name else "/unknown"
         if (
             self.tokens
             and path not in OPEN_PATHS
@@ -107,6 +108,7 @@ class HttpServer:
         add_rerank_routes(api, self.core)
         add_tei_routes(api, self.core)
         add_cohere_routes(api, self.core)
+        add_kserve_routes(api, self.core)
         app = Guard(api, tokens, c.max_message_bytes, self.core)
         settings = uvicorn.Config(
             app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c)

@@ -278,7 +278,7 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
         sparse where the model's first output is (a SPLADE model)."""
         try:
             fields = json.loads(await request.body() or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # the route it goes to refuses it by name
             fields = {}
         fields = fields if isinstance(fields, dict) else {}
         if isinstance(fields.get("inputs"), dict):
