@@ -1,9 +1,12 @@
-"""The front doors of one server side by side: the same work through gRPC, the KServe v2 protocol and the
-OpenAI-compatible HTTP API, with the clients people use.
+"""The front doors of one server side by side: the same work through gRPC, the KServe v2 protocol, the
+OpenAI-compatible HTTP API, TEI's and Cohere's APIs, with the clients people use.
 
 - Embeddings, MiniLM, 32 concurrent callers x 1 sentence (512 sentences of 10-60 words): gRPC `Embed`
-  (grpc.aio) against KServe v2 `ModelInfer` through tritonclient (its asyncio client) and `/v1/embeddings`
-  through the `openai` SDK (AsyncOpenAI, base64 as it asks by default): sentences/s, p50 and p99.
+  (grpc.aio) against KServe v2 `ModelInfer` through tritonclient (its asyncio client), `/v1/embeddings`
+  through the `openai` SDK (AsyncOpenAI, base64 as it asks by default), TEI's `/embed` by raw HTTP (httpx,
+  and aiohttp), Cohere's `/v2/embed` through its SDK (float, and base64, which it does not parse; and by
+  aiohttp, the door's cost without the SDK's) and KServe v2 REST infer through tritonclient.http:
+  sentences/s, p50 and p99.
 - Completions, the numbers model, 32 sentences of written-out numbers: one `/v1/completions` call with
   all 32 prompts against 32 concurrent gRPC `Generate` calls: tokens/s.
 
@@ -98,6 +101,14 @@ def main() -> None:
             server, "benchmarks.load_clients", "--triton", server.target),
         "embed, /v1/embeddings (openai SDK, base64)": lambda: caller(
             server, "benchmarks.load_clients", "--openai", url),
+        "embed, TEI /embed (httpx)": lambda: caller(server, "benchmarks.load_clients", "--tei", url),
+        "embed, TEI /embed (aiohttp)": lambda: caller(server, "benchmarks.load_clients", "--tei-aiohttp", url),
+        "embed, Cohere /v2/embed (cohere SDK)": lambda: caller(server, "benchmarks.load_clients", "--cohere", url),
+        "embed, Cohere /v2/embed (cohere SDK, base64)": lambda: caller(
+            server, "benchmarks.load_clients", "--cohere-base64", url),
+        "embed, Cohere /v2/embed (aiohttp)": lambda: caller(server, "benchmarks.load_clients", "--cohere-raw", url),
+        "embed, KServe v2 REST infer (tritonclient.http)": lambda: caller(
+            server, "benchmarks.load_clients", "--triton-http", url.removeprefix("http://")),
         "complete, 32 gRPC Generate calls at once": lambda: caller(
             server, "benchmarks.front_doors_bench", "--caller", "grpc-generates", "--target", server.target),
         "complete, one /v1/completions call of 32 prompts": lambda: caller(
@@ -128,11 +139,13 @@ def main() -> None:
             tokens = statistics.median(r["tokens"] / r["wall"] for r in results)
             rows.append([name, f"{tokens:.0f} tokens/s", "", "", "", ""])
     grpc_embed = statistics.median(r["wall"] for r in runs["embed, gRPC Embed (grpc.aio)"])
-    http_embed = statistics.median(r["wall"] for r in runs["embed, /v1/embeddings (openai SDK, base64)"])
-    v2_embed = statistics.median(r["wall"] for r in runs["embed, KServe v2 ModelInfer (tritonclient)"])
+    ratios = ", ".join(
+        f"{name.removeprefix('embed, ')} {grpc_embed / statistics.median(r['wall'] for r in results):.2f}x"
+        for name, results in runs.items()
+        if name.startswith("embed") and "gRPC Embed" not in name
+    )
     print_table(
-        f"One server ({args.precision}), {args.rounds} rounds, medians; against gRPC Embed: /v1/embeddings "
-        f"{grpc_embed / http_embed:.2f}x, ModelInfer {grpc_embed / v2_embed:.2f}x",
+        f"One server ({args.precision}), {args.rounds} rounds, medians; sentences/s against gRPC Embed's: {ratios}",
         ["door", "throughput", "p50 ms", "p99 ms", "server loop ms/call", "client CPU s"], rows,
     )  # fmt: skip
     write_results("front_doors_bench", {"machine": machine, "rounds": args.rounds, "runs": runs, "rows": rows})

@@ -4,12 +4,16 @@
     python -m benchmarks.load_clients --http http://HOST:PORT --clients 32 --per-call 1
     python -m benchmarks.load_clients --openai http://HOST:PORT --clients 32 --per-call 1
     python -m benchmarks.load_clients --triton HOST:PORT --clients 32 --per-call 1
+    python -m benchmarks.load_clients --tei(-aiohttp) URL | --cohere(-raw, -base64) URL | --triton-http HOST:PORT
 
 --http calls an OpenAI-style `POST /embeddings` (a peer server such as infinity-emb) instead of our gRPC Embed,
 with the first model that its `GET /models` lists. --openai calls our own HTTP API through the `openai` SDK
 (base64 vectors, as the SDK asks by default). --triton calls our KServe v2 ModelInfer through tritonclient's
 asyncio client (raw BYTES in, raw FP32 out, as it sends them); that process never imports our generated
-protobuf code, whose `inference.*` names tritonclient's own would clash with.
+protobuf code, whose `inference.*` names tritonclient's own would clash with. --tei, --cohere and
+--triton-http call the HTTP port's TEI /embed (raw httpx; --tei-aiohttp: aiohttp), Cohere /v2/embed (Cohere's
+SDK, float; --cohere-base64: base64; --cohere-raw: aiohttp) and KServe v2 REST infer (tritonclient.http,
+binary tensor data).
 
 Splits the benchmark sentences round-robin over the clients; each client sends its share in calls of
 --per-call sentences, one call after another. Prints one JSON line: wall seconds and per-call latencies.
@@ -118,28 +122,118 @@ async def run_triton(target: str, clients: int, per_call: int, texts: list[str] 
         return await drive(embed, clients, per_call, texts)
 
 
+async def run_tei(base_url: str, clients: int, per_call: int, texts: list[str] = SENTENCES):
+    """Our TEI /embed by raw HTTP (httpx, a keep-alive connection per client), as TEI's integrations call it."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=600) as http:
+
+        async def embed(batch: list[str]) -> list:
+            return (await http.post("/embed", json={"inputs": batch})).raise_for_status().json()
+
+        return await drive(embed, clients, per_call, texts)
+
+
+async def run_tei_aiohttp(base_url: str, clients: int, per_call: int, texts: list[str] = SENTENCES):
+    """Our TEI /embed by aiohttp (its C parser: a lighter raw client than httpx, a connection per client)."""
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(base_url=base_url, connector=connector) as http:
+
+        async def embed(batch: list[str]) -> list:
+            async with http.post("/embed", json={"inputs": batch}) as response:
+                response.raise_for_status()
+                return await response.json()
+
+        return await drive(embed, clients, per_call, texts)
+
+
+async def run_cohere_raw(base_url: str, clients: int, per_call: int, texts: list[str] = SENTENCES):
+    """Our Cohere /v2/embed by aiohttp: the door's own cost, without the SDK's."""
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(base_url=base_url, connector=connector) as http:
+
+        async def embed(batch: list[str]) -> list:
+            body = {"texts": batch, "input_type": "search_document", "embedding_types": ["float"]}
+            async with http.post("/v2/embed", json=body) as response:
+                response.raise_for_status()
+                return (await response.json())["embeddings"]["float"]
+
+        return await drive(embed, clients, per_call, texts)
+
+
+async def run_cohere(
+    base_url: str, clients: int, per_call: int, texts: list[str] = SENTENCES, kind: str = "float"
+) -> tuple:
+    """Our Cohere /v2/embed through Cohere's SDK (AsyncClientV2): float vectors, or base64 (which the SDK
+    hands over as strings, unparsed; decoded here)."""
+    import base64
+
+    import cohere
+
+    async with cohere.AsyncClientV2(api_key="unused", base_url=base_url, max_retries=0) as co:
+
+        async def embed(batch: list[str]) -> list:
+            answer = await co.embed(model="", texts=batch, input_type="search_document", embedding_types=[kind])
+            if kind == "base64":
+                return [np.frombuffer(base64.b64decode(v), "<f4") for v in answer.embeddings.base64]
+            return answer.embeddings.float_
+
+        return await drive(embed, clients, per_call, texts)
+
+
+async def run_triton_http(address: str, clients: int, per_call: int, texts: list[str] = SENTENCES):
+    """Our KServe v2 REST infer through tritonclient.http's asyncio client (binary tensor data, its default)."""
+    import tritonclient.http.aio as triton
+
+    client = triton.InferenceServerClient(address, conn_limit=clients)
+    try:
+
+        async def embed(batch: list[str]) -> np.ndarray:
+            text = triton.InferInput("text", [len(batch)], "BYTES")
+            text.set_data_from_numpy(np.array([t.encode() for t in batch], dtype=object))
+            return (await client.infer("minilm", [text])).as_numpy("embedding")
+
+        return await drive(embed, clients, per_call, texts)
+    finally:
+        await client.close()
+
+
+# Each door: its option, what it is given, and the callers that drive it.
+DOORS = {
+    "target": ("our gRPC server", run),
+    "http": ("an OpenAI-style HTTP embeddings server's base URL", run_http),
+    "openai": ("our HTTP API's base URL, called through the openai SDK", run_openai),
+    "triton": ("our gRPC server, its KServe v2 ModelInfer called through tritonclient", run_triton),
+    "tei": ("our HTTP API's base URL, TEI's /embed called by httpx", run_tei),
+    "tei_aiohttp": ("our HTTP API's base URL, TEI's /embed called by aiohttp", run_tei_aiohttp),
+    "cohere": ("our HTTP API's base URL, Cohere's /v2/embed through its SDK", run_cohere),
+    "cohere_base64": (
+        "our HTTP API's base URL, Cohere's /v2/embed through its SDK, base64",
+        lambda *args: run_cohere(*args, kind="base64"),
+    ),
+    "cohere_raw": ("our HTTP API's base URL, Cohere's /v2/embed by aiohttp", run_cohere_raw),
+    "triton_http": ("our HTTP port (HOST:PORT), KServe v2 REST through tritonclient.http", run_triton_http),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--target", help="our gRPC server")
-    parser.add_argument("--http", help="an OpenAI-style HTTP embeddings server's base URL")
-    parser.add_argument("--openai", help="our HTTP API's base URL, called through the openai SDK")
-    parser.add_argument("--triton", help="our gRPC server, its KServe v2 ModelInfer called through tritonclient")
+    doors = parser.add_mutually_exclusive_group(required=True)
+    for name, (what, _) in DOORS.items():
+        doors.add_argument("--" + name.replace("_", "-"), help=what)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--per-call", type=int, default=1)
     parser.add_argument("--vectors", help="write the vectors here (.npy)")
     parser.add_argument("--count", type=int, default=len(SENTENCES), help="sentences in all (the same 10-60 words)")
     args = parser.parse_args()
     texts = SENTENCES if args.count == len(SENTENCES) else sentences(args.count, 10, 60, seed=11)
-    if sum(map(bool, (args.target, args.http, args.openai, args.triton))) != 1:
-        parser.error("give one of --target, --http, --openai and --triton")
-    if args.target:
-        calls = run(args.target, args.clients, args.per_call, texts)
-    elif args.http:
-        calls = run_http(args.http, args.clients, args.per_call, texts)
-    elif args.openai:
-        calls = run_openai(args.openai, args.clients, args.per_call, texts)
-    else:
-        calls = run_triton(args.triton, args.clients, args.per_call, texts)
+    name = next(name for name in DOORS if getattr(args, name))
+    calls = DOORS[name][1](getattr(args, name), args.clients, args.per_call, texts)
     wall, latencies, vectors = asyncio.run(calls)
     if args.vectors:
         np.save(args.vectors, vectors)

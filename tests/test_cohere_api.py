@@ -100,6 +100,8 @@ def test_rerank_is_grpc_rerank(server, co):
          "texts: 33 texts; at most 32 per call"),
         (lambda co: co.embed(model="minilm", texts=["a"], input_type="search_query", embedding_types=["int4"]),
          cohere.BadRequestError, "embedding_types: 'int4'; any of"),
+        (lambda co: co.embed(model="minilm", texts=["a"], input_type=None), cohere.BadRequestError,
+         "input_type: required: search_document, search_query"),
         (lambda co: co.embed(model="minilm", texts=["a"], input_type="sorting"), cohere.BadRequestError,
          "input_type: 'sorting'; one of search_query"),
         (lambda co: co.embed(model="minilm", images=["data:image/png;base64,AA"], input_type="image"),

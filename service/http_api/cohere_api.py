@@ -12,7 +12,7 @@ from typing import Literal
 import numpy as np
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ..core.calls import Call, StatusTable
 from ..core.cross_encoding import RerankRequest
@@ -29,7 +29,7 @@ from ..errors import (
     Unavailable,
     invalid,
 )
-from .call_handling import HttpApi, body_error, handle
+from .call_handling import FastJSONResponse, HttpApi, body_error, handle
 from .request_fields import request_fields
 
 STATUSES = StatusTable(
@@ -127,6 +127,8 @@ def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
     async def embed(request: Request) -> Response:
         async def work(call: Call) -> Response:
             body = await parsed(request, EmbedBody)
+            if body.input_type is None:  # Cohere's embed models need it; so do prompts and ColBERT's sides
+                raise invalid("input_type", "required: search_document, search_query, classification or clustering")
             if body.input_type == "image":
                 raise invalid("input_type", "image: not served (text models only)")
             kinds = list(dict.fromkeys(body.embedding_types or ["float"]))
@@ -148,7 +150,7 @@ def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
             )
             result = await core.embeddings.embed(embedded, call.record)
             vectors = {k: result.vectors if k in ("float", "base64") else result.dense_typed[k] for k in kinds}
-            return JSONResponse(
+            return FastJSONResponse(
                 {
                     "id": str(uuid.uuid4()),
                     "embeddings": {k: typed_values(v, k) for k, v in vectors.items()},
@@ -183,6 +185,6 @@ def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
                     entry["document"] = {"text": r.document}
                 results.append(entry)
             meta = {**META, "billed_units": {"search_units": 1}}
-            return JSONResponse({"id": str(uuid.uuid4()), "results": results, "meta": meta})
+            return FastJSONResponse({"id": str(uuid.uuid4()), "results": results, "meta": meta})
 
         return await handle(core, request, RERANK_NAMES, work, COHERE)

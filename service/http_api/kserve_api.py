@@ -11,7 +11,7 @@ from importlib.metadata import version as installed_version
 
 import numpy as np
 from fastapi import FastAPI, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ..core.calls import Call, StatusTable
 from ..core.open_inference import (
@@ -41,7 +41,7 @@ from ..errors import (
     Unavailable,
     invalid,
 )
-from .call_handling import BodyTooLarge, HttpApi, handle
+from .call_handling import BodyTooLarge, FastJSONResponse, HttpApi, handle
 
 STATUSES = StatusTable(
     ok="200",
@@ -188,7 +188,7 @@ def infer_answer(body: dict, model: str, tensors: list[Tensor], binary: set[str]
     if "id" in body:
         answer["id"] = body["id"]
     if not blobs:
-        return JSONResponse(answer)
+        return FastJSONResponse(answer)
     header = json.dumps(answer).encode()
     return Response(
         header + b"".join(blobs), media_type="application/octet-stream", headers={HEADER_LENGTH: str(len(header))}
@@ -217,17 +217,17 @@ async def read_body(request: Request) -> tuple[dict, bytes]:
 def add_kserve_routes(app: FastAPI, core: ServingCore) -> None:
     @app.get("/v2/health/live")
     async def live() -> Response:
-        return JSONResponse({"live": True})
+        return FastJSONResponse({"live": True})
 
     @app.get("/v2/health/ready")
     async def ready() -> Response:
         serving = core.ready()
-        return JSONResponse({"ready": serving}, status_code=200 if serving else 503)
+        return FastJSONResponse({"ready": serving}, status_code=200 if serving else 503)
 
     @app.get("/v2")
     async def server(request: Request) -> Response:
         async def describe(call: Call) -> Response:
-            return JSONResponse(
+            return FastJSONResponse(
                 {
                     "name": "attnserve",
                     "version": installed_version("attnserve"),
@@ -250,7 +250,7 @@ def add_kserve_routes(app: FastAPI, core: ServingCore) -> None:
                     [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in ts]
                     for ts in (inputs, outputs)
                 ]
-                return JSONResponse(
+                return FastJSONResponse(
                     {
                         "name": info.name,
                         "versions": [VERSION],
@@ -272,7 +272,7 @@ def add_kserve_routes(app: FastAPI, core: ServingCore) -> None:
                     [{"name": t.name, "data_type": TYPES[t.datatype], "dims": list(t.shape)} for t in ts]
                     for ts in (inputs, outputs)
                 ]
-                return JSONResponse(
+                return FastJSONResponse(
                     {
                         "name": info.name,
                         "platform": "attnserve",
@@ -288,7 +288,7 @@ def add_kserve_routes(app: FastAPI, core: ServingCore) -> None:
         @app.get(base + "/ready")
         async def model_ready(model: str, version: str = "") -> Response:
             serving = version in ("", VERSION) and core.model_ready(model)
-            return JSONResponse({"name": model, "ready": serving}, status_code=200 if serving else 400)
+            return FastJSONResponse({"name": model, "ready": serving}, status_code=200 if serving else 400)
 
         @app.post(base + "/infer")
         async def infer_route(request: Request, model: str, version: str = "") -> Response:

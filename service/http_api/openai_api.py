@@ -25,7 +25,7 @@ from ..core.serving import ServingCore
 from ..core.streaming import merged
 from ..core.validation import GenerationOptions
 from ..errors import ServiceError, invalid
-from .call_handling import OPENAI, BodyTooLarge, HttpApi, field_of, handle, openai_error, refuse
+from .call_handling import OPENAI, BodyTooLarge, FastJSONResponse, HttpApi, field_of, handle, openai_error, refuse
 from .event_stream import AbortConnection, PacedEventStream, sse
 from .openai_types import CompletionsRequest, EmbeddingsRequest
 
@@ -129,7 +129,7 @@ def create_app(
             data = [{"object": "embedding", "index": i, "embedding": embedding_values(v, body.encoding_format)}
                     for i, v in enumerate(result.vectors)]  # fmt: skip
             tokens = result.usage.prompt_tokens
-            return JSONResponse({"object": "list", "data": data, "model": result.model,
+            return FastJSONResponse({"object": "list", "data": data, "model": result.model,
                                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
 
         return await handle(core, request, EMBEDDING_NAMES, embed)

@@ -12,7 +12,7 @@ import time
 import numpy as np
 from fastapi import FastAPI, Request
 from pydantic import ValidationError
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ..core.calls import Call, StatusTable
 from ..core.cross_encoding import ClassifyRequest, RerankRequest
@@ -30,7 +30,7 @@ from ..errors import (
     Unavailable,
     invalid,
 )
-from .call_handling import HttpApi, body_error, handle
+from .call_handling import FastJSONResponse, HttpApi, body_error, handle
 from .request_fields import request_fields
 from .tei_info import tei_info
 from .tei_types import (
@@ -154,16 +154,16 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
 
     async def dense(body: EmbedBody, call: Call) -> Response:
         result, headers = await embed(body, "dense", call, normalize=body.normalize, dimensions=body.dimensions)
-        return JSONResponse(result.vectors.tolist(), headers=headers)
+        return FastJSONResponse(result.vectors.tolist(), headers=headers)
 
     async def sparse(body: EmbedAllBody, call: Call) -> Response:
         result, headers = await embed(body, "sparse", call)
         rows = [[{"index": int(i), "value": float(v)} for i, v in zip(s.indices, s.values)] for s in result.sparse]
-        return JSONResponse(rows, headers=headers)
+        return FastJSONResponse(rows, headers=headers)
 
     async def every_token(body: EmbedAllBody, call: Call) -> Response:
         result, headers = await embed(body, "token_embeddings", call)
-        return JSONResponse([states.tolist() for states in result.token_embeddings], headers=headers)
+        return FastJSONResponse([states.tolist() for states in result.token_embeddings], headers=headers)
 
     async def rerank(body: RerankBody, call: Call) -> Response:
         started = time.perf_counter()
@@ -184,7 +184,7 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
                 entry["text"] = r.document
             ranked.append(entry)
         used = len(body.query) * len(body.texts) + sum(len(t) for t in body.texts)
-        return JSONResponse(ranked, headers=timing_headers(None, started, result.prompt_tokens, used))
+        return FastJSONResponse(ranked, headers=timing_headers(None, started, result.prompt_tokens, used))
 
     async def classified(body, inputs, call: Call, function: str | None = None):
         request = ClassifyRequest(
@@ -203,7 +203,7 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
         result, scores = await classified(body, inputs, call, "none" if body.raw_scores else None)
         rows = [labelled(result.labels, row) for row in scores]
         used = sum(len(i) if isinstance(i, str) else len(i[0]) + len(i[1]) for i in inputs)
-        return JSONResponse(
+        return FastJSONResponse(
             rows if batch else rows[0], headers=timing_headers(None, started, result.prompt_tokens, used)
         )
 
@@ -212,7 +212,7 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
         inputs = [body.inputs] if isinstance(body.inputs, str) else body.inputs
         p = body.parameters
         result, scores = await classified(body, inputs, call, p.function_to_apply)
-        return JSONResponse([labelled(result.labels, row, p.top_k) for row in scores])
+        return FastJSONResponse([labelled(result.labels, row, p.top_k) for row in scores])
 
     async def similarity(body: SimilarityBody, call: Call) -> Response:
         p = body.parameters or SimilarityParameters()
@@ -227,18 +227,18 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
             prompt_name=p.prompt_name,
         )
         result, headers = await embed(embedded, "dense", call, normalize=True)
-        return JSONResponse((result.vectors[1:] @ result.vectors[0]).tolist(), headers=headers)
+        return FastJSONResponse((result.vectors[1:] @ result.vectors[0]).tolist(), headers=headers)
 
     async def tokenize(body: TokenizeBody, call: Call) -> Response:
         texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
         result = await core.tokenization.spans(
             body.model, texts, body.add_special_tokens, body.prompt_name, call.record
         )
-        return JSONResponse([[vars(token) for token in tokens] for tokens in result])
+        return FastJSONResponse([[vars(token) for token in tokens] for tokens in result])
 
     async def decode(body: DecodeBody, call: Call) -> Response:
         ids = [body.ids] if not body.ids or isinstance(body.ids[0], int) else body.ids
-        return JSONResponse(await core.tokenization.decode(body.model, ids, body.skip_special_tokens, call.record))
+        return FastJSONResponse(await core.tokenization.decode(body.model, ids, body.skip_special_tokens, call.record))
 
     routes = {
         "/embed": (EmbedBody, dense),
@@ -296,6 +296,6 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
     @app.get("/info")
     async def info(request: Request) -> Response:
         async def describe(call: Call) -> Response:
-            return JSONResponse(tei_info(core, request.query_params.get("model", "")))
+            return FastJSONResponse(tei_info(core, request.query_params.get("model", "")))
 
         return await handle(core, request, {}, describe, TEI)
