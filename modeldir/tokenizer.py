@@ -177,25 +177,6 @@ class MarianTokenizer:
             encoded.append(Encoded([self.vocab.get(t, self.unk_id) for t in tokens], tokens, truncated))
         return encoded
 
-    def spans(self, texts: list[str], add_special_tokens: bool = True) -> list[list[Span]]:
-        """Each text's tokens, not cut at any length, with their places in it."""
-        tokenizer = self._truncated_at("right", UNCUT)
-        out = []
-        for text, e in zip(texts, tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)):
-            data, at = text.encode(), [0]  # at[i]: where character i starts in data
-            for character in text:
-                at.append(at[-1] + len(character.encode()))
-            spans = []
-            for token_id, token, special, (start, stop) in zip(e.ids, e.tokens, e.special_tokens_mask, e.offsets):
-                if special:
-                    spans.append(Span(token_id, token, True, None, None))
-                else:
-                    spans.append(
-                        Span(token_id, data[at[start] : at[stop]].decode(errors="replace"), False, at[start], at[stop])
-                    )
-            out.append(spans)
-        return out
-
     def content(self, texts: list[str]) -> list[list[int]]:
         """Each text's own ids, without </s> (a multilingual tokenizer frames them)."""
         return [[self.vocab.get(t, self.unk_id) for t in self._pieces(text, self.source)] for text in texts]

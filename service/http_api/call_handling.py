@@ -68,6 +68,16 @@ KEY_STATUSES = StatusTable(
 )
 
 
+# Plain HTTP statuses with 401 for a missing or wrong token: Cohere's and KServe REST's (Triton's).
+BEARER_STATUSES = StatusTable(
+    ok="200",
+    cancelled="499",
+    statuses={**KEY_STATUSES.statuses, Unauthenticated: 401},
+    internal=500,
+    code=str,
+)
+
+
 def openai_error(refusal: Refusal) -> dict:
     return {"error": {"message": refusal.message, "type": refusal.status[1], "param": refusal.field,
                       "code": refusal.kind}}  # fmt: skip

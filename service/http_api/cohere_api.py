@@ -14,41 +14,17 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
-from ..core.calls import Call, StatusTable
+from ..core.calls import Call
 from ..core.cross_encoding import RerankRequest
 from ..core.embeddings import EmbedRequest
 from ..core.serving import ServingCore
 from ..errors import (
-    DeadlineExceeded,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    Overloaded,
-    RequestTooLarge,
-    Unauthenticated,
-    Unavailable,
     invalid,
 )
-from .call_handling import FastJSONResponse, HttpApi, body_error, handle
+from .call_handling import BEARER_STATUSES, FastJSONResponse, HttpApi, body_error, handle
 from .request_fields import request_fields
 
-STATUSES = StatusTable(
-    ok="200",
-    cancelled="499",
-    statuses={
-        InvalidArgument: 400,
-        RequestTooLarge: 413,
-        NotFound: 404,
-        Overloaded: 429,
-        Unavailable: 503,
-        FailedPrecondition: 400,
-        DeadlineExceeded: 504,
-        Unauthenticated: 401,
-    },
-    internal=500,
-    code=str,
-)
-COHERE = HttpApi("cohere", STATUSES, lambda refusal: {"message": refusal.message})
+COHERE = HttpApi("cohere", BEARER_STATUSES, lambda refusal: {"message": refusal.message})
 PATHS = ("/v2/embed", "/v2/rerank")
 EMBED_NAMES = {"inputs": "texts", "dimensions": "output_dimension", "embedding_type": "embedding_types"}
 RERANK_NAMES = {}

@@ -13,7 +13,7 @@ import numpy as np
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from ..core.calls import Call, StatusTable
+from ..core.calls import Call
 from ..core.open_inference import (
     CLIENT_PARAMETERS,
     FIELD_NAMES,
@@ -31,34 +31,10 @@ from ..core.open_inference import (
 )
 from ..core.serving import ServingCore
 from ..errors import (
-    DeadlineExceeded,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    Overloaded,
-    RequestTooLarge,
-    Unauthenticated,
-    Unavailable,
     invalid,
 )
-from .call_handling import BodyTooLarge, FastJSONResponse, HttpApi, handle
+from .call_handling import BEARER_STATUSES, BodyTooLarge, FastJSONResponse, HttpApi, handle
 
-STATUSES = StatusTable(
-    ok="200",
-    cancelled="499",
-    statuses={
-        InvalidArgument: 400,
-        RequestTooLarge: 413,
-        NotFound: 404,
-        Overloaded: 429,
-        Unavailable: 503,
-        FailedPrecondition: 400,
-        DeadlineExceeded: 504,
-        Unauthenticated: 401,
-    },
-    internal=500,
-    code=str,
-)
 HEADER_LENGTH = "inference-header-content-length"
 KINDS = {int: "an integer", float: "a number", bool: "a bool", str: "a string"}
 TYPES = {"BYTES": "TYPE_STRING", "FP32": "TYPE_FP32", "INT64": "TYPE_INT64"}
@@ -75,7 +51,7 @@ def route_name(path: str) -> str:
     return "kserve.metadata" if path.startswith("/v2/models/") else "kserve.server"
 
 
-KSERVE = HttpApi("kserve", STATUSES, lambda refusal: {"error": refusal.message}, route_name=route_name)
+KSERVE = HttpApi("kserve", BEARER_STATUSES, lambda refusal: {"error": refusal.message}, route_name=route_name)
 OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
 
 
