@@ -192,8 +192,8 @@ def test_what_the_check_runs_on_the_device_imports_only_the_image_and_the_kit():
     tops = {top for path in files for top in imports_of(path)} - set(sys.stdlib_module_names)
     tops -= {"benchmarks", "cli", "modelbuild", "modeldir", "service", "testing"}
     # Imported inside the functions that only run here: engines.py's CTranslate2 baseline (marian_bench) and
-    # load_clients.py's --openai and --triton callers (the device's use --target).
-    tops -= {"ctranslate2", "openai", "tritonclient"}
+    # load_clients.py's --openai, --triton and --cohere callers (the device's use --target).
+    tops -= {"ctranslate2", "openai", "tritonclient", "cohere"}
     distributions = {normalized(d): {top} for top in tops for d in owners.get(top, [f"<none: {top}>"])}
     assert audit(distributions) == []
     assert {"torch", "transformers", "sentence-transformers", "onnxruntime-gpu"} <= set(distributions)
