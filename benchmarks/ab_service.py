@@ -32,8 +32,24 @@ from .machine import describe, print_machine
 def serve(checkout: Path, models: list[str], threads: int) -> tuple[subprocess.Popen, int]:
     """The checkout's server in a process of its own, once its models are served: -> process, port."""
     package = "cli" if (checkout / "cli" / "__main__.py").is_file() else "service"  # before the cli package
-    command = [sys.executable, "-m", package, "serve", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
-               "--log-format", "text", "--intra-op-threads", str(threads), "--models", *models]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        package,
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--log-format",
+        "text",
+        "--intra-op-threads",
+        str(threads),
+        "--models",
+        *models,
+    ]
     process = subprocess.Popen(command, cwd=checkout, env=_env(checkout), stderr=subprocess.PIPE, text=True)
     port = None
     for line in process.stderr:
@@ -53,8 +69,14 @@ def _env(checkout: Path) -> dict:
 
 
 def clients(checkout: Path, module: str, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", module, *args], cwd=checkout, env=_env(checkout),
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=checkout,
+        env=_env(checkout),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -65,8 +87,16 @@ def one_round(checkout: Path, args, side: str) -> dict[str, float]:
     process, port = serve(checkout, [str(Path(seq2seq).resolve())], args.threads)
     try:
         for streams in (32, 1):
-            r = clients(checkout, "benchmarks.stream_clients", "--target", f"127.0.0.1:{port}",
-                        "--streams", str(streams), "--new-tokens", str(args.new_tokens))  # fmt: skip
+            r = clients(
+                checkout,
+                "benchmarks.stream_clients",
+                "--target",
+                f"127.0.0.1:{port}",
+                "--streams",
+                str(streams),
+                "--new-tokens",
+                str(args.new_tokens),
+            )
             figures[f"generate, {streams} streams (tokens/s)"] = r["tokens"] / r["wall"]
     finally:
         process.terminate()
@@ -74,8 +104,16 @@ def one_round(checkout: Path, args, side: str) -> dict[str, float]:
     process, port = serve(checkout, [str(Path(embedding).resolve())], args.threads)
     try:
         for per_call in (1, 16):
-            r = clients(checkout, "benchmarks.load_clients", "--target", f"127.0.0.1:{port}",
-                        "--clients", "32", "--per-call", str(per_call))  # fmt: skip
+            r = clients(
+                checkout,
+                "benchmarks.load_clients",
+                "--target",
+                f"127.0.0.1:{port}",
+                "--clients",
+                "32",
+                "--per-call",
+                str(per_call),
+            )
             figures[f"embed, 32 clients x {per_call} (sentences/s)"] = len(SENTENCES) / r["wall"]
     finally:
         process.terminate()
@@ -105,8 +143,10 @@ def main() -> None:
         for side in ("before", "after") if round_ % 2 == 0 else ("after", "before"):  # turned round each round
             for name, value in one_round(getattr(args, side).resolve(), args, side).items():
                 runs[side].setdefault(name, []).append(value)
-            print(f"round {round_ + 1} {side}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in runs[side].items()),
-                  flush=True)  # fmt: skip
+            print(
+                f"round {round_ + 1} {side}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in runs[side].items()),
+                flush=True,
+            )
     rows = []
     for name in runs["before"]:
         before, after = statistics.median(runs["before"][name]), statistics.median(runs["after"][name])

@@ -50,8 +50,11 @@ def attention_ms(target: str, repeats: int) -> dict:
     with Client(target, timeout=120) as client:
         for name, call in (
             ("minilm, 15 tokens", lambda: client.attention(TRUCK, model="minilm")),
-            ("base, 34 source tokens + 32 generated", lambda: client.attention(source(1), model="base", max_new_tokens=32)),
-        ):  # fmt: skip
+            (
+                "base, 34 source tokens + 32 generated",
+                lambda: client.attention(source(1), model="base", max_new_tokens=32),
+            ),
+        ):
             out[name] = median_seconds(call, repeats, warmup=1) * 1e3
     return out
 
@@ -78,8 +81,15 @@ def main() -> None:
                     runs[variant]["rss_mb"].append(server.rss_mb())
                     embed = clients("load_clients", "--target", server.target, "--clients", "32", "--per-call", "1")
                     runs[variant]["embed"].append(512 / embed["wall"])
-                    stream = clients("stream_clients", "--target", server.target, "--streams", "32",
-                                     "--new-tokens", str(args.new_tokens))  # fmt: skip
+                    stream = clients(
+                        "stream_clients",
+                        "--target",
+                        server.target,
+                        "--streams",
+                        "32",
+                        "--new-tokens",
+                        str(args.new_tokens),
+                    )
                     runs[variant]["generate"].append(stream["tokens"] / stream["wall"])
                     if variant == "on":
                         latencies.append(attention_ms(server.target, repeats=10))
@@ -100,8 +110,11 @@ def main() -> None:
         rows,
     )
     attention = {name: statistics.median(r[name] for r in latencies) for name in latencies[0]}
-    print_table("Attention calls (server with attention maps on), median ms", ["call", "ms"],
-                [[name, ms] for name, ms in attention.items()])  # fmt: skip
+    print_table(
+        "Attention calls (server with attention maps on), median ms",
+        ["call", "ms"],
+        [[name, ms] for name, ms in attention.items()],
+    )
     figures = {
         "machine": machine,
         "rounds": args.rounds,

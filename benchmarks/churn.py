@@ -44,18 +44,33 @@ def main() -> None:
         ["clients killed mid-call", killed],
         ["calls answered OK during the churn", int(ok_calls)],
         ["calls ended CANCELLED (their client gone)", int(cancelled)],
-        ["after: calls running / queue depth / cache usage",
-         f"{rest['requests_running']:g} / {rest['queue_depth']:g} / {rest['kv_cache_usage_ratio']:g}"],
+        [
+            "after: calls running / queue depth / cache usage",
+            f"{rest['requests_running']:g} / {rest['queue_depth']:g} / {rest['kv_cache_usage_ratio']:g}",
+        ],
         ["after: ready", ready],
         ["server RSS before -> after (MB)", f"{rss_before:.0f} -> {rss_after:.0f}"],
         ["server open file descriptors before -> after", f"{fds_before} -> {fds_after}"],
         ["exit code after SIGTERM", exit_code],
-    ]  # fmt: skip
+    ]
     print_table(f"Client churn, {args.seconds:g} s, {args.workers} clients at a time", ["", "value"], rows)
-    write_results("churn", {"seconds": args.seconds, "workers": args.workers, "killed": killed, "ok_calls": ok_calls,
-                            "cancelled": cancelled, "at_rest": rest, "ready": ready, "rss_before_mb": rss_before,
-                            "rss_after_mb": rss_after, "fds_before": fds_before, "fds_after": fds_after,
-                            "exit_code": exit_code})  # fmt: skip
+    write_results(
+        "churn",
+        {
+            "seconds": args.seconds,
+            "workers": args.workers,
+            "killed": killed,
+            "ok_calls": ok_calls,
+            "cancelled": cancelled,
+            "at_rest": rest,
+            "ready": ready,
+            "rss_before_mb": rss_before,
+            "rss_after_mb": rss_after,
+            "fds_before": fds_before,
+            "fds_after": fds_after,
+            "exit_code": exit_code,
+        },
+    )
 
 
 if __name__ == "__main__":

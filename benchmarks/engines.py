@@ -51,8 +51,12 @@ def st_embed(args) -> dict:
     if args.device == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started
-    return {"engine": "sentence-transformers", "sentences": len(texts), "seconds": seconds,
-            "sentences_per_second": len(texts) / seconds}  # fmt: skip
+    return {
+        "engine": "sentence-transformers",
+        "sentences": len(texts),
+        "seconds": seconds,
+        "sentences_per_second": len(texts) / seconds,
+    }
 
 
 def ort_embed(args) -> dict:
@@ -82,8 +86,12 @@ def ort_embed(args) -> dict:
     for ids, mask in batches:
         session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
     seconds = time.perf_counter() - started
-    return {"engine": f"onnxruntime ({args.precision}, {args.grouping})", "sentences": len(encoded), "seconds": seconds,
-            "sentences_per_second": len(encoded) / seconds}  # fmt: skip
+    return {
+        "engine": f"onnxruntime ({args.precision}, {args.grouping})",
+        "sentences": len(encoded),
+        "seconds": seconds,
+        "sentences_per_second": len(encoded) / seconds,
+    }
 
 
 def hf_generate(args) -> dict:
@@ -96,8 +104,12 @@ def hf_generate(args) -> dict:
     if args.device == "cuda":
         model = model.half()
     tokenizer = MarianTokenizer.from_pretrained(args.model)
-    settings = {"num_beams": 1, "do_sample": False, "max_new_tokens": args.new_tokens,
-                "min_new_tokens": args.new_tokens}  # fmt: skip
+    settings = {
+        "num_beams": 1,
+        "do_sample": False,
+        "max_new_tokens": args.new_tokens,
+        "min_new_tokens": args.new_tokens,
+    }
     sources = texts(args.count)
 
     def run(group):
@@ -130,8 +142,9 @@ def ct2_generate(args) -> dict:
     from modeldir.files import open_model_dir
     from modeldir.language_tokenizer import load_model_tokenizer
 
-    translator = ctranslate2.Translator(args.model, device=args.device, compute_type=args.compute_type,
-                                        intra_threads=args.threads, inter_threads=1)  # fmt: skip
+    translator = ctranslate2.Translator(
+        args.model, device=args.device, compute_type=args.compute_type, intra_threads=args.threads, inter_threads=1
+    )
     files = open_model_dir(args.tokenizer)
     tokenizer = load_model_tokenizer(files.config, files.tokenizer)
     languages = parse_languages(args.languages)
@@ -159,8 +172,11 @@ def ct2_generate(args) -> dict:
         latencies += [time.perf_counter() - begun] * len(results)
         tokens += sum(len(r.hypotheses[0]) - (prefixes is not None) for r in results)
     wall = time.perf_counter() - started
-    return {"engine": f"ctranslate2 ({args.compute_type})", "batch": args.batch,
-            **summary(tokens, wall, latencies, args.new_tokens)}  # fmt: skip
+    return {
+        "engine": f"ctranslate2 ({args.compute_type})",
+        "batch": args.batch,
+        **summary(tokens, wall, latencies, args.new_tokens),
+    }
 
 
 def attnserve_generate(args) -> dict:
@@ -172,8 +188,13 @@ def attnserve_generate(args) -> dict:
     return {"engine": "attnserve", "concurrency": args.concurrency, **result}
 
 
-ENGINES = {"st-embed": st_embed, "ort-embed": ort_embed, "hf-generate": hf_generate, "ct2-generate": ct2_generate,
-           "attnserve-generate": attnserve_generate}  # fmt: skip
+ENGINES = {
+    "st-embed": st_embed,
+    "ort-embed": ort_embed,
+    "hf-generate": hf_generate,
+    "ct2-generate": ct2_generate,
+    "attnserve-generate": attnserve_generate,
+}
 
 
 def main() -> None:

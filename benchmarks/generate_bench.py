@@ -135,13 +135,26 @@ def service_engine(model_dir: Path, threads: int, new_tokens: int) -> dict:
     try:
         out = {}
         for streams in (1, 32):
-            command = [sys.executable, "-m", "benchmarks.stream_clients", "--target", server.target,
-                       "--streams", str(streams), "--new-tokens", str(new_tokens)]  # fmt: skip
+            command = [
+                sys.executable,
+                "-m",
+                "benchmarks.stream_clients",
+                "--target",
+                server.target,
+                "--streams",
+                str(streams),
+                "--new-tokens",
+                str(new_tokens),
+            ]
             run = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
             ttft, itl = np.array(run["ttft"]) * 1e3, np.array(run["itl"]) * 1e3
-            out[streams] = {"tokens_per_s": run["tokens"] / run["wall"], "ttft_p50_ms": float(np.percentile(ttft, 50)),
-                            "ttft_p99_ms": float(np.percentile(ttft, 99)), "itl_p50_ms": float(np.percentile(itl, 50)),
-                            "itl_p99_ms": float(np.percentile(itl, 99))}  # fmt: skip
+            out[streams] = {
+                "tokens_per_s": run["tokens"] / run["wall"],
+                "ttft_p50_ms": float(np.percentile(ttft, 50)),
+                "ttft_p99_ms": float(np.percentile(ttft, 99)),
+                "itl_p50_ms": float(np.percentile(itl, 50)),
+                "itl_p99_ms": float(np.percentile(itl, 99)),
+            }
         return out
     finally:
         server.stop()
@@ -164,16 +177,20 @@ def main() -> None:
     parser.add_argument("--engine", choices=["onnx", "torch"], help="(internal) one engine, in this process")
     args = parser.parse_args()
     if args.engine:  # the model is built: the ONNX Runtime engine's process never imports torch
-        result = onnx_engine(WORK, args.threads, args.repeats) if args.engine == "onnx" else torch_engine(
-            WORK, args.threads)  # fmt: skip
+        result = (
+            onnx_engine(WORK, args.threads, args.repeats) if args.engine == "onnx" else torch_engine(WORK, args.threads)
+        )
         print(json.dumps(result))
         return
     machine = describe(args.threads)
     print_machine(machine)
     model_dir = build()
     common = ["--threads", str(args.threads), "--repeats", str(args.repeats)]
-    engines = {"onnx": lambda: in_process("onnx", *common), "torch": lambda: in_process("torch", *common),
-               "service": lambda: service_engine(model_dir, args.threads, args.new_tokens)}  # fmt: skip
+    engines = {
+        "onnx": lambda: in_process("onnx", *common),
+        "torch": lambda: in_process("torch", *common),
+        "service": lambda: service_engine(model_dir, args.threads, args.new_tokens),
+    }
     runs: dict[str, list[dict]] = {name: [] for name in engines}
     names = list(engines)
     for round_ in range(args.rounds):
@@ -186,11 +203,17 @@ def main() -> None:
 
     assert all(r["same_tokens"] for r in runs["onnx"]), "the cache changed the greedy output"
     p16, p_long = median("onnx", "prefix_16_ms"), median("onnx", f"prefix_{LONG_PREFIX}_ms")
-    print_table(f"Decode time per token, batch 1, the serving step (median ms; medians of {args.rounds} rounds)",
-                ["prefix 16", f"prefix {LONG_PREFIX}", f"{LONG_PREFIX} / 16"], [[p16, p_long, p_long / p16]])  # fmt: skip
+    print_table(
+        f"Decode time per token, batch 1, the serving step (median ms; medians of {args.rounds} rounds)",
+        ["prefix 16", f"prefix {LONG_PREFIX}", f"{LONG_PREFIX} / 16"],
+        [[p16, p_long, p_long / p16]],
+    )
     cached, recompute = median("onnx", "cache_256_s"), median("onnx", "recompute_256_s")
-    print_table("256 new tokens, batch 1, greedy (the same tokens both ways)",
-                ["with the KV cache s", "recomputing the prefix s", "speed-up"], [[cached, recompute, recompute / cached]])  # fmt: skip
+    print_table(
+        "256 new tokens, batch 1, greedy (the same tokens both ways)",
+        ["with the KV cache s", "recomputing the prefix s", "speed-up"],
+        [[cached, recompute, recompute / cached]],
+    )
     rows = []
     for batch in (1, 32):
         ort_rate, torch_rate = (
@@ -198,16 +221,21 @@ def main() -> None:
             median("torch", f"batch_{batch}_tokens_per_s"),
         )
         rows.append([batch, ort_rate, torch_rate, ort_rate / torch_rate])
-    print_table("32 greedy steps with the cache: ONNX Runtime vs PyTorch eager (our model), each in its own process",
-                ["batch", "ORT tokens/s", "PyTorch tokens/s", "ORT / PyTorch"], rows)  # fmt: skip
+    print_table(
+        "32 greedy steps with the cache: ONNX Runtime vs PyTorch eager (our model), each in its own process",
+        ["batch", "ORT tokens/s", "PyTorch tokens/s", "ORT / PyTorch"],
+        rows,
+    )
     one, many = ({k: median("service", streams, k) for k in runs["service"][0][streams]} for streams in (1, 32))
     print_table(
         f"Service: GenerateStream, {args.new_tokens} new tokens each; 32 streams / 1 = "
         f"{many['tokens_per_s'] / one['tokens_per_s']:.2f}x",
         ["streams", "tokens/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms"],
-        [[n, f["tokens_per_s"], f["ttft_p50_ms"], f["ttft_p99_ms"], f["itl_p50_ms"], f["itl_p99_ms"]]
-         for n, f in ((1, one), (32, many))],
-    )  # fmt: skip
+        [
+            [n, f["tokens_per_s"], f["ttft_p50_ms"], f["ttft_p99_ms"], f["itl_p50_ms"], f["itl_p99_ms"]]
+            for n, f in ((1, one), (32, many))
+        ],
+    )
     write_results("generate_bench", {"machine": machine, "rounds": args.rounds, "runs": runs})
 
 

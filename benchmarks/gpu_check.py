@@ -66,10 +66,24 @@ class Check:
         streams = str(self.sizes.moonshot_streams)
         self.say(f"starting a server: {', '.join(m.name for m in models)} on {self.device} {' '.join(extra)}")
         server = ServerProcess(
-            "--device", self.device, "--precision", "fp16", "--max-new-tokens", str(max(self.sizes.new_tokens, 32)),
-            "--max-batch-size", "64", "--kv-cache-bytes", "0", "--max-running-sequences", streams,
-            "--max-client-batch-size", "64", *extra, models=[str(m) for m in models], log_file=log_file,
-        )  # fmt: skip
+            "--device",
+            self.device,
+            "--precision",
+            "fp16",
+            "--max-new-tokens",
+            str(max(self.sizes.new_tokens, 32)),
+            "--max-batch-size",
+            "64",
+            "--kv-cache-bytes",
+            "0",
+            "--max-running-sequences",
+            streams,
+            "--max-client-batch-size",
+            "64",
+            *extra,
+            models=[str(m) for m in models],
+            log_file=log_file,
+        )
         self.say(f"server up on port {server.port}")
         return server
 
@@ -114,8 +128,13 @@ def preflight(kit: Path, device: str, say) -> dict:
 def machine(device: str) -> dict:
     import onnxruntime as ort
 
-    info = {"date": time.strftime("%Y-%m-%d %H:%M"), "device": device, "python": platform.python_version(),
-            "onnxruntime": ort.__version__, "cpu": platform.processor() or platform.machine()}  # fmt: skip
+    info = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "device": device,
+        "python": platform.python_version(),
+        "onnxruntime": ort.__version__,
+        "cpu": platform.processor() or platform.machine(),
+    }
     if device == "cuda":
         info["gpu"] = gpu_phases.nvidia_smi("name,memory.total,driver_version")
     return info
@@ -123,8 +142,12 @@ def machine(device: str) -> dict:
 
 def markdown(results: dict) -> str:
     """One row per phase: its state, time and key figures."""
-    lines = [f"# GPU check ({results['machine'][-1]['device']}, {results['machine'][-1]['date']})", "",
-             "| phase | state | seconds | figures |", "| --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        f"# GPU check ({results['machine'][-1]['device']}, {results['machine'][-1]['date']})",
+        "",
+        "| phase | state | seconds | figures |",
+        "| --- | --- | --- | --- |",
+    ]
     for name, record in results["phases"].items():
         figures = {k: v for k, v in record.items() if k not in ("ok", "seconds", "error", "traceback", "server_log")}
         shown = record["error"] if not record["ok"] else json.dumps(figures, default=str)

@@ -16,11 +16,34 @@ IMAGE_PYTHON = "3.12"
 # protobuf: the generated code needs protobuf >= 6.33.5): carried at the versions this project runs.
 # (fastapi imports opentelemetry-api at start, which nothing said until the rehearsal ran it.)
 CARRIED = (
-    "onnxruntime-gpu", "grpcio", "grpcio-health-checking", "grpcio-reflection", "protobuf", "prometheus-client",
-    "fastapi", "starlette", "pydantic", "pydantic-core", "annotated-types", "annotated-doc", "typing-inspection",
-    "typing-extensions", "opentelemetry-api", "uvicorn", "httptools", "h11", "click", "anyio", "idna", "num2words",
-    "langcodes", "language-data", "marisa-trie", "sentencex", "py3langid",
-)  # fmt: skip
+    "onnxruntime-gpu",
+    "grpcio",
+    "grpcio-health-checking",
+    "grpcio-reflection",
+    "protobuf",
+    "prometheus-client",
+    "fastapi",
+    "starlette",
+    "pydantic",
+    "pydantic-core",
+    "annotated-types",
+    "annotated-doc",
+    "typing-inspection",
+    "typing-extensions",
+    "opentelemetry-api",
+    "uvicorn",
+    "httptools",
+    "h11",
+    "click",
+    "anyio",
+    "idna",
+    "num2words",
+    "langcodes",
+    "language-data",
+    "marisa-trie",
+    "sentencex",
+    "py3langid",
+)
 # The image's own, at its versions, that the serve path imports: the rehearsal installs these.
 IMAGE_SERVE = ("numpy", "tokenizers", "sentencepiece", "safetensors", "packaging", "flatbuffers")
 PROJECT_PACKAGES = ("benchmarks", "cli", "modelbuild", "modeldir", "service", "testing", "tests")

@@ -41,8 +41,23 @@ def wheels(dest: Path, cache: Path = WHEEL_CACHE) -> list[Path]:
     pins = [f"{name}=={version}" for name, version in carried_versions().items()]
     cache.mkdir(parents=True, exist_ok=True)
     platforms = [flag for p in PLATFORMS for flag in ("--platform", p)]
-    command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
-               IMAGE_PYTHON, "--implementation", "cp", *platforms, "-d", str(cache), *pins]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        IMAGE_PYTHON,
+        "--implementation",
+        "cp",
+        *platforms,
+        "-d",
+        str(cache),
+        *pins,
+    ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     dest.mkdir(parents=True, exist_ok=True)
     found = []
@@ -87,8 +102,12 @@ def served_copy(model_dir: Path, dest: Path) -> None:
     from modeldir.files import MANIFEST_FILE, graph_files, tokenizer_files
 
     manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
-    files = [MANIFEST_FILE, CONFIG_FILE, *tokenizer_files(manifest["config"].get("tokenizer", "tokenizers")),
-             *graph_files(manifest["task"], "fp16").values()]  # fmt: skip
+    files = [
+        MANIFEST_FILE,
+        CONFIG_FILE,
+        *tokenizer_files(manifest["config"].get("tokenizer", "tokenizers")),
+        *graph_files(manifest["task"], "fp16").values(),
+    ]
     for relative in files:
         (dest / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(model_dir / relative, dest / relative)
@@ -116,16 +135,23 @@ def pack(name: str, content: Path, members: list[str], parts_dir: Path, part_byt
             part = parts_dir / f"{name}-{len(parts):02d}"
             part.write_bytes(chunk)
             parts.append({"name": part.name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
-    group = {"name": name, "contents": members, "bytes": tar_path.stat().st_size, "sha256": sha256(tar_path),
-             "parts": parts, "wheels": "wheels" in members}  # fmt: skip
+    group = {
+        "name": name,
+        "contents": members,
+        "bytes": tar_path.stat().st_size,
+        "sha256": sha256(tar_path),
+        "parts": parts,
+        "wheels": "wheels" in members,
+    }
     tar_path.unlink()
     return group
 
 
 def tree_bytes(root: Path) -> int:
     """What the device tool carries beside a part: the working tree git knows of (tracked and untracked)."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, capture_output=True,
-                            check=True).stdout.split(b"\0")  # fmt: skip
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, capture_output=True, check=True
+    ).stdout.split(b"\0")
     return sum((root / name.decode()).stat().st_size for name in listed if name and (root / name.decode()).is_file())
 
 
@@ -155,9 +181,16 @@ def build_kit(out: Path, sizes: Sizes, small: bool) -> dict:
         ),
         pack("b", content, ["models/marian", "minilm-st"], parts_dir, part_bytes),
     ]
-    kit = {"created": time.strftime("%Y-%m-%d %H:%M"), "small": small, "sizes": sizes.to_dict(),
-           "wheels": sorted(w.name for w in carried), "tree_bytes": tree, "part_bytes": part_bytes, "groups": groups,
-           "build_seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+    kit = {
+        "created": time.strftime("%Y-%m-%d %H:%M"),
+        "small": small,
+        "sizes": sizes.to_dict(),
+        "wheels": sorted(w.name for w in carried),
+        "tree_bytes": tree,
+        "part_bytes": part_bytes,
+        "groups": groups,
+        "build_seconds": round(time.perf_counter() - started, 1),
+    }
     (out / "kit.json").write_text(json.dumps(kit, indent=2) + "\n")
     shutil.rmtree(out / "work")
     shutil.rmtree(content)

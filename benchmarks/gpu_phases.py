@@ -32,8 +32,12 @@ def run_json(*command: str) -> dict:
 
 def nvidia_smi(fields: str) -> str:
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30)  # fmt: skip
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return out.stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return ""
@@ -71,8 +75,9 @@ def parity(ctx) -> dict:
     with Client(ctx.server.target, timeout=120) as client:
         served = np.array(client.embed(refs["minilm"]["texts"], model="minilm").vectors)
         cosines = (served * np.array(refs["minilm"]["embeddings"])).sum(axis=1)
-        report = {"minilm": {"texts": len(cosines), "min_cosine": float(cosines.min()),
-                             "mean_cosine": float(cosines.mean())}}  # fmt: skip
+        report = {
+            "minilm": {"texts": len(cosines), "min_cosine": float(cosines.min()), "mean_cosine": float(cosines.mean())}
+        }
         numbers = {}
         with ThreadPoolExecutor(32) as pool:  # one channel, 32 calls at a time
             for direction, pairs in refs["numbers"]["pairs"].items():
@@ -81,8 +86,9 @@ def parity(ctx) -> dict:
                 numbers[direction] = {"exact": exact, "total": len(pairs), "share": exact / len(pairs)}
         report["numbers"] = numbers
     body = json.dumps({"model": "minilm", "input": refs["minilm"]["texts"][:2]}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{ctx.server.http_port}/v1/embeddings", body,
-                                     {"content-type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{ctx.server.http_port}/v1/embeddings", body, {"content-type": "application/json"}
+    )
     http = json.loads(urllib.request.urlopen(request, timeout=60).read())
     by_http = np.array([d["embedding"] for d in http["data"]])
     report["http_door"] = {"max_abs_diff_to_grpc": float(np.abs(by_http - served[:2]).max())}
@@ -100,15 +106,47 @@ def parity_marian(ctx) -> dict:
 def embeddings(ctx) -> dict:
     sizes, count, batch = ctx.sizes, str(ctx.sizes.embed_count), "64"
     with Utilization() as busy:
-        service = run_json("-m", "benchmarks.load_clients", "--target", ctx.server.target, "--clients",
-                           str(sizes.embed_clients), "--per-call", str(sizes.per_call), "--count", count)  # fmt: skip
+        service = run_json(
+            "-m",
+            "benchmarks.load_clients",
+            "--target",
+            ctx.server.target,
+            "--clients",
+            str(sizes.embed_clients),
+            "--per-call",
+            str(sizes.per_call),
+            "--count",
+            count,
+        )
     out = {"attnserve": sizes.embed_count / service["wall"], **busy.figures()}
-    out["sentence-transformers"] = run_json("-m", "benchmarks.engines", "st-embed", "--model",
-                                            str(ctx.kit / "minilm-st"), "--device", ctx.device, "--count", count,
-                                            "--batch", batch)["sentences_per_second"]  # fmt: skip
-    out["onnxruntime"] = run_json("-m", "benchmarks.engines", "ort-embed", "--model", str(ctx.kit / "models/minilm"),
-                                  "--device", ctx.device, "--precision", "fp16", "--count", count,
-                                  "--batch", batch)["sentences_per_second"]  # fmt: skip
+    out["sentence-transformers"] = run_json(
+        "-m",
+        "benchmarks.engines",
+        "st-embed",
+        "--model",
+        str(ctx.kit / "minilm-st"),
+        "--device",
+        ctx.device,
+        "--count",
+        count,
+        "--batch",
+        batch,
+    )["sentences_per_second"]
+    out["onnxruntime"] = run_json(
+        "-m",
+        "benchmarks.engines",
+        "ort-embed",
+        "--model",
+        str(ctx.kit / "models/minilm"),
+        "--device",
+        ctx.device,
+        "--precision",
+        "fp16",
+        "--count",
+        count,
+        "--batch",
+        batch,
+    )["sentences_per_second"]
     out["vs_st"] = out["attnserve"] / out["sentence-transformers"]
     out["vs_ort"] = out["attnserve"] / out["onnxruntime"]
     return out
@@ -134,8 +172,11 @@ def marian_checkpoint(ctx) -> Path:
             "import json, sys; from modelbuild.random_marian import MarianShape, random_marian_checkpoint;"
             "random_marian_checkpoint(sys.argv[1], MarianShape(**json.loads(sys.argv[2])), seed=int(sys.argv[3]))"
         )
-        subprocess.run([sys.executable, "-c", code, str(target), json.dumps(ctx.sizes.marian),
-                        str(ctx.sizes.marian_seed)], check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", code, str(target), json.dumps(ctx.sizes.marian), str(ctx.sizes.marian_seed)],
+            check=True,
+            capture_output=True,
+        )
     return target
 
 
@@ -168,8 +209,21 @@ def generation(ctx) -> dict:
     checkpoint = marian_checkpoint(ctx)
     for concurrency, count in generate_loads(sizes):
         ours = generate_rate(ctx, server, concurrency, count)
-        theirs = run_json("-m", "benchmarks.engines", "hf-generate", "--model", str(checkpoint), "--device",
-                          ctx.device, "--count", str(count), "--batch", str(concurrency), "--new-tokens", new)  # fmt: skip
+        theirs = run_json(
+            "-m",
+            "benchmarks.engines",
+            "hf-generate",
+            "--model",
+            str(checkpoint),
+            "--device",
+            ctx.device,
+            "--count",
+            str(count),
+            "--batch",
+            str(concurrency),
+            "--new-tokens",
+            new,
+        )
         out[str(concurrency)] = {
             "attnserve_tokens_per_second": ours.pop("tokens_per_second"),
             "attnserve_seconds_per_token": ours.pop("seconds_per_token"),
@@ -224,8 +278,19 @@ def moonshot(ctx) -> dict:
     sentences of 10-60 words a call), and the Marian model at moonshot_streams concurrent streams."""
     sizes, server = ctx.sizes, ctx.server
     count = sizes.embed_count * 4
-    command = [sys.executable, "-m", "benchmarks.load_clients", "--target", server.target, "--clients",
-               str(sizes.embed_clients), "--per-call", "16", "--count", str(count // 4)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.load_clients",
+        "--target",
+        server.target,
+        "--clients",
+        str(sizes.embed_clients),
+        "--per-call",
+        "16",
+        "--count",
+        str(count // 4),
+    ]
     with Utilization() as busy:
         started = time.perf_counter()
         callers = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(4)]
@@ -234,10 +299,24 @@ def moonshot(ctx) -> dict:
         wall = time.perf_counter() - started
     embed = {"sentences_per_second": count / wall, **busy.figures()}
     with Utilization() as busy:
-        streams = run_json("-m", "benchmarks.stream_clients", "--target", server.target, "--model", "marian",
-                           "--streams", str(sizes.moonshot_streams), "--new-tokens", str(sizes.new_tokens))  # fmt: skip
-    generate = {"tokens_per_second": streams["tokens"] / streams["wall"], **busy.figures(),
-                "ttft_p50": float(np.median(streams["ttft"])), "itl_p50": float(np.median(streams["itl"] or [0]))}  # fmt: skip
+        streams = run_json(
+            "-m",
+            "benchmarks.stream_clients",
+            "--target",
+            server.target,
+            "--model",
+            "marian",
+            "--streams",
+            str(sizes.moonshot_streams),
+            "--new-tokens",
+            str(sizes.new_tokens),
+        )
+    generate = {
+        "tokens_per_second": streams["tokens"] / streams["wall"],
+        **busy.figures(),
+        "ttft_p50": float(np.median(streams["ttft"])),
+        "itl_p50": float(np.median(streams["itl"] or [0])),
+    }
     return {"goals": MOONSHOT, "minilm": embed, "marian": generate}
 
 

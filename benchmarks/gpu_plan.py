@@ -16,9 +16,15 @@ CALL_S = 10
 TRANSFER_BYTES_PER_S = 20e6
 UNPACK_S = {"a": 15, "b": 5}  # here: 5.6 s and 0.3 s (2 cores)
 PHASES = {  # phase -> seconds it is estimated to take on the device, in order of value
-    "preflight": 60, "parity": 60, "parity-marian": 45, "embeddings": 60, "generation": 120, "memory": 5,
-    "moonshot": 120, "cuda-graphs": 90,
-}  # fmt: skip
+    "preflight": 60,
+    "parity": 60,
+    "parity-marian": 45,
+    "embeddings": 60,
+    "generation": 120,
+    "memory": 5,
+    "moonshot": 120,
+    "cuda-graphs": 90,
+}
 # The phases each call runs: the last call of group a (the first results), of group b, then one of its own.
 CALL_PHASES = (
     ("a", ("preflight", "parity")),
@@ -33,8 +39,10 @@ def phases_of(group: str | None) -> list[str]:
 
 
 def check_command(phases: list[str]) -> str:
-    return (f"PYTHONPATH=/tmp/site:$PWD python3 -u -m benchmarks.gpu_check --kit /tmp/kit --phases {','.join(phases)}"
-            f" --out {RESULTS}")  # fmt: skip
+    return (
+        f"PYTHONPATH=/tmp/site:$PWD python3 -u -m benchmarks.gpu_check --kit /tmp/kit --phases {','.join(phases)}"
+        f" --out {RESULTS}"
+    )
 
 
 def calls(kit: dict, kit_dir: Path) -> list[dict]:
@@ -59,8 +67,14 @@ def calls(kit: dict, kit_dir: Path) -> list[dict]:
                 command += " && ls -l /tmp/kit/parts"
             out.append({"command": command, "carry": carry, "seconds": seconds, "group": group["name"]})
     phases = phases_of(None)
-    out.append({"command": check_command(phases), "carry": [], "group": "-",
-                "seconds": CALL_S + kit["tree_bytes"] / TRANSFER_BYTES_PER_S + sum(PHASES[p] for p in phases)})  # fmt: skip
+    out.append(
+        {
+            "command": check_command(phases),
+            "carry": [],
+            "group": "-",
+            "seconds": CALL_S + kit["tree_bytes"] / TRANSFER_BYTES_PER_S + sum(PHASES[p] for p in phases),
+        }
+    )
     for call in out:
         call["timeout_s"] = min(600, int(call["seconds"] * 1.5) + 30)
     return out
@@ -84,16 +98,21 @@ def timeline(kit: dict, kit_dir: Path) -> list[tuple[str, float]]:
 def print_plan(kit: dict, kit_dir: Path) -> None:
     parts = sum(len(g["parts"]) for g in kit["groups"])
     size = sum(g["bytes"] for g in kit["groups"]) / 2**20
-    print(f"device kit in {kit_dir}: {parts} parts, {size:.0f} MiB ({kit['part_bytes'] >> 20} MiB a part, the working "
-          f"tree {kit['tree_bytes'] / 2**20:.1f} MiB beside it), built in {kit['build_seconds']:.0f} s")  # fmt: skip
+    print(
+        f"device kit in {kit_dir}: {parts} parts, {size:.0f} MiB ({kit['part_bytes'] >> 20} MiB a part, the working "
+        f"tree {kit['tree_bytes'] / 2**20:.1f} MiB beside it), built in {kit['build_seconds']:.0f} s"
+    )
     for group in kit["groups"]:
-        print(f"  group {group['name']}: {', '.join(group['contents'])}: {len(group['parts'])} parts, "
-              f"{group['bytes'] / 2**20:.0f} MiB; then phases {', '.join(phases_of(group['name']))}")  # fmt: skip
+        print(
+            f"  group {group['name']}: {', '.join(group['contents'])}: {len(group['parts'])} parts, "
+            f"{group['bytes'] / 2**20:.0f} MiB; then phases {', '.join(phases_of(group['name']))}"
+        )
     print(f"  and a call of its own: phases {', '.join(phases_of(None))}")
     print("Calls, back to back (the device tool's run: command, carry, timeout_s):")
     for i, call in enumerate(calls(kit, kit_dir), 1):
         print(f"  {i}. carry={call['carry']} timeout_s={call['timeout_s']}\n     {call['command']}")
-    print(f"Timeline (estimated: cold start {COLD_START_S} s, {CALL_S} s a call, "
-          f"{TRANSFER_BYTES_PER_S / 1e6:.0f} MB/s):")  # fmt: skip
+    print(
+        f"Timeline (estimated: cold start {COLD_START_S} s, {CALL_S} s a call, {TRANSFER_BYTES_PER_S / 1e6:.0f} MB/s):"
+    )
     for what, clock in timeline(kit, kit_dir):
         print(f"  {clock / 60:5.1f} min  {what}")

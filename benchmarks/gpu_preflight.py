@@ -26,9 +26,24 @@ import numpy as np
 
 from .common import median_seconds
 
-IMPORTS = ("onnxruntime", "grpc", "google.protobuf", "grpc_health.v1", "grpc_reflection.v1alpha", "fastapi",
-           "starlette", "uvicorn", "pydantic", "tokenizers", "sentencepiece", "prometheus_client", "safetensors",
-           "numpy", "service.server", "service.grpc_api.client")  # fmt: skip
+IMPORTS = (
+    "onnxruntime",
+    "grpc",
+    "google.protobuf",
+    "grpc_health.v1",
+    "grpc_reflection.v1alpha",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "pydantic",
+    "tokenizers",
+    "sentencepiece",
+    "prometheus_client",
+    "safetensors",
+    "numpy",
+    "service.server",
+    "service.grpc_api.client",
+)
 GIB = 1 << 30
 SAME_TIME = 1.5  # "the same time": a ratio below this; a copy of the cache would be 16x (or 680x) slower
 
@@ -116,8 +131,9 @@ def check_in_place(kit: Path, device: str) -> dict:
 
     from .runner_harness import RunnerHarness
 
-    harness = RunnerHarness(kit / "models" / "numbers", threads=0 if device == "cuda" else 2, precision="fp16",
-                            device=device)  # fmt: skip
+    harness = RunnerHarness(
+        kit / "models" / "numbers", threads=0 if device == "cuda" else 2, precision="fp16", device=device
+    )
     runner, c = harness.runner, harness.config
     heads, d_head, layers = harness.heads, harness.d_head, c.n_decoder_layers
     positions = 1024
@@ -138,10 +154,15 @@ def check_in_place(kit: Path, device: str) -> dict:
         tokens = np.full((64, 1), c.bos_id, np.int64)
         steps[target] = median_seconds(lambda: harness.step(cache, tokens), repeats=15, warmup=1)
     move_ratio, step_ratio = move_big / move_small, steps[1024] / steps[64]
-    record = {"buffer_bytes": big_rows * row_bytes, "row_move_1gib_ms": 1e3 * move_big,
-              "row_move_2_rows_ms": 1e3 * move_small, "row_move_ratio": move_ratio,
-              "step_64_positions_ms": 1e3 * steps[64], "step_1024_positions_ms": 1e3 * steps[1024],
-              "step_ratio": step_ratio}  # fmt: skip
+    record = {
+        "buffer_bytes": big_rows * row_bytes,
+        "row_move_1gib_ms": 1e3 * move_big,
+        "row_move_2_rows_ms": 1e3 * move_small,
+        "row_move_ratio": move_ratio,
+        "step_64_positions_ms": 1e3 * steps[64],
+        "step_1024_positions_ms": 1e3 * steps[1024],
+        "step_ratio": step_ratio,
+    }
     if device == "cpu":  # a shared CPU's timings: recorded, judged only on the device
         return {**record, "judged": False}
     if move_ratio > SAME_TIME or step_ratio > SAME_TIME:
@@ -161,20 +182,26 @@ def run(kit: Path, device: str, say=print) -> list[dict]:
     """Every check, in order: -> their records."""
     reference = json.loads((kit / "references.json").read_text())["numbers"]["preflight"]
     checks = [
-        ("imports", check_imports), ("cuda libraries", lambda: check_cuda_libraries(device)),
-        ("provider", lambda: check_provider(kit, device)), ("placements", lambda: check_placements(kit, device)),
+        ("imports", check_imports),
+        ("cuda libraries", lambda: check_cuda_libraries(device)),
+        ("provider", lambda: check_provider(kit, device)),
+        ("placements", lambda: check_placements(kit, device)),
         ("numbers decode", lambda: check_numbers_decode(kit, device, reference)),
         ("in place", lambda: check_in_place(kit, device)),
         ("release memory", lambda: check_release_memory(kit, device)),
-    ]  # fmt: skip
+    ]
     records = []
     for name, check in checks:
         started = time.perf_counter()
         try:
             record = {"check": name, "ok": True, **check()}
         except Exception as error:
-            record = {"check": name, "ok": False, "error": f"{type(error).__name__}: {error}",
-                      "traceback": traceback.format_exc(limit=8)}  # fmt: skip
+            record = {
+                "check": name,
+                "ok": False,
+                "error": f"{type(error).__name__}: {error}",
+                "traceback": traceback.format_exc(limit=8),
+            }
         record["seconds"] = round(time.perf_counter() - started, 3)
         records.append(record)
         shown = {k: v for k, v in record.items() if k not in ("check", "traceback")}

@@ -19,12 +19,18 @@ from .gpu_sizes import Sizes
 from .runner_harness import RunnerHarness
 
 ORACLE_TEXTS = [  # tests/test_minilm.py's: accents, scripts, emoji, code, one token, past 256 tokens
-    "The delivery truck, which was late, blocked the narrow street.", "She saw the man with the telescope.",
-    "A woman used a telescope to look at a man.", "Zürich's café served crème brûlée; naïve façade, Ærøskøbing.",
-    "Привет, как дела? Γειά σου κόσμε. مرحبا بالعالم", "今日は天気がいいですね。我喜欢学习机器学习。한국어 문장입니다.",
-    "Launch day 🚀🔥 — we did it!! 👩‍💻👨‍👩‍👧 ✔️", "def mean(xs):\n    return sum(xs) / len(xs)", "a", "?",
+    "The delivery truck, which was late, blocked the narrow street.",
+    "She saw the man with the telescope.",
+    "A woman used a telescope to look at a man.",
+    "Zürich's café served crème brûlée; naïve façade, Ærøskøbing.",
+    "Привет, как дела? Γειά σου κόσμε. مرحبا بالعالم",
+    "今日は天気がいいですね。我喜欢学习机器学习。한국어 문장입니다.",
+    "Launch day 🚀🔥 — we did it!! 👩‍💻👨‍👩‍👧 ✔️",
+    "def mean(xs):\n    return sum(xs) / len(xs)",
+    "a",
+    "?",
     " ".join(f"word{i} and more text" for i in range(150)),
-]  # fmt: skip
+]
 PREFLIGHT_STEPS = 32
 
 
@@ -53,8 +59,10 @@ def numbers(model_dir: Path, sizes: Sizes) -> dict:
 
     rng = random.Random(777)  # a seed not used in training
     sampled = [sample_number(rng) for _ in range(sizes.numbers)]
-    pairs = {direction: [pair(n, to_digits) for n in sampled]
-             for direction, to_digits in (("digits->words", False), ("words->digits", True))}  # fmt: skip
+    pairs = {
+        direction: [pair(n, to_digits) for n in sampled]
+        for direction, to_digits in (("digits->words", False), ("words->digits", True))
+    }
     sources = [source for source, _ in pairs["digits->words"][: sizes.preflight_rows]]
     harness = RunnerHarness(model_dir, threads=2)
     ids, mask = encoded(open_model_dir(model_dir), sources)
@@ -80,5 +88,8 @@ def marian(model_dir: Path, sizes: Sizes) -> dict:
 
 
 def references(dirs: dict[str, Path], sizes: Sizes) -> dict:
-    return {"minilm": minilm(dirs["minilm"]), "numbers": numbers(dirs["numbers"], sizes),
-            "marian": marian(dirs["marian"], sizes)}  # fmt: skip
+    return {
+        "minilm": minilm(dirs["minilm"]),
+        "numbers": numbers(dirs["numbers"], sizes),
+        "marian": marian(dirs["marian"], sizes),
+    }

@@ -64,8 +64,21 @@ def unpack_kit(kit_dir: Path, python: Path, root: Path) -> tuple[Path, Path]:
     parts, kit, site = root / "parts", root / "kit", root / "site"
     shutil.copytree(kit_dir / "parts", parts)
     for group in ("a", "b"):
-        command = [str(python), "-m", "benchmarks.gpu_unpack", "--group", group, "--manifest", str(kit_dir / "kit.json"),
-                   "--parts", str(parts), "--kit", str(kit), "--site", str(site)]  # fmt: skip
+        command = [
+            str(python),
+            "-m",
+            "benchmarks.gpu_unpack",
+            "--group",
+            group,
+            "--manifest",
+            str(kit_dir / "kit.json"),
+            "--parts",
+            str(parts),
+            "--kit",
+            str(kit),
+            "--site",
+            str(site),
+        ]
         subprocess.run(command, check=True, cwd=ROOT, env=clean_env())
     return kit, site
 

@@ -8,8 +8,17 @@ from dataclasses import asdict, dataclass, field
 # the device too, where the check imports no torch). Base-sized, as marian_bench's: d_model 512, 8 heads,
 # 6 + 6 layers, a vocabulary of 32,000.
 # Its pair (en -> de) lets the translation doors route to it.
-MARIAN_BASE = {"d_model": 512, "heads": 8, "encoder_layers": 6, "decoder_layers": 6, "d_ff": 2048,
-               "activation": "swish", "vocab_size": 32000, "max_positions": 512, "pair": ["en", "de"]}  # fmt: skip
+MARIAN_BASE = {
+    "d_model": 512,
+    "heads": 8,
+    "encoder_layers": 6,
+    "decoder_layers": 6,
+    "d_ff": 2048,
+    "activation": "swish",
+    "vocab_size": 32000,
+    "max_positions": 512,
+    "pair": ["en", "de"],
+}
 MARIAN_SMALL = {"max_positions": 128, "pair": ["en", "de"]}
 
 

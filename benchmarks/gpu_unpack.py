@@ -57,8 +57,21 @@ def unpack(group: dict, parts: Path, kit: Path, site: Path) -> None:
     say(started, f"group {group['name']} unpacked into {kit}: {', '.join(group['contents'])}")
     wheels = sorted((kit / "wheels").glob("*.whl")) if group.get("wheels") else []
     if wheels:
-        command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                   "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, wheels)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--no-cache-dir",
+            "--upgrade",
+            "--target",
+            str(site),
+            *map(str, wheels),
+        ]
         subprocess.run(command, check=True)
         say(started, f"{len(wheels)} wheels installed into {site}")
 

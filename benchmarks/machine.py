@@ -52,8 +52,10 @@ def describe(threads: int) -> dict:
 
 
 def print_machine(machine: dict) -> None:
-    print(f"machine: {machine['cpu']}, {machine['cores']} cores visible, flags {' '.join(machine['flags']) or '-'}; "
-          f"GEMM probe (float32 1024^3, {machine['threads']} threads): {machine['gemm_gflops']:.0f} GFLOP/s")  # fmt: skip
+    print(
+        f"machine: {machine['cpu']}, {machine['cores']} cores visible, flags {' '.join(machine['flags']) or '-'}; "
+        f"GEMM probe (float32 1024^3, {machine['threads']} threads): {machine['gemm_gflops']:.0f} GFLOP/s"
+    )
 
 
 def share_of_probe(multiply_adds_per_item: float, items_per_second: float, machine: dict) -> tuple[float, float]:

@@ -36,9 +36,15 @@ from .common import print_table, write_results
 from .machine import describe, print_machine, share_of_probe
 
 MARIAN_BASE = MarianShape(
-    d_model=512, heads=8, encoder_layers=6, decoder_layers=6, d_ff=2048, activation="swish", vocab_size=32000,
+    d_model=512,
+    heads=8,
+    encoder_layers=6,
+    decoder_layers=6,
+    d_ff=2048,
+    activation="swish",
+    vocab_size=32000,
     max_positions=512,
-)  # fmt: skip
+)
 WORK = Path("build/bench/marian-base")
 SOURCE_TOKENS = 30  # about, per sentence of benchmarks/translation_load.py
 
@@ -88,22 +94,42 @@ def engine(*args: str) -> dict:
 
 def decode_step_seconds(server: ServerProcess) -> tuple[float, float]:
     labels = {"model": "marian-base", "stage": "decode"}
-    return (server.metric("attnserve_inference_duration_seconds_sum", **labels),
-            server.metric("attnserve_inference_duration_seconds_count", **labels))  # fmt: skip
+    return (
+        server.metric("attnserve_inference_duration_seconds_sum", **labels),
+        server.metric("attnserve_inference_duration_seconds_count", **labels),
+    )
 
 
 def run_attnserve(ours: Path, precision: str, batches: list[int], args, cwd: Path | None = None) -> dict:
     """One server (in its own process; `cwd`'s code) for both batch sizes: -> batch -> figures, with the
     mean decode step."""
-    server = ServerProcess("--precision", precision, "--intra-op-threads", str(args.threads), "--max-new-tokens",
-                           str(args.new_tokens), models=[str(ours.resolve())], cwd=cwd)  # fmt: skip
+    server = ServerProcess(
+        "--precision",
+        precision,
+        "--intra-op-threads",
+        str(args.threads),
+        "--max-new-tokens",
+        str(args.new_tokens),
+        models=[str(ours.resolve())],
+        cwd=cwd,
+    )
     try:
         out = {}
         for batch in batches:
             before = decode_step_seconds(server)
-            out[batch] = engine("attnserve-generate", "--target", server.target, "--served", "marian-base",
-                                "--count", str(count(batch, args)), "--concurrency", str(batch),
-                                "--new-tokens", str(args.new_tokens))  # fmt: skip
+            out[batch] = engine(
+                "attnserve-generate",
+                "--target",
+                server.target,
+                "--served",
+                "marian-base",
+                "--count",
+                str(count(batch, args)),
+                "--concurrency",
+                str(batch),
+                "--new-tokens",
+                str(args.new_tokens),
+            )
             after = decode_step_seconds(server)
             out[batch]["decode_step_ms"] = 1e3 * (after[0] - before[0]) / (after[1] - before[1])
         return out
@@ -131,13 +157,29 @@ def main() -> None:
         return against(ours, args, machine)
     common = ["--threads", str(args.threads), "--new-tokens", str(args.new_tokens)]
     libraries = {
-        "transformers": lambda b: engine("hf-generate", "--model", str(hf_dir), "--batch", str(b),
-                                         "--count", str(count(b, args)), *common),
-        **{f"ctranslate2 {t}": (lambda b, t=t: engine("ct2-generate", "--model", str(ct2_dir), "--tokenizer", str(ours),
-                                                      "--compute-type", t, "--batch", str(b), "--count",
-                                                      str(count(b, args)), *common))
-           for t in ("float32", "int8", "int8_float32")},
-    }  # fmt: skip
+        "transformers": lambda b: engine(
+            "hf-generate", "--model", str(hf_dir), "--batch", str(b), "--count", str(count(b, args)), *common
+        ),
+        **{
+            f"ctranslate2 {t}": (
+                lambda b, t=t: engine(
+                    "ct2-generate",
+                    "--model",
+                    str(ct2_dir),
+                    "--tokenizer",
+                    str(ours),
+                    "--compute-type",
+                    t,
+                    "--batch",
+                    str(b),
+                    "--count",
+                    str(count(b, args)),
+                    *common,
+                )
+            )
+            for t in ("float32", "int8", "int8_float32")
+        },
+    }
     servers = {f"attnserve {p}": p for p in ("fp32", "int8")}
     runs: dict[tuple[str, int], list[dict]] = {}
     names = list(libraries) + list(servers)
@@ -163,29 +205,55 @@ def main() -> None:
         for name in names:
             rate = median(name, batch, "tokens_per_second")
             gflops, share = share_of_probe(macs, rate, machine)
-            rows.append([name, batch, round(rate, 1), round(median(name, batch, "latency_p50"), 3),
-                         round(rate / median("transformers", batch, "tokens_per_second"), 2),
-                         round(rate / median("ctranslate2 float32", batch, "tokens_per_second"), 2),
-                         round(rate / median("ctranslate2 int8", batch, "tokens_per_second"), 2),
-                         round(gflops, 1), f"{share:.0%}"])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    batch,
+                    round(rate, 1),
+                    round(median(name, batch, "latency_p50"), 3),
+                    round(rate / median("transformers", batch, "tokens_per_second"), 2),
+                    round(rate / median("ctranslate2 float32", batch, "tokens_per_second"), 2),
+                    round(rate / median("ctranslate2 int8", batch, "tokens_per_second"), 2),
+                    round(gflops, 1),
+                    f"{share:.0%}",
+                ]
+            )
     print_table(
         f"Marian-base random checkpoint, greedy, {args.new_tokens} new tokens, {args.threads} threads, "
         f"median of {args.rounds} rounds, each engine in a fresh process",
-        ["engine", "batch", "tokens/s", "p50 s", "x transformers", "x CT2 float32", "x CT2 int8", "GFLOP/s",
-         "of GEMM probe"], rows,
-    )  # fmt: skip
-    ct2 = {b: max(("float32", "int8", "int8_float32"), key=lambda t: median(f"ctranslate2 {t}", b, "tokens_per_second"))
-           for b in args.batches}  # fmt: skip
+        [
+            "engine",
+            "batch",
+            "tokens/s",
+            "p50 s",
+            "x transformers",
+            "x CT2 float32",
+            "x CT2 int8",
+            "GFLOP/s",
+            "of GEMM probe",
+        ],
+        rows,
+    )
+    ct2 = {
+        b: max(("float32", "int8", "int8_float32"), key=lambda t: median(f"ctranslate2 {t}", b, "tokens_per_second"))
+        for b in args.batches
+    }
     goals = []
     for b in args.batches:
         ours_fp32, ours_int8 = (median(f"attnserve {p}", b, "tokens_per_second") for p in ("fp32", "int8"))
         goals += [
             [f"fp32 / CT2 float32, batch {b}", 1.1, ours_fp32 / median("ctranslate2 float32", b, "tokens_per_second")],
-            [f"int8 / CT2 int8, batch {b}", 1.5 if b == 1 else 1.3,
-             ours_int8 / median("ctranslate2 int8", b, "tokens_per_second")],
-            [f"int8 / CT2's fastest ({ct2[b]}), batch {b}", 1.0,
-             ours_int8 / median(f"ctranslate2 {ct2[b]}", b, "tokens_per_second")],
-        ]  # fmt: skip
+            [
+                f"int8 / CT2 int8, batch {b}",
+                1.5 if b == 1 else 1.3,
+                ours_int8 / median("ctranslate2 int8", b, "tokens_per_second"),
+            ],
+            [
+                f"int8 / CT2's fastest ({ct2[b]}), batch {b}",
+                1.0,
+                ours_int8 / median(f"ctranslate2 {ct2[b]}", b, "tokens_per_second"),
+            ],
+        ]
     step = {p: median(f"attnserve {p}", 1, "decode_step_ms") for p in ("fp32", "int8")} if 1 in args.batches else {}
     if step:
         goals.append(["decode step at batch 1, int8 / fp32 (at most)", 0.6, step["int8"] / step["fp32"]])

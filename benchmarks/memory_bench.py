@@ -57,13 +57,19 @@ def main() -> None:
     rows = []
     for name, results in runs.items():
         rss = [statistics.median(r["rss_mb"][i] for r in results) for i in range(len(results[0]["rss_mb"]))]
-        rows.append([name, " / ".join(f"{m:.0f}" for m in rss),
-                     *(statistics.median(r[k] for r in results) for k in ("long_call_ms", "short_call_ms"))])  # fmt: skip
+        rows.append(
+            [
+                name,
+                " / ".join(f"{m:.0f}" for m in rss),
+                *(statistics.median(r[k] for r in results) for k in ("long_call_ms", "short_call_ms")),
+            ]
+        )
     print_table(
         f"Resident memory (MB) at start, after long burst + idle, after short calls, twice; call times; medians of"
         f" {args.rounds} rounds",
-        ["setting", "RSS MB", "long call ms", "short call ms"], rows,
-    )  # fmt: skip
+        ["setting", "RSS MB", "long call ms", "short call ms"],
+        rows,
+    )
     write_results("memory_bench", {"machine": machine, "rounds": args.rounds, "runs": runs})
 
 

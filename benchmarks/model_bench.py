@@ -62,13 +62,25 @@ def main() -> None:
             for path in (model_dir / "onnx").rglob("*.onnx"):
                 sizes[path.parent.name] += path.stat().st_size / 1e6
             figures[name] = {"prepare_s": prepare, "export_s": times, "onnx_mb": sizes}
-            rows.append([name, round(prepare, 2), *(round(t, 2) for t in times.values()),
-                         " / ".join(f"{sizes[k]:.0f}" for k in ("onnx", "fp16", "int8", "int8_reduced_range"))])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    round(prepare, 2),
+                    *(round(t, 2) for t in times.values()),
+                    " / ".join(f"{sizes[k]:.0f}" for k in ("onnx", "fp16", "int8", "int8_reduced_range")),
+                ]
+            )
     print_table(
         f"Export time per model, median of {args.rounds} (graphs + parity + checksums + manifest)",
-        ["model", "import/init s", "export fp32 s", "export fp32+fp16+int8 s", "ONNX MB fp32 (+attention) / fp16 / int8 / int8 7-bit"],
+        [
+            "model",
+            "import/init s",
+            "export fp32 s",
+            "export fp32+fp16+int8 s",
+            "ONNX MB fp32 (+attention) / fp16 / int8 / int8 7-bit",
+        ],
         rows,
-    )  # fmt: skip
+    )
     write_results("model_bench", {"rounds": args.rounds, "export": figures})
 
 

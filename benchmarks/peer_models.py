@@ -25,8 +25,19 @@ def cross_encoder(source: Path, out: Path) -> None:
     for folder in (out, export):
         shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(source, out)
-    subprocess.run([str(Path(sys.executable).parent / "optimum-cli"), "export", "onnx", "--model", str(source),
-                    "--task", "text-classification", str(export)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            str(Path(sys.executable).parent / "optimum-cli"),
+            "export",
+            "onnx",
+            "--model",
+            str(source),
+            "--task",
+            "text-classification",
+            str(export),
+        ],
+        check=True,
+    )
     ORTOptimizer.from_pretrained(export, file_names=["model.onnx"]).optimize(
         OptimizationConfig(optimization_level=99, optimize_for_gpu=False), save_dir=export / "optimized"
     )
@@ -49,8 +60,19 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     for folder in (fp32, int8):
         shutil.copytree(args.model, folder)
-    subprocess.run([str(Path(sys.executable).parent / "optimum-cli"), "export", "onnx", "--model", str(args.model),
-                    "--task", "feature-extraction", str(export)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            str(Path(sys.executable).parent / "optimum-cli"),
+            "export",
+            "onnx",
+            "--model",
+            str(args.model),
+            "--task",
+            "feature-extraction",
+            str(export),
+        ],
+        check=True,
+    )
 
     from optimum.onnxruntime import ORTOptimizer, ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig, OptimizationConfig

@@ -32,16 +32,35 @@ class InfinityServer:
         """folder: another model folder of peer_models.py's (a cross-encoder's), instead of MiniLM's."""
         self.port = free_port()
         # Run in the model's folder and name it ".": see peer_models.py for why.
-        command = [str(PEERS_BIN.resolve() / "infinity_emb"), "v2", "--model-id", ".", "--engine", "optimum",
-                   "--device", "cpu", "--host", "127.0.0.1", "--port", str(self.port), "--batch-size",
-                   str(batch_size)]  # fmt: skip
+        command = [
+            str(PEERS_BIN.resolve() / "infinity_emb"),
+            "v2",
+            "--model-id",
+            ".",
+            "--engine",
+            "optimum",
+            "--device",
+            "cpu",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--batch-size",
+            str(batch_size),
+        ]
         folder = folder or PEER_MODELS / f"minilm-{precision}"
         # Its optimized graph is cached under the hub cache by model name ("."): one cache per folder. No
         # telemetry and no hub: this machine reaches neither.
-        env = {**os.environ, "HF_HUB_CACHE": str((folder / "hub-cache").resolve()), "HF_HUB_OFFLINE": "1",
-               "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1"}  # fmt: skip
-        self.process = subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)  # fmt: skip
+        env = {
+            **os.environ,
+            "HF_HUB_CACHE": str((folder / "hub-cache").resolve()),
+            "HF_HUB_OFFLINE": "1",
+            "INFINITY_ANONYMOUS_USAGE_STATS": "0",
+            "DO_NOT_TRACK": "1",
+        }
+        self.process = subprocess.Popen(
+            command, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + start_timeout
         while not self.healthy():

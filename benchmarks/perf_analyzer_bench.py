@@ -36,16 +36,37 @@ def measure(target: str, concurrency: int, data: Path, window: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "level.csv"
         command = [
-            str(PERF_ANALYZER), "-m", "minilm", "-u", target, "-i", "grpc", "--input-data", str(data),
-            "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "count_windows",
-            "--measurement-request-count", str(window), "-s", "15", "-r", "10", "-f", str(report),
-        ]  # fmt: skip
+            str(PERF_ANALYZER),
+            "-m",
+            "minilm",
+            "-u",
+            target,
+            "-i",
+            "grpc",
+            "--input-data",
+            str(data),
+            "--concurrency-range",
+            f"{concurrency}:{concurrency}",
+            "--measurement-mode",
+            "count_windows",
+            "--measurement-request-count",
+            str(window),
+            "-s",
+            "15",
+            "-r",
+            "10",
+            "-f",
+            str(report),
+        ]
         out = subprocess.run(command, capture_output=True, text=True, cwd=tmp)
         if out.returncode or not report.exists():
             raise RuntimeError(f"perf_analyzer at concurrency {concurrency}: {out.stdout[-1500:]} {out.stderr[-1500:]}")
         (row,) = list(csv.DictReader(report.open()))
-    return {"sentences_per_s": float(row["Inferences/Second"]), "p50_ms": int(row["p50 latency"]) / 1e3,
-            "p99_ms": int(row["p99 latency"]) / 1e3}  # fmt: skip
+    return {
+        "sentences_per_s": float(row["Inferences/Second"]),
+        "p50_ms": int(row["p50 latency"]) / 1e3,
+        "p99_ms": int(row["p99 latency"]) / 1e3,
+    }
 
 
 def main() -> None:
@@ -78,8 +99,9 @@ def main() -> None:
         rows.append([level, f"{median['sentences_per_s']:.1f}", f"{median['p50_ms']:.1f}", f"{median['p99_ms']:.1f}"])
     print_table(
         f"perf_analyzer, KServe v2 ModelInfer, MiniLM, 1 sentence a request; {args.rounds} rounds, medians",
-        ["concurrency", "sentences/s", "p50 ms", "p99 ms"], rows,
-    )  # fmt: skip
+        ["concurrency", "sentences/s", "p50 ms", "p99 ms"],
+        rows,
+    )
     write_results("perf_analyzer_bench", {"machine": machine, "rounds": args.rounds, "runs": runs, "rows": rows})
 
 

@@ -58,13 +58,20 @@ def quantize(source: Path, target: Path, variant: str, embedding: bool) -> None:
     model = onnx.load(str(source))
     nodes = weight_matmuls(model, (FEED_FORWARD_OUT,) if embedding else ())
     if variant.startswith("dynamic"):
-        quantize_dynamic(model, target, nodes_to_quantize=nodes, per_channel=True, weight_type=QuantType.QInt8,
-                         reduce_range="reduce_range" in variant)  # fmt: skip
+        quantize_dynamic(
+            model,
+            target,
+            nodes_to_quantize=nodes,
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            reduce_range="reduce_range" in variant,
+        )
         return
     keep = [n.name for n in model.graph.node if n.op_type == "MatMul" and n.name not in nodes]
     level = 4 if "int8 compute" in variant else None  # accuracy_level 4: activations to int8 for the products
-    quantizer = MatMulNBitsQuantizer(model, bits=8, block_size=32, is_symmetric=True, nodes_to_exclude=keep,
-                                     accuracy_level=level)  # fmt: skip
+    quantizer = MatMulNBitsQuantizer(
+        model, bits=8, block_size=32, is_symmetric=True, nodes_to_exclude=keep, accuracy_level=level
+    )
     quantizer.process()
     quantizer.model.save_model_to_file(str(target), use_external_data_format=False)
 
@@ -103,8 +110,10 @@ def measure(variant: str, threads: int) -> dict:
     encoder = create_session(folder(variant) / "minilm-encoder.onnx", settings)
     texts = stdlib_sentences(SENTENCES)
     encoded = [e.ids for e in tokenizer.encode(texts)]
-    vectors = [encoder.run(["embedding"], dict(zip(("input_ids", "attention_mask"), pad_batch([ids], 0))))[0][0]
-               for ids in encoded]  # fmt: skip
+    vectors = [
+        encoder.run(["embedding"], dict(zip(("input_ids", "attention_mask"), pad_batch([ids], 0))))[0][0]
+        for ids in encoded
+    ]
     np.save(folder(variant) / "minilm-vectors.npy", np.stack(vectors))
     batch = pad_batch(sorted(encoded, key=len)[SENTENCES // 2 - 16 : SENTENCES // 2 + 16], 0)  # 32 mid-length
     inputs = dict(zip(("input_ids", "attention_mask"), batch))
@@ -149,8 +158,15 @@ def main() -> None:
     runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     for round_ in range(args.rounds):
         for variant in VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]:
-            command = [sys.executable, "-m", "benchmarks.quantization_bench", "--variant", variant,
-                       "--threads", str(args.threads)]  # fmt: skip
+            command = [
+                sys.executable,
+                "-m",
+                "benchmarks.quantization_bench",
+                "--variant",
+                variant,
+                "--threads",
+                str(args.threads),
+            ]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode:
                 raise RuntimeError(f"{variant}: {done.stderr[-2000:]}")
@@ -166,14 +182,30 @@ def main() -> None:
         cosine = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
         greedy = json.loads((folder(variant) / "marian-greedy.json").read_text())
         same = sum(a == b for a, b in zip(greedy, reference_greedy))
-        rows.append([variant, round(median["minilm_batch_32_ms"], 1), f"{cosine.mean():.5f}", f"{cosine.min():.5f}",
-                     round(median["marian_step_1_ms"], 2), round(median["marian_step_32_ms"], 2),
-                     f"{same}/{len(greedy)}"])  # fmt: skip
+        rows.append(
+            [
+                variant,
+                round(median["minilm_batch_32_ms"], 1),
+                f"{cosine.mean():.5f}",
+                f"{cosine.min():.5f}",
+                round(median["marian_step_1_ms"], 2),
+                round(median["marian_step_32_ms"], 2),
+                f"{same}/{len(greedy)}",
+            ]
+        )
     print_table(
         f"8-bit options, {args.threads} threads, medians of {args.rounds} rounds, each variant in a fresh process",
-        ["variant", "MiniLM batch 32 ms", "cosine to fp32, mean", "min", "Marian step 1 row ms",
-         "Marian step 32 rows ms", "Marian greedy = fp32"], rows,
-    )  # fmt: skip
+        [
+            "variant",
+            "MiniLM batch 32 ms",
+            "cosine to fp32, mean",
+            "min",
+            "Marian step 1 row ms",
+            "Marian step 32 rows ms",
+            "Marian greedy = fp32",
+        ],
+        rows,
+    )
     write_results("quantization_bench", {"machine": machine, "rounds": args.rounds, "runs": runs, "rows": rows})
 
 

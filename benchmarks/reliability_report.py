@@ -43,8 +43,9 @@ def overload(limit: int = 8, excess: int = 32) -> dict:
         while server.server.core.admission.in_flight < limit:
             time.sleep(0.01)
         with ThreadPoolExecutor(excess) as pool:
-            refused = list(pool.map(lambda i: timed_status(lambda: stub.Embed(pb.EmbedRequest(inputs=["x"]))),
-                                    range(excess)))  # fmt: skip
+            refused = list(
+                pool.map(lambda i: timed_status(lambda: stub.Embed(pb.EmbedRequest(inputs=["x"]))), range(excess))
+            )
         health = health_pb2_grpc.HealthStub(server.channel())
         checks = [timed_status(lambda: health.Check(health_pb2.HealthCheckRequest())) for _ in range(20)]
         release.set()
@@ -53,10 +54,14 @@ def overload(limit: int = 8, excess: int = 32) -> dict:
         server.close()
     latencies = [ms for _, ms in refused]
     return {
-        "limit": limit, "excess": excess, "refused": sum(code == "RESOURCE_EXHAUSTED" for code, _ in refused),
-        "refusal_ms_p50": statistics.median(latencies), "refusal_ms_max": max(latencies),
-        "health_ms_p50": statistics.median(ms for _, ms in checks), "health_codes": sorted({c for c, _ in checks}),
-    }  # fmt: skip
+        "limit": limit,
+        "excess": excess,
+        "refused": sum(code == "RESOURCE_EXHAUSTED" for code, _ in refused),
+        "refusal_ms_p50": statistics.median(latencies),
+        "refusal_ms_max": max(latencies),
+        "health_ms_p50": statistics.median(ms for _, ms in checks),
+        "health_codes": sorted({c for c, _ in checks}),
+    }
 
 
 def bad_requests(n: int = 200) -> dict:
@@ -66,9 +71,10 @@ def bad_requests(n: int = 200) -> dict:
         cases = {
             "Embed, 40 inputs": lambda: stub.Embed(pb.EmbedRequest(inputs=["x"] * 40)),
             "Generate, temperature NaN": lambda: stub.Generate(
-                pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=float("nan")))),
+                pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=float("nan")))
+            ),
             "Generate, unknown model": lambda: stub.Generate(pb.GenerateRequest(model="nope", input="1")),
-        }  # fmt: skip
+        }
         out = {}
         for name, call in cases.items():
             results = [timed_status(call) for _ in range(n)]
@@ -107,8 +113,12 @@ def fault_and_probe() -> dict:
         restored = time.perf_counter() - started
     finally:
         server.close()
-    return {"fault_codes": codes, "not_serving_after_ms": flipped * 1e3, "other_model_meanwhile": other_model,
-            "serving_again_after_s": restored}  # fmt: skip
+    return {
+        "fault_codes": codes,
+        "not_serving_after_ms": flipped * 1e3,
+        "other_model_meanwhile": other_model,
+        "serving_again_after_s": restored,
+    }
 
 
 def startup_and_drain() -> dict:
@@ -124,35 +134,58 @@ def startup_and_drain() -> dict:
     code = process.stop()
     codes = sorted({(f.code() or grpc.StatusCode.OK).name for f in futures})
     channel.close()
-    return {"ready_after_s": ready, "drain_exit_code": code, "drain_seconds": process.stop_seconds,
-            "in_flight_codes": codes}  # fmt: skip
+    return {
+        "ready_after_s": ready,
+        "drain_exit_code": code,
+        "drain_seconds": process.stop_seconds,
+        "in_flight_codes": codes,
+    }
 
 
 def main() -> None:
-    figures = {"overload": overload(), "bad_requests": bad_requests(), "fault": fault_and_probe(),
-               "startup_drain": startup_and_drain()}  # fmt: skip
+    figures = {
+        "overload": overload(),
+        "bad_requests": bad_requests(),
+        "fault": fault_and_probe(),
+        "startup_drain": startup_and_drain(),
+    }
     o, f, s = figures["overload"], figures["fault"], figures["startup_drain"]
-    print_table("Overload (max_concurrent_requests 8, 32 more at once)", ["", "value"], [
-        ["refused with RESOURCE_EXHAUSTED", f"{o['refused']} of {o['excess']}"],
-        ["refusal latency p50 / max (ms)", f"{o['refusal_ms_p50']:.2f} / {o['refusal_ms_max']:.2f}"],
-        ["health check meanwhile, p50 (ms)", f"{o['health_ms_p50']:.2f} ({', '.join(o['health_codes'])})"],
-    ])  # fmt: skip
+    print_table(
+        "Overload (max_concurrent_requests 8, 32 more at once)",
+        ["", "value"],
+        [
+            ["refused with RESOURCE_EXHAUSTED", f"{o['refused']} of {o['excess']}"],
+            ["refusal latency p50 / max (ms)", f"{o['refusal_ms_p50']:.2f} / {o['refusal_ms_max']:.2f}"],
+            ["health check meanwhile, p50 (ms)", f"{o['health_ms_p50']:.2f} ({', '.join(o['health_codes'])})"],
+        ],
+    )
     print_table(
         "Bad requests (200 each)",
         ["request", "code", "p50 ms"],
         [[n, v["code"], v["ms_p50"]] for n, v in figures["bad_requests"].items()],
     )
-    print_table("Runner faults (fault_threshold 3, probe every 1 s)", ["", "value"], [
-        ["codes of the faulty calls", ", ".join(f["fault_codes"])],
-        ["health NOT_SERVING after the third (ms)", f"{f['not_serving_after_ms']:.1f}"],
-        ["the other model meanwhile", f["other_model_meanwhile"]],
-        ["SERVING again after the fault was removed (s)", f"{f['serving_again_after_s']:.2f}"],
-    ])  # fmt: skip
-    print_table("Process", ["", "value"], [
-        ["start to ready (s)", f"{s['ready_after_s']:.2f}"],
-        ["SIGTERM with 6 long calls in flight: exit code, seconds", f"{s['drain_exit_code']}, {s['drain_seconds']:.2f}"],
-        ["their codes", ", ".join(s["in_flight_codes"])],
-    ])  # fmt: skip
+    print_table(
+        "Runner faults (fault_threshold 3, probe every 1 s)",
+        ["", "value"],
+        [
+            ["codes of the faulty calls", ", ".join(f["fault_codes"])],
+            ["health NOT_SERVING after the third (ms)", f"{f['not_serving_after_ms']:.1f}"],
+            ["the other model meanwhile", f["other_model_meanwhile"]],
+            ["SERVING again after the fault was removed (s)", f"{f['serving_again_after_s']:.2f}"],
+        ],
+    )
+    print_table(
+        "Process",
+        ["", "value"],
+        [
+            ["start to ready (s)", f"{s['ready_after_s']:.2f}"],
+            [
+                "SIGTERM with 6 long calls in flight: exit code, seconds",
+                f"{s['drain_exit_code']}, {s['drain_seconds']:.2f}",
+            ],
+            ["their codes", ", ".join(s["in_flight_codes"])],
+        ],
+    )
     write_results("reliability", figures)
 
 

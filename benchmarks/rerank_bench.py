@@ -157,8 +157,11 @@ def main() -> None:
     parser.add_argument("--model", default="rerank-minilm", help="(internal)")
     args = parser.parse_args()
     if args.caller:
-        run = {"grpc": lambda: asyncio.run(grpc_callers(args.target, args.model)),
-               "http": lambda: asyncio.run(http_callers(args.target, args.model)), "predict": in_process}  # fmt: skip
+        run = {
+            "grpc": lambda: asyncio.run(grpc_callers(args.target, args.model)),
+            "http": lambda: asyncio.run(http_callers(args.target, args.model)),
+            "predict": in_process,
+        }
         print(json.dumps(run[args.caller]()))
         return
     machine = describe(2)

@@ -115,8 +115,14 @@ def main() -> None:
     windows = []
     for start in np.arange(0, seconds, seconds / 6):
         latencies = [lat * 1e3 for t, code, lat in results if start <= t < start + seconds / 6 and code == "OK"]
-        windows.append([f"{start / 60:.0f}-{(start + seconds / 6) / 60:.0f} min", len(latencies),
-                        np.percentile(latencies, 50), np.percentile(latencies, 99)])  # fmt: skip
+        windows.append(
+            [
+                f"{start / 60:.0f}-{(start + seconds / 6) / 60:.0f} min",
+                len(latencies),
+                np.percentile(latencies, 50),
+                np.percentile(latencies, 99),
+            ]
+        )
     times = np.array([t for t, _, _ in samples]) / 60
     rss = np.array([r for _, r, _ in samples])
     half = times >= times[-1] / 2
@@ -132,13 +138,27 @@ def main() -> None:
         [[rss[0], rss.max(), rss[-1], rss[-1] - rss[0], slope, samples[0][2], samples[-1][2]]],
     )
     print(f"at rest after the load: calls running {at_rest[0]:g}, queue depth {at_rest[1]:g}; exit code {exit_code}")
-    write_results("soak", {
-        "minutes": args.minutes, "capacity_per_s": peak, "rate_per_s": rate, "calls": len(results),
-        "codes": dict(codes), "windows": [{"window": w[0], "ok": w[1], "p50_ms": w[2], "p99_ms": w[3]} for w in windows],
-        "rss_mb": {"start": float(rss[0]), "peak": float(rss.max()), "end": float(rss[-1]), "second_half_slope_mb_per_min": slope},
-        "fds": {"start": samples[0][2], "end": samples[-1][2]}, "rss_samples": [(float(t), float(r)) for t, r in zip(times, rss)],
-        "median_latency_ms": statistics.median(lat for _, _, lat in results) * 1e3, "exit_code": exit_code,
-    })  # fmt: skip
+    write_results(
+        "soak",
+        {
+            "minutes": args.minutes,
+            "capacity_per_s": peak,
+            "rate_per_s": rate,
+            "calls": len(results),
+            "codes": dict(codes),
+            "windows": [{"window": w[0], "ok": w[1], "p50_ms": w[2], "p99_ms": w[3]} for w in windows],
+            "rss_mb": {
+                "start": float(rss[0]),
+                "peak": float(rss.max()),
+                "end": float(rss[-1]),
+                "second_half_slope_mb_per_min": slope,
+            },
+            "fds": {"start": samples[0][2], "end": samples[-1][2]},
+            "rss_samples": [(float(t), float(r)) for t, r in zip(times, rss)],
+            "median_latency_ms": statistics.median(lat for _, _, lat in results) * 1e3,
+            "exit_code": exit_code,
+        },
+    )
 
 
 if __name__ == "__main__":

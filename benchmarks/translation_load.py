@@ -21,10 +21,13 @@ def texts(count: int) -> list[str]:
 def summary(tokens: int, wall: float, latencies: list[float], new_tokens: int) -> dict:
     latencies = sorted(latencies)
     return {
-        "tokens": tokens, "seconds": wall, "tokens_per_second": tokens / wall,
-        "latency_p50": statistics.median(latencies), "latency_p90": latencies[int(0.9 * (len(latencies) - 1))],
+        "tokens": tokens,
+        "seconds": wall,
+        "tokens_per_second": tokens / wall,
+        "latency_p50": statistics.median(latencies),
+        "latency_p90": latencies[int(0.9 * (len(latencies) - 1))],
         "seconds_per_token": statistics.median(latencies) / new_tokens,
-    }  # fmt: skip
+    }
 
 
 def parse_languages(spec: str | None) -> tuple[str, list[str]] | None:

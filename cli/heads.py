@@ -47,12 +47,15 @@ def summarize(
         for h in range(n_heads):
             out.append(
                 HeadSummary(
-                    layer=layer, head=h, entropy=float(entropy[i, h]), special=float(special[i, h]),
+                    layer=layer,
+                    head=h,
+                    entropy=float(entropy[i, h]),
+                    special=float(special[i, h]),
                     distance=float(distance[i, h]) if self_attention else None,
                     previous=float(previous[i, h]) if self_attention and previous is not None else None,
                     itself=float(itself[i, h]) if self_attention else None,
                 )
-            )  # fmt: skip
+            )
     return out
 
 

@@ -56,9 +56,13 @@ def fit(text: str, width: int, points: float) -> str:
 
 
 def draw(
-    weights: np.ndarray, layers: list[int], row_tokens: list[str], column_tokens: list[str], title: list[str],
+    weights: np.ndarray,
+    layers: list[int],
+    row_tokens: list[str],
+    column_tokens: list[str],
+    title: list[str],
     out: Path,
-) -> Layout:  # fmt: skip
+) -> Layout:
     """weights (L, H, Q, K) -> a PNG at `out`, one panel per layer and head on a shared 0..1 scale, under
     up to three lines of title (the first larger)."""
     n_layers, n_heads, queries, keys = weights.shape

@@ -93,23 +93,32 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--source-language", default="", help="a multilingual model's: the text's language")
     gen.add_argument("--target-language", default="", help="a multilingual model's: the language to write in")
     gen.add_argument("--num-beams", type=int, default=0, help="beam search (> 1: the answer comes whole); default: 1")
-    gen.add_argument("--num-return-sequences", type=int, default=0, metavar="N",
-                     help="with --num-beams: print the N best hypotheses, a line each with its score")  # fmt: skip
+    gen.add_argument(
+        "--num-return-sequences",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --num-beams: print the N best hypotheses, a line each with its score",
+    )
     gen.add_argument("--timeout", type=float, default=120.0, help="seconds; default: %(default)s")
     gen.set_defaults(run=cmd_generate)
 
     heads = commands.add_parser(
-        "heads", help="what each attention head attends to: a summary per head and a grid of heatmaps",
+        "heads",
+        help="what each attention head attends to: a summary per head and a grid of heatmaps",
         description="Asks a running server for the attention maps of TEXT (the server needs --attention-maps), "
         "prints per head: entropy (nats), mean distance attended, and the shares of attention on special "
         "tokens, on the previous token and on itself; with --out, draws them (layers x heads).",
-    )  # fmt: skip
+    )
     heads.add_argument("text")
     heads.add_argument("--model", default="", help="default: the server's first model")
     heads.add_argument("--out", type=Path, help="write the heatmaps to this PNG (needs matplotlib)")
-    heads.add_argument("--kind", choices=list(KINDS),
-                       help="which attention: encoder (self), decoder (self) or cross; default: cross for seq2seq "
-                       "models, encoder for embedding models")  # fmt: skip
+    heads.add_argument(
+        "--kind",
+        choices=list(KINDS),
+        help="which attention: encoder (self), decoder (self) or cross; default: cross for seq2seq "
+        "models, encoder for embedding models",
+    )
     heads.add_argument("--target-text", help="seq2seq: the decoder reads this text instead of a greedy generation")
     heads.add_argument("--max-new-tokens", type=_count, default=0, help="seq2seq: of the greedy generation")
     heads.add_argument("--layers", type=_count, nargs="+", default=[], help="only these layers (0-based); default: all")

@@ -32,11 +32,19 @@ def cmd_generate(args) -> None:
 
     from service.grpc_api.client import FINISH_REASON_NAMES
 
-    params = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k,
-              "top_p": args.top_p, "repetition_penalty": args.repetition_penalty, "stop": args.stop,
-              "ignore_eos": args.ignore_eos, "num_beams": args.num_beams,
-              "num_return_sequences": args.num_return_sequences, "source_language": args.source_language,
-              "target_language": args.target_language}  # fmt: skip
+    params = {
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "repetition_penalty": args.repetition_penalty,
+        "stop": args.stop,
+        "ignore_eos": args.ignore_eos,
+        "num_beams": args.num_beams,
+        "num_return_sequences": args.num_return_sequences,
+        "source_language": args.source_language,
+        "target_language": args.target_language,
+    }
     if args.seed is not None:
         params["seed"] = args.seed
     try:
@@ -48,8 +56,11 @@ def cmd_generate(args) -> None:
                         print(f"{hypothesis.score:.4f}\t{hypothesis.text}")
                 else:
                     print(response.text)
-                print(f"[{FINISH_REASON_NAMES[response.finish_reason]}: {response.usage.generated_tokens} tokens, "
-                      f"{args.num_beams} beams]", file=sys.stderr)  # fmt: skip
+                print(
+                    f"[{FINISH_REASON_NAMES[response.finish_reason]}: {response.usage.generated_tokens} tokens, "
+                    f"{args.num_beams} beams]",
+                    file=sys.stderr,
+                )
                 return
             for message in client.generate_stream(args.text, model=args.model, **params):
                 print(message.text, end="", flush=True)
@@ -66,8 +77,11 @@ def cmd_generate(args) -> None:
 
 
 KINDS = {"encoder": "encoder_self", "decoder": "decoder_self", "cross": "cross"}
-KIND_TITLES = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
-               "cross": "cross-attention"}  # fmt: skip
+KIND_TITLES = {
+    "encoder_self": "encoder self-attention",
+    "decoder_self": "decoder self-attention",
+    "cross": "cross-attention",
+}
 
 
 def cmd_heads(args) -> None:
@@ -79,8 +93,13 @@ def cmd_heads(args) -> None:
 
     try:
         with _client(args, timeout=args.timeout) as client:
-            maps = client.attention(args.text, model=args.model, target=args.target_text,
-                                    max_new_tokens=args.max_new_tokens, layers=args.layers)  # fmt: skip
+            maps = client.attention(
+                args.text,
+                model=args.model,
+                target=args.target_text,
+                max_new_tokens=args.max_new_tokens,
+                layers=args.layers,
+            )
     except grpc.RpcError as error:
         sys.exit(f"{error.code().name}: {error.details()}")
     kind = KINDS[args.kind] if args.kind else ("cross" if "cross" in maps.weights else "encoder_self")
@@ -92,8 +111,10 @@ def cmd_heads(args) -> None:
     columns = maps.target_tokens if kind == "decoder_self" else maps.source_tokens
     key_special = maps.target_special if kind == "decoder_self" else maps.source_special
     generated = f" -> {maps.target_text!r}" if maps.target_tokens else ""
-    print(f"{maps.model}, {KIND_TITLES[kind]}: {len(layers)} layers x {weights.shape[1]} heads, "
-          f"{weights.shape[2]} x {weights.shape[3]} tokens; {args.text!r}{generated}")  # fmt: skip
+    print(
+        f"{maps.model}, {KIND_TITLES[kind]}: {len(layers)} layers x {weights.shape[1]} heads, "
+        f"{weights.shape[2]} x {weights.shape[3]} tokens; {args.text!r}{generated}"
+    )
     print(format_table(summarize(weights, layers, key_special, self_attention=kind != "cross")))
     if args.out:
         try:
@@ -104,8 +125,10 @@ def cmd_heads(args) -> None:
         if kind != "encoder_self":
             title.append("rows: what each decoder position writes; columns: what it attends to")
         layout = draw(weights, layers, rows, columns, title, args.out)
-        print(f"{args.out}: {len(layers)} x {weights.shape[1]} heatmaps, {layout.width} x {layout.height} pixels",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"{args.out}: {len(layers)} x {weights.shape[1]} heatmaps, {layout.width} x {layout.height} pixels",
+            file=sys.stderr,
+        )
 
 
 def cmd_health(args) -> None:
@@ -128,8 +151,17 @@ def cmd_models(args) -> None:
         models = client.list_models()
     rows = [["name", "task", "dimensions", "max input tokens", "provider", "opset", "default"]]
     for m in models:
-        rows.append([m.name, TASK_NAMES.get(m.task, "?"), m.dimensions, m.max_input_tokens,
-                     m.execution_provider, m.opset, "yes" if m.is_default else ""])  # fmt: skip
+        rows.append(
+            [
+                m.name,
+                TASK_NAMES.get(m.task, "?"),
+                m.dimensions,
+                m.max_input_tokens,
+                m.execution_provider,
+                m.opset,
+                "yes" if m.is_default else "",
+            ]
+        )
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())

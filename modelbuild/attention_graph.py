@@ -53,8 +53,13 @@ class AttentionGraph(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, target_ids: Tensor | None = None,
-                target_mask: Tensor | None = None):  # fmt: skip
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        target_ids: Tensor | None = None,
+        target_mask: Tensor | None = None,
+    ):
         encoder = self.model.encoder
         with recording([layer.self_attention for layer in encoder.layers]) as encoder_self:
             memory = encoder(input_ids, attention_mask)
@@ -102,15 +107,21 @@ def export_attention(model: EmbeddingModel | Seq2SeqModel, name: str, to_onnx):
     """The attention-map graph as an onnx.ModelProto; to_onnx: export.py's exporter."""
     config = model.config
     inputs, outputs = attention_inputs(config.task), attention_outputs(config.task)
-    axes = {"input_ids": {0: "batch", 1: "source"}, "attention_mask": {0: "batch", 1: "source"},
-            "encoder_self_attention": {1: "batch", 3: "source", 4: "source"}}  # fmt: skip
+    axes = {
+        "input_ids": {0: "batch", 1: "source"},
+        "attention_mask": {0: "batch", 1: "source"},
+        "encoder_self_attention": {1: "batch", 3: "source", 4: "source"},
+    }
     if config.task == "seq2seq":
-        axes.update({
-            "target_ids": {0: "batch", 1: "target"}, "target_mask": {0: "batch", 1: "target"},
-            "decoder_self_attention": {1: "batch", 3: "target", 4: "target"},
-            "cross_attention": {1: "batch", 3: "target", 4: "source"},
-            "predicted_ids": {0: "batch", 1: "target"},
-        })  # fmt: skip
+        axes.update(
+            {
+                "target_ids": {0: "batch", 1: "target"},
+                "target_mask": {0: "batch", 1: "target"},
+                "decoder_self_attention": {1: "batch", 3: "target", 4: "target"},
+                "cross_attention": {1: "batch", 3: "target", 4: "source"},
+                "predicted_ids": {0: "batch", 1: "target"},
+            }
+        )
     return to_onnx(AttentionGraph(model), example_inputs(config), inputs, outputs, axes, name, "attention", config)
 
 
@@ -142,8 +153,10 @@ def weight_masks(task: str, input_ids, attention_mask, target_ids=None, target_m
     """(name, query mask, key mask, causal) of each weights output, in attention_outputs order."""
     masks = [("encoder_self_attention", attention_mask, attention_mask, False)]
     if task == "seq2seq":
-        masks += [("decoder_self_attention", target_mask, target_mask, True),
-                  ("cross_attention", target_mask, attention_mask, False)]  # fmt: skip
+        masks += [
+            ("decoder_self_attention", target_mask, target_mask, True),
+            ("cross_attention", target_mask, attention_mask, False),
+        ]
     return masks
 
 

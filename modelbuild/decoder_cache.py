@@ -62,9 +62,16 @@ class BufferCache:
     def attend(self, layer: int, attn: MultiHeadAttention, h: Tensor) -> Tensor:
         total = self.total if self.total is not None else (self.lengths.max() + h.shape[1]).reshape(1)
         out, present_k, present_v = BufferedAttention.apply(
-            attn.w_q(h), attn.w_k(h), attn.w_v(h), self.keys[layer], self.values[layer], self.lengths, total,
-            attn.n_heads, attn.scale,
-        )  # fmt: skip
+            attn.w_q(h),
+            attn.w_k(h),
+            attn.w_v(h),
+            self.keys[layer],
+            self.values[layer],
+            self.lengths,
+            total,
+            attn.n_heads,
+            attn.scale,
+        )
         self.present.append((present_k, present_v))
         return attn.w_o(out)
 
@@ -106,9 +113,19 @@ class BufferedAttention(torch.autograd.Function):
         last = g.op("Cast", g.op("ReduceMax", offsets, keepdims_i=0), to_i=6)  # int32, as lengths
         seqlens = g.op("Add", lengths, last)
         out, present_k, present_v = g.op(
-            "com.microsoft::GroupQueryAttention", q, k, v, key_buffer, value_buffer, seqlens, total,
-            num_heads_i=n_heads, kv_num_heads_i=n_heads, scale_f=scale, outputs=3,
-        )  # fmt: skip
+            "com.microsoft::GroupQueryAttention",
+            q,
+            k,
+            v,
+            key_buffer,
+            value_buffer,
+            seqlens,
+            total,
+            num_heads_i=n_heads,
+            kv_num_heads_i=n_heads,
+            scale_f=scale,
+            outputs=3,
+        )
         # The exporter cannot infer a contrib op's shapes: the output is shaped as q, the present as the past.
         out.setType(q.type())
         present_k.setType(key_buffer.type())

@@ -31,9 +31,10 @@ def weight_matmuls(model: onnx.ModelProto, keep_float: tuple[str, ...] = ()) -> 
     keep_float."""
     weights = {i.name for i in model.graph.initializer}
     return [
-        n.name for n in model.graph.node
+        n.name
+        for n in model.graph.node
         if n.op_type == "MatMul" and n.input[1] in weights and not any(part in n.name for part in keep_float)
-    ]  # fmt: skip
+    ]
 
 
 def eight_bit(source: Path, target: Path, config: ModelConfig, reduce_range: bool = False) -> onnx.ModelProto:

@@ -60,6 +60,9 @@ from .transformer import Seq2SeqModel
 from .weights import load_model_dir
 
 REDUCED_PRECISIONS = ("fp16", "int8")  # written beside the float32 graphs when asked for
+# Raised when the exporter starts writing something optional that an earlier export lacks and the server
+# still serves without (1: the int8 ranges of embedding types): `attnserve build` exports such a model again.
+EXPORT_REVISION = 1
 
 
 class Progress:
@@ -78,19 +81,34 @@ class Progress:
 
 
 def _to_onnx(
-    module, args, input_names, output_names, dynamic_axes, name: str, graph: str, config: ModelConfig,
+    module,
+    args,
+    input_names,
+    output_names,
+    dynamic_axes,
+    name: str,
+    graph: str,
+    config: ModelConfig,
     custom_opsets: dict | None = None,
-):  # fmt: skip
+):
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         # The TorchScript exporter announces its deprecation; tracer warnings are about Python ints that
         # are constants by construction (head counts, sizes).
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            module, args, buffer, input_names=list(input_names), output_names=list(output_names),
-            dynamic_axes=dynamic_axes, opset_version=OPSET, dynamo=False, do_constant_folding=True,
-            custom_opsets=custom_opsets, autograd_inlining=False,
-        )  # fmt: skip
+            module,
+            args,
+            buffer,
+            input_names=list(input_names),
+            output_names=list(output_names),
+            dynamic_axes=dynamic_axes,
+            opset_version=OPSET,
+            dynamo=False,
+            do_constant_folding=True,
+            custom_opsets=custom_opsets,
+            autograd_inlining=False,
+        )
     proto = onnx.load_from_string(buffer.getvalue())
     metadata_props = {
         "attnserve.name": name,
@@ -279,6 +297,7 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
                 "parity": parity,
                 **copies,
                 **calibration,
+                "export_revision": EXPORT_REVISION,
                 "versions": library_versions(),
                 "export_seconds": round(time.perf_counter() - started, 2),
             }

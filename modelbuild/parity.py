@@ -120,7 +120,7 @@ def measure_against_half(model, model_dir: Path, files: dict[str, str], steps: i
     figures = {
         "encoder_max_abs_diff": max(
             float(np.abs(a.astype(np.float32) - e.float().numpy()).max()) for a, e in zip(actual, expected)
-        )  # fmt: skip
+        )
     }
     if model.config.task == "seq2seq":
         decoder = cpu_session(model_dir / files["decoder"])

@@ -22,10 +22,18 @@ def train_sentencepiece(vocab_size: int, seed: int = 0) -> bytes:
     """A unigram model as Marian's: </s> = 0, <unk> = 1, no <s>; the serialized model."""
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences(3000, seed)), model_writer=model, vocab_size=vocab_size,
-        hard_vocab_limit=False, model_type="unigram", character_coverage=1.0,
-        eos_id=0, unk_id=1, bos_id=-1, pad_id=-1, minloglevel=2,
-    )  # fmt: skip
+        sentence_iterator=iter(sentences(3000, seed)),
+        model_writer=model,
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,
+        model_type="unigram",
+        character_coverage=1.0,
+        eos_id=0,
+        unk_id=1,
+        bos_id=-1,
+        pad_id=-1,
+        minloglevel=2,
+    )
     return model.getvalue()
 
 
@@ -101,22 +109,38 @@ def random_marian_checkpoint(out_dir: Path, shape: MarianShape = MarianShape(), 
     vocab, target_vocab = _vocabulary(spm_model, size, codes), _vocabulary(target_spm, size, codes)
     pad, eos = vocab["<pad>"], vocab["</s>"]
     config = MarianConfig(
-        vocab_size=len(vocab), share_encoder_decoder_embeddings=not shape.separate_vocabs,
-        d_model=shape.d_model, encoder_layers=shape.encoder_layers,
-        decoder_layers=shape.decoder_layers, encoder_attention_heads=shape.heads, decoder_attention_heads=shape.heads,
-        encoder_ffn_dim=shape.d_ff, decoder_ffn_dim=shape.d_ff, max_position_embeddings=shape.max_positions,
-        activation_function=shape.activation, scale_embedding=True, pad_token_id=pad, decoder_start_token_id=pad,
-        eos_token_id=eos, forced_eos_token_id=eos, tie_word_embeddings=shape.tied,
-    )  # fmt: skip
+        vocab_size=len(vocab),
+        share_encoder_decoder_embeddings=not shape.separate_vocabs,
+        d_model=shape.d_model,
+        encoder_layers=shape.encoder_layers,
+        decoder_layers=shape.decoder_layers,
+        encoder_attention_heads=shape.heads,
+        decoder_attention_heads=shape.heads,
+        encoder_ffn_dim=shape.d_ff,
+        decoder_ffn_dim=shape.d_ff,
+        max_position_embeddings=shape.max_positions,
+        activation_function=shape.activation,
+        scale_embedding=True,
+        pad_token_id=pad,
+        decoder_start_token_id=pad,
+        eos_token_id=eos,
+        forced_eos_token_id=eos,
+        tie_word_embeddings=shape.tied,
+    )
     torch.manual_seed(seed)
     model = MarianMTModel(config).eval()
     _randomize(model, shape, seed, eos)
     # As opus-mt checkpoints have it: the pad token is never generated, eos is forced at the length limit.
     model.generation_config = GenerationConfig(
-        decoder_start_token_id=pad, pad_token_id=pad, eos_token_id=eos, forced_eos_token_id=eos,
-        bad_words_ids=[[pad]], num_beams=shape.num_beams, max_length=shape.max_positions,
+        decoder_start_token_id=pad,
+        pad_token_id=pad,
+        eos_token_id=eos,
+        forced_eos_token_id=eos,
+        bad_words_ids=[[pad]],
+        num_beams=shape.num_beams,
+        max_length=shape.max_positions,
         renormalize_logits=shape.renormalize_logits,
-    )  # fmt: skip
+    )
     model.save_pretrained(out_dir)
     (out_dir / "source.spm").write_bytes(spm_model)
     (out_dir / "target.spm").write_bytes(target_spm)

@@ -17,9 +17,16 @@ SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3, as ModelConfig's
 
 # Transformer-base (the paper's base model, Marian-base sized): d_model 512, 8 heads, 6+6 layers, vocab 32k.
 BASE_SEQ2SEQ = ModelConfig(
-    task="seq2seq", vocab_size=32000, d_model=512, n_heads=8, d_ff=2048,
-    n_encoder_layers=6, n_decoder_layers=6, max_positions=1024, scale_embeddings=True,
-)  # fmt: skip
+    task="seq2seq",
+    vocab_size=32000,
+    d_model=512,
+    n_heads=8,
+    d_ff=2048,
+    n_encoder_layers=6,
+    n_decoder_layers=6,
+    max_positions=1024,
+    scale_embeddings=True,
+)
 
 
 def word_tokenizer(vocab_size: int) -> Tokenizer:

@@ -14,7 +14,7 @@ import logging
 import signal
 
 from .core.attention_maps import AttentionLimits
-from .core.loader import CacheSettings, LoadSettings
+from .core.model_opening import CacheSettings, LoadSettings
 from .core.serving import CoreSettings, ServingCore
 from .engine.batcher import BatchLimits
 from .grpc_api.server import GrpcServer
@@ -32,19 +32,26 @@ def core_settings(config: ServerConfig) -> CoreSettings:
     """The core's share of the configuration."""
     load = LoadSettings(
         sessions=SessionSettings(
-            device=config.device, intra_op_threads=config.intra_op_threads,
-            graph_optimization=config.graph_optimization, spinning=config.ort_spinning,
-            gpu_mem_limit=config.gpu_mem_limit, cpu_arena=config.cpu_mem_arena,
+            device=config.device,
+            intra_op_threads=config.intra_op_threads,
+            graph_optimization=config.graph_optimization,
+            spinning=config.ort_spinning,
+            gpu_mem_limit=config.gpu_mem_limit,
+            cpu_arena=config.cpu_mem_arena,
         ),
         precision=config.precision,
         batching=BatchLimits(
-            max_batch_tokens=config.max_batch_tokens, max_batch_size=config.max_batch_size,
-            max_delay=config.max_delay_seconds, max_queue=config.max_queue_inputs,
+            max_batch_tokens=config.max_batch_tokens,
+            max_batch_size=config.max_batch_size,
+            max_delay=config.max_delay_seconds,
+            max_queue=config.max_queue_inputs,
             split_cost_tokens=config.split_cost_tokens,
         ),
         cache=CacheSettings(
-            max_new_tokens=config.max_new_tokens, cache_bytes=config.kv_cache_bytes,
-            cache_tokens=config.kv_cache_tokens, max_running=config.max_running_sequences,
+            max_new_tokens=config.max_new_tokens,
+            cache_bytes=config.kv_cache_bytes,
+            cache_tokens=config.kv_cache_tokens,
+            max_running=config.max_running_sequences,
             max_waiting=config.max_waiting_sequences,
         ),
         attention_maps=config.attention_maps,
@@ -52,19 +59,28 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         cuda_graphs=config.cuda_graphs,
         input_caps=input_caps(config.model_max_input_tokens),
         max_attention_bytes=config.max_batch_attention_bytes,
-    )  # fmt: skip
+    )
     attention = AttentionLimits(
-        enabled=config.attention_maps, max_input_tokens=config.attention_max_input_tokens,
-        max_response_bytes=config.attention_max_response_bytes, max_concurrent=config.attention_max_concurrent,
-    )  # fmt: skip
+        enabled=config.attention_maps,
+        max_input_tokens=config.attention_max_input_tokens,
+        max_response_bytes=config.attention_max_response_bytes,
+        max_concurrent=config.attention_max_concurrent,
+    )
     return CoreSettings(
-        model_dirs=tuple(config.models), load=load, max_concurrent_requests=config.max_concurrent_requests,
-        max_client_batch_size=config.max_client_batch_size, max_beams=config.max_beams, attention=attention,
-        probe_seconds=config.probe_seconds, stream_write_timeout=config.stream_write_timeout,
-        access_log_share=config.access_log_share, stream_messages=config.stream_messages_per_second,
+        model_dirs=tuple(config.models),
+        load=load,
+        max_concurrent_requests=config.max_concurrent_requests,
+        max_client_batch_size=config.max_client_batch_size,
+        max_beams=config.max_beams,
+        attention=attention,
+        probe_seconds=config.probe_seconds,
+        stream_write_timeout=config.stream_write_timeout,
+        access_log_share=config.access_log_share,
+        stream_messages=config.stream_messages_per_second,
         translation_characters=config.translation_max_characters,
-        translation_sentences=config.translation_max_sentences, rerank_documents=config.rerank_max_documents,
-    )  # fmt: skip
+        translation_sentences=config.translation_max_sentences,
+        rerank_documents=config.rerank_max_documents,
+    )
 
 
 class Server:
@@ -89,8 +105,10 @@ class Server:
         http = f", HTTP API on {', '.join(self.http.addresses)}" if self.http else ""
         log.info(
             "listening: gRPC on %s%s, metrics on %s (health NOT_SERVING until the models are warm)",
-            grpc_address, http, ", ".join(self.metrics_server.addresses),
-        )  # fmt: skip
+            grpc_address,
+            http,
+            ", ".join(self.metrics_server.addresses),
+        )
         return self.port
 
     async def load_models(self) -> None:

@@ -57,12 +57,21 @@ class Checkpoint:
         batch = self.hf_tokenizer(texts, return_tensors="pt", padding=True)
         with torch.no_grad():
             out = self.hf.generate(
-                **batch, max_new_tokens=MAX_NEW, num_return_sequences=n, output_scores=True,
-                return_dict_in_generate=True, **kwargs,
-            )  # fmt: skip
+                **batch,
+                max_new_tokens=MAX_NEW,
+                num_return_sequences=n,
+                output_scores=True,
+                return_dict_in_generate=True,
+                **kwargs,
+            )
         hypotheses = [(self._unpadded(row), float(score)) for row, score in zip(out.sequences, out.sequences_scores)]
         return [hypotheses[i : i + n] for i in range(0, len(hypotheses), n)]
 
     def _unpadded(self, row: torch.Tensor) -> list[int]:
         pad = self.hf.config.pad_token_id
         return [t for t in row[1:].tolist() if t != pad]
+
+
+def without_eos(ids: list[int], eos: int = 0) -> list[int]:
+    """transformers' ids of a generation or a target text, without the eos that ours leave out."""
+    return ids[:-1] if ids and ids[-1] == eos else ids

@@ -23,8 +23,13 @@ def generation(model_dir, rows: int, target_tokens: int) -> tuple[Seq2SeqRunner,
     files = open_model_dir(model_dir)
     c = files.config
     graphs = {role: create_session(files.graphs[role], SETTINGS) for role in CACHE_GRAPHS}
-    runner = Seq2SeqRunner(create_session(files.encoder, SETTINGS), create_session(files.decoder, SETTINGS), graphs,
-                           c.n_decoder_layers, "fp32")  # fmt: skip
+    runner = Seq2SeqRunner(
+        create_session(files.encoder, SETTINGS),
+        create_session(files.decoder, SETTINGS),
+        graphs,
+        c.n_decoder_layers,
+        "fp32",
+    )
     d_head = c.d_model // c.n_heads
     geometry = CacheGeometry(c.n_decoder_layers, c.n_heads, d_head, target_tokens, c.max_input_tokens)
     memory = runner.cache_memory(geometry, rows, MIN_SOURCE_CAPACITY)

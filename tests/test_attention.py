@@ -75,9 +75,16 @@ def test_heads_are_split_and_merged_by_reshape():
 
 
 SMALL = ModelConfig(
-    task="seq2seq", vocab_size=50, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
-    max_positions=64, norm_placement="pre",
-)  # fmt: skip
+    task="seq2seq",
+    vocab_size=50,
+    d_model=32,
+    n_heads=4,
+    d_ff=64,
+    n_encoder_layers=2,
+    n_decoder_layers=2,
+    max_positions=64,
+    norm_placement="pre",
+)
 
 
 @torch.no_grad()

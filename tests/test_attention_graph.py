@@ -17,7 +17,7 @@ from modelbuild.weights import load_model_dir
 from modeldir.files import ATTENTION_FILE, attention_inputs, attention_outputs
 from service.runner.sessions import SessionSettings, create_session
 
-from .conftest import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS
+from .parity_configs import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS
 
 TOLERANCE = 1e-5
 # The server's session settings (all graph optimisations): the exact zeros must survive them.
@@ -126,8 +126,10 @@ def test_first_layer_weights_are_softmax_of_the_scaled_dot_products(exported, na
     torch.testing.assert_close(recorded[0], expected, rtol=0, atol=1e-6)
 
 
-@given(shape=st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 6), st.integers(1, 9), st.integers(1, 8)),
-       seed=st.integers(0, 2**31))  # fmt: skip
+@given(
+    shape=st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 6), st.integers(1, 9), st.integers(1, 8)),
+    seed=st.integers(0, 2**31),
+)
 def test_returning_the_weights_changes_nothing_else(shape, seed):
     batch, heads, queries, length, d_head = shape
     g = torch.Generator().manual_seed(seed)

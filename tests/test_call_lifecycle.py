@@ -181,8 +181,10 @@ def guarded(minilm_dir, tmp_path_factory):
 def test_unauthenticated_calls_get_a_record_a_duration_and_an_access_line(guarded, caplog):
     caplog.set_level("INFO", logger="attnserve.access")
     metrics = guarded.server.metrics
-    before = {(rpc, code): counted(metrics, rpc, code) for rpc, code in
-              (("Embed", "UNAUTHENTICATED"), ("http.embeddings", "401"), ("http.unknown", "401"))}  # fmt: skip
+    before = {
+        (rpc, code): counted(metrics, rpc, code)
+        for rpc, code in (("Embed", "UNAUTHENTICATED"), ("http.embeddings", "401"), ("http.unknown", "401"))
+    }
     stub = pb_grpc.InferenceStub(guarded.channel())
     metadata = [("authorization", "Bearer wrong"), ("x-request-id", "grpc-refused")]
     with pytest.raises(grpc.RpcError) as error:
@@ -246,16 +248,28 @@ def openai_refusal(served, call) -> str:
 @pytest.mark.parametrize(
     "openai_call, kserve, problem",
     [
-        (lambda sdk: sdk.embeddings.create(model="minilm", input="x", dimensions=0), ("minilm", {"dimensions": 0}),
-         "0; 1 to 384 for model 'minilm'"),
-        (lambda sdk: sdk.embeddings.create(model="minilm", input="x", dimensions=-2),
-         ("minilm", {"dimensions": -2}), "-2; 1 to 384 for model 'minilm'"),
-        (lambda sdk: sdk.completions.create(model="numbers", prompt="12", max_tokens=-1),
-         ("numbers", {"max_new_tokens": -1}), "-1; at least 0 (0: unset)"),
-        (lambda sdk: sdk.completions.create(model="numbers", prompt="12", extra_body={"top_k": -1}, temperature=1),
-         ("numbers", {"top_k": -1}), "-1; at least 0 (0: unset)"),
+        (
+            lambda sdk: sdk.embeddings.create(model="minilm", input="x", dimensions=0),
+            ("minilm", {"dimensions": 0}),
+            "0; 1 to 384 for model 'minilm'",
+        ),
+        (
+            lambda sdk: sdk.embeddings.create(model="minilm", input="x", dimensions=-2),
+            ("minilm", {"dimensions": -2}),
+            "-2; 1 to 384 for model 'minilm'",
+        ),
+        (
+            lambda sdk: sdk.completions.create(model="numbers", prompt="12", max_tokens=-1),
+            ("numbers", {"max_new_tokens": -1}),
+            "-1; at least 0 (0: unset)",
+        ),
+        (
+            lambda sdk: sdk.completions.create(model="numbers", prompt="12", extra_body={"top_k": -1}, temperature=1),
+            ("numbers", {"top_k": -1}),
+            "-1; at least 0 (0: unset)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_every_door_refuses_the_same_request_with_the_same_message(served, openai_call, kserve, problem):
     from_openai = openai_refusal(served, openai_call)
     model, parameters = kserve

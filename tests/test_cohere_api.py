@@ -20,8 +20,12 @@ from testing.server_thread import ServerThread
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill."]
 LONG = " ".join(["a word"] * 300)
 NUMBERS = ["three hundred and twelve", "trois cent douze", "dreihundertzwölf", "four"]
-TYPES = {"int8": pb.EMBEDDING_TYPE_INT8, "uint8": pb.EMBEDDING_TYPE_UINT8, "binary": pb.EMBEDDING_TYPE_BINARY,
-         "ubinary": pb.EMBEDDING_TYPE_UBINARY}  # fmt: skip
+TYPES = {
+    "int8": pb.EMBEDDING_TYPE_INT8,
+    "uint8": pb.EMBEDDING_TYPE_UINT8,
+    "binary": pb.EMBEDDING_TYPE_BINARY,
+    "ubinary": pb.EMBEDDING_TYPE_UBINARY,
+}
 SIGNED = {"int8", "binary"}
 
 
@@ -65,8 +69,9 @@ def test_every_embedding_type_from_one_call(server, co):
 
 
 def test_truncate_output_dimension_and_the_default_type(server, co):
-    start = co.embed(model="minilm", texts=[LONG + " end"], input_type="search_query", truncate="START",
-                     output_dimension=16)  # fmt: skip
+    start = co.embed(
+        model="minilm", texts=[LONG + " end"], input_type="search_query", truncate="START", output_dimension=16
+    )
     (whole,) = grpc(server, [LONG + " end"], truncation_direction=pb.TRUNCATION_DIRECTION_LEFT, normalize=False)
     leading = np.array(whole.values[:16])  # Matryoshka: the first 16 values, normalised again
     np.testing.assert_allclose(start.embeddings.float_[0], leading / np.linalg.norm(leading), atol=1e-6)
@@ -77,8 +82,11 @@ def test_truncate_output_dimension_and_the_default_type(server, co):
         "message": "texts[1]: more than 256 tokens, the most model 'minilm' takes; shorten it or set truncate to true"
     }
     cut = co.embed(model="minilm", texts=[LONG], input_type="clustering", max_tokens=5, embedding_types=["float"])
-    np.testing.assert_allclose(cut.embeddings.float_[0], co.embed(model="minilm", texts=["a word a"],
-                               input_type="clustering").embeddings.float_[0], atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        cut.embeddings.float_[0],
+        co.embed(model="minilm", texts=["a word a"], input_type="clustering").embeddings.float_[0],
+        atol=1e-6,
+    )
 
 
 def test_rerank_is_grpc_rerank(server, co):
@@ -92,30 +100,63 @@ def test_rerank_is_grpc_rerank(server, co):
 @pytest.mark.parametrize(
     "call, exception, message",
     [
-        (lambda co: co.embed(model="nope", texts=["a"], input_type="search_query"), cohere.NotFoundError,
-         "model: 'nope' is not served here"),
-        (lambda co: co.embed(model="minilm", texts=[], input_type="search_query"), cohere.BadRequestError,
-         "texts: empty; send 1 to 32 texts"),
-        (lambda co: co.embed(model="minilm", texts=["a"] * 33, input_type="search_query"), cohere.BadRequestError,
-         "texts: 33 texts; at most 32 per call"),
-        (lambda co: co.embed(model="minilm", texts=["a"], input_type="search_query", embedding_types=["int4"]),
-         cohere.BadRequestError, "embedding_types: 'int4'; any of"),
-        (lambda co: co.embed(model="minilm", texts=["a"], input_type=None), cohere.BadRequestError,
-         "input_type: required: search_document, search_query"),
-        (lambda co: co.embed(model="minilm", texts=["a"], input_type="sorting"), cohere.BadRequestError,
-         "input_type: 'sorting'; one of search_query"),
-        (lambda co: co.embed(model="minilm", images=["data:image/png;base64,AA"], input_type="image"),
-         cohere.BadRequestError, "input_type: image: not served"),
-        (lambda co: co.embed(model="minilm", texts=["a"], input_type="search_query", output_dimension=512),
-         cohere.BadRequestError, "output_dimension: 512; 1 to 384"),
-        (lambda co: co.rerank(model="numbers-reranker", query="q", documents=[]), cohere.BadRequestError,
-         "documents: empty"),
-        (lambda co: co.rerank(model="numbers-reranker", query="q", documents=["d"], max_tokens_per_doc=8),
-         cohere.BadRequestError, "max_tokens_per_doc: 8; documents are cut at model 'numbers-reranker'"),
-        (lambda co: co.rerank(model="minilm", query="q", documents=["d"]), cohere.BadRequestError,
-         "model: 'minilm' is an embedding model"),
+        (
+            lambda co: co.embed(model="nope", texts=["a"], input_type="search_query"),
+            cohere.NotFoundError,
+            "model: 'nope' is not served here",
+        ),
+        (
+            lambda co: co.embed(model="minilm", texts=[], input_type="search_query"),
+            cohere.BadRequestError,
+            "texts: empty; send 1 to 32 texts",
+        ),
+        (
+            lambda co: co.embed(model="minilm", texts=["a"] * 33, input_type="search_query"),
+            cohere.BadRequestError,
+            "texts: 33 texts; at most 32 per call",
+        ),
+        (
+            lambda co: co.embed(model="minilm", texts=["a"], input_type="search_query", embedding_types=["int4"]),
+            cohere.BadRequestError,
+            "embedding_types: 'int4'; any of",
+        ),
+        (
+            lambda co: co.embed(model="minilm", texts=["a"], input_type=None),
+            cohere.BadRequestError,
+            "input_type: required: search_document, search_query",
+        ),
+        (
+            lambda co: co.embed(model="minilm", texts=["a"], input_type="sorting"),
+            cohere.BadRequestError,
+            "input_type: 'sorting'; one of search_query",
+        ),
+        (
+            lambda co: co.embed(model="minilm", images=["data:image/png;base64,AA"], input_type="image"),
+            cohere.BadRequestError,
+            "input_type: image: not served",
+        ),
+        (
+            lambda co: co.embed(model="minilm", texts=["a"], input_type="search_query", output_dimension=512),
+            cohere.BadRequestError,
+            "output_dimension: 512; 1 to 384",
+        ),
+        (
+            lambda co: co.rerank(model="numbers-reranker", query="q", documents=[]),
+            cohere.BadRequestError,
+            "documents: empty",
+        ),
+        (
+            lambda co: co.rerank(model="numbers-reranker", query="q", documents=["d"], max_tokens_per_doc=8),
+            cohere.BadRequestError,
+            "max_tokens_per_doc: 8; documents are cut at model 'numbers-reranker'",
+        ),
+        (
+            lambda co: co.rerank(model="minilm", query="q", documents=["d"]),
+            cohere.BadRequestError,
+            "model: 'minilm' is an embedding model",
+        ),
     ],
-)  # fmt: skip
+)
 def test_refusals_in_cohere_shape(co, call, exception, message):
     with pytest.raises(exception) as error:
         call(co)
@@ -149,9 +190,24 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-FIELDS = st.sampled_from(["model", "texts", "inputs", "images", "input_type", "embedding_types", "output_dimension",
-                          "max_tokens", "truncate", "query", "documents", "top_n", "max_tokens_per_doc",
-                          "return_documents"])  # fmt: skip
+FIELDS = st.sampled_from(
+    [
+        "model",
+        "texts",
+        "inputs",
+        "images",
+        "input_type",
+        "embedding_types",
+        "output_dimension",
+        "max_tokens",
+        "truncate",
+        "query",
+        "documents",
+        "top_n",
+        "max_tokens_per_doc",
+        "return_documents",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)

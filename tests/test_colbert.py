@@ -82,8 +82,11 @@ def test_the_settings_are_pylates(colbert_models):
     assert len(colbert.skiplist_ids) == 32  # string.punctuation, PyLate's default
     stack = load_model_dir(colbert_models["colbert-stack"][1])[1].colbert
     assert (stack.dims, stack.bias, stack.activations, stack.attend_to_expansion) == (
-        (40, 16), (True, False), ("tanh", "identity"), True
-    )  # fmt: skip
+        (40, 16),
+        (True, False),
+        ("tanh", "identity"),
+        True,
+    )
 
 
 @pytest.mark.parametrize("role", ROLES)

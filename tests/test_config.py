@@ -7,7 +7,7 @@ import pytest
 
 from modeldir.config import CONFIG_FORMAT, ModelConfig, load_config, save_config
 
-from .conftest import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS
+from .parity_configs import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS
 
 
 @pytest.mark.parametrize("config", [*SEQ2SEQ_CONFIGS.values(), *EMBEDDING_CONFIGS.values()])

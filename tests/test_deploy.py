@@ -53,8 +53,18 @@ def test_dockerfile_builds_models_with_torch_and_serves_without():
 def test_the_serving_install_has_no_torch(tmp_path):
     """What the runtime stage's `pip install .` resolves to, and what serving imports."""
     report = tmp_path / "report.json"
-    result = run(sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                 "--report", str(report), ".")  # fmt: skip
+    result = run(
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--quiet",
+        "--report",
+        str(report),
+        ".",
+    )
     assert result.returncode == 0, result.stderr
     names = {i["metadata"]["name"].lower().replace("_", "-") for i in json.loads(report.read_text())["install"]}
     assert {"onnxruntime-gpu", "grpcio", "tokenizers", "prometheus-client"} <= names and "torch" not in names

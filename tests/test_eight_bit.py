@@ -63,8 +63,10 @@ def test_minilm_int8_passes_the_quality_bars_on_2000_real_sentences(minilm_dir):
     cosines = (reference * ours).sum(axis=1)
     overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(nearest(reference), nearest(ours))])
     assert cosines.mean() >= 0.995 and cosines.min() >= 0.98 and overlap >= 0.9, (
-        cosines.mean(), cosines.min(), overlap
-    )  # fmt: skip
+        cosines.mean(),
+        cosines.min(),
+        overlap,
+    )
 
 
 def test_numbers_int8_is_exact_on_2000_numbers_each_way(numbers_dir):

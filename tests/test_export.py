@@ -23,7 +23,7 @@ from modeldir.files import (
     sha256_file,
 )
 
-from .conftest import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS
+from .parity_configs import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -50,8 +50,12 @@ def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
         *graph_files("seq2seq").values(),
     }
     assert set(graph_files("seq2seq").values()) == {
-        ENCODER_FILE, DECODER_FILE, "onnx/cache_moves.onnx", "onnx/cache_cross.onnx", "onnx/cache_resize.onnx"
-    }  # fmt: skip
+        ENCODER_FILE,
+        DECODER_FILE,
+        "onnx/cache_moves.onnx",
+        "onnx/cache_cross.onnx",
+        "onnx/cache_resize.onnx",
+    }
     assert "fp16" not in manifest  # only when asked for
     assert 0 < manifest["parity"]["encoder_max_abs_diff"] < 1e-4
     assert 0 < manifest["parity"]["decoder_logits_max_abs_diff"] < 1e-4
@@ -287,3 +291,20 @@ def test_a_graph_over_the_protobuf_limit_is_refused_naming_its_size(monkeypatch)
     monkeypatch.setattr(export, "PROTOBUF_LIMIT", decoder_bytes - 1)
     with pytest.raises(ValueError, match=r"model 'big': its float32 decoder graph would hold .* GiB of weights"):
         export.refuse_graphs_over_the_protobuf_limit(model, "big")
+
+
+def test_a_build_makes_again_a_bundled_model_an_older_exporter_wrote(minilm_dir, copy_of):
+    """`attnserve build` keeps a bundled model only when every precision's files are there and right and
+    this revision of the exporter wrote them: one from before the int8 ranges is exported again."""
+    from cli.build import is_current
+
+    model_dir = copy_of(minilm_dir)
+    assert is_current(model_dir)
+    manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
+    assert "int8_ranges" in manifest
+    older = {key: value for key, value in manifest.items() if key not in ("export_revision", "int8_ranges")}
+    (model_dir / MANIFEST_FILE).write_text(json.dumps(older))
+    assert not is_current(model_dir)
+    (model_dir / MANIFEST_FILE).write_text(json.dumps(manifest))
+    (model_dir / graph_files("embedding", "fp16")["encoder"]).unlink()
+    assert not is_current(model_dir)

@@ -21,8 +21,12 @@ from .server_state import assert_back_to, baseline
 
 # 10,000 per RPC, in CI and by default; ATTNSERVE_FUZZ_EXAMPLES=500 for a quicker local run.
 EXAMPLES = int(os.environ.get("ATTNSERVE_FUZZ_EXAMPLES", "10000"))
-ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-           grpc.StatusCode.RESOURCE_EXHAUSTED}  # fmt: skip
+ALLOWED = {
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 
 texts = st.text(max_size=60)  # any unicode, NUL and lone surrogates' neighbours included
@@ -185,10 +189,28 @@ parameters = st.one_of(
     st.just(oip.InferParameter()),  # none of its kinds set
 )
 parameter_names = st.sampled_from(
-    ["max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "num_beams", "num_return_sequences",
-     "early_stopping", "normalize", "truncate", "dimensions", "stream", "priority", "source_language",
-     "target_language", "prompt_name", "input_type", "truncation_direction"]
-) | st.text(max_size=12)  # fmt: skip
+    [
+        "max_new_tokens",
+        "temperature",
+        "top_k",
+        "top_p",
+        "seed",
+        "stop",
+        "num_beams",
+        "num_return_sequences",
+        "early_stopping",
+        "normalize",
+        "truncate",
+        "dimensions",
+        "stream",
+        "priority",
+        "source_language",
+        "target_language",
+        "prompt_name",
+        "input_type",
+        "truncation_direction",
+    ]
+) | st.text(max_size=12)
 
 
 @st.composite
@@ -201,9 +223,10 @@ def infer_requests(draw) -> oip.ModelInferRequest:
     elements = draw(st.lists(texts.map(str.encode) | st.binary(max_size=20), max_size=10))
     shapes = st.sampled_from([[len(elements)], [len(elements), 1], []]) | st.lists(st.integers(-3, 12), max_size=3)
     tensor = request.inputs.add(
-        name=draw(st.just("text") | st.text(max_size=8)), datatype=draw(st.sampled_from(["BYTES", "FP32", ""])),
+        name=draw(st.just("text") | st.text(max_size=8)),
+        datatype=draw(st.sampled_from(["BYTES", "FP32", ""])),
         shape=draw(shapes),
-    )  # fmt: skip
+    )
     if draw(st.booleans()):
         request.raw_input_contents.append(b"".join(struct.pack("<I", len(e)) + e for e in elements))
     else:

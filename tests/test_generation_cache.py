@@ -18,11 +18,13 @@ from service.runner.cache_memory import CacheGeometry, CacheMemory
 GEOMETRY = CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=40)
 SESSIONS = {
     precision: {
-        role: ort.InferenceSession(make(GEOMETRY.n_layers, precision).SerializeToString(), providers=["CPUExecutionProvider"])
+        role: ort.InferenceSession(
+            make(GEOMETRY.n_layers, precision).SerializeToString(), providers=["CPUExecutionProvider"]
+        )
         for role, make in CACHE_GRAPHS.items()
     }
     for precision in ("fp32", "fp16")
-}  # fmt: skip
+}
 
 
 class Holder:
@@ -89,8 +91,9 @@ def test_releasing_moves_the_last_row_with_its_data_and_its_holder(precision):
     holders = [Holder(marker) for marker in (1.0, 2.0, 3.0)]
     for row, holder in enumerate(holders):
         cache.allocate(holder, 3 + row, 5)
-        cache.write_cross(encoded([holder.marker], 3 + row, np.float16 if precision == "fp16" else np.float32),
-                          [(holder.row, 0)])  # fmt: skip
+        cache.write_cross(
+            encoded([holder.marker], 3 + row, np.float16 if precision == "fp16" else np.float32), [(holder.row, 0)]
+        )
         for buffer in views(cache)[0]:
             buffer[row, :, : 2 + row] = holder.marker
         cache.lengths[row] = 2 + row

@@ -35,8 +35,13 @@ WORDS = "three hundred and twelve thousand, four hundred and five"
 def kit(tmp_path_factory) -> tuple[Path, str]:
     """A small kit, by the command the README gives: -> its folder and what it printed."""
     out = tmp_path_factory.mktemp("kit") / "device-kit"
-    made = subprocess.run([sys.executable, "-m", "benchmarks.gpu_kit", "--small", "--out", str(out)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=900)  # fmt: skip
+    made = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_kit", "--small", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     return out, made.stdout
 
@@ -75,8 +80,15 @@ def test_the_device_environment_serves_every_door(device, tmp_path):
     python, unpacked, site = device
     report = tmp_path / "serve-audit.json"
     models = [str(unpacked / "models" / name) for name in ("minilm", "numbers", "marian")]
-    server = ServerProcess("--device", "cpu", "--precision", "fp16", models=models, env=clean_env(site),
-                           launcher=audited(python, "cli", report))  # fmt: skip
+    server = ServerProcess(
+        "--device",
+        "cpu",
+        "--precision",
+        "fp16",
+        models=models,
+        env=clean_env(site),
+        launcher=audited(python, "cli", report),
+    )
     try:
         references = json.loads((unpacked / "references.json").read_text())["minilm"]
         with Client(server.target) as client:
@@ -108,8 +120,19 @@ def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path)
     python, unpacked, site = device
     report, out = tmp_path / "check-audit.json", tmp_path / "out"
     phases = "preflight,parity,parity-marian,memory,cuda-graphs"
-    command = [*audited(python, "benchmarks.gpu_check", report), "--kit", str(unpacked), "--device", "cpu",
-               "--phases", phases, "--out", str(out), "--state", str(tmp_path / "state.json")]  # fmt: skip
+    command = [
+        *audited(python, "benchmarks.gpu_check", report),
+        "--kit",
+        str(unpacked),
+        "--device",
+        "cpu",
+        "--phases",
+        phases,
+        "--out",
+        str(out),
+        "--state",
+        str(tmp_path / "state.json"),
+    ]
     ran = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=clean_env(site), timeout=900)
     assert ran.returncode == 0, ran.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
@@ -117,8 +140,15 @@ def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path)
     failed = {name: r.get("error") for name, r in results["phases"].items() if not r["ok"]}
     assert failed == {}, failed
     checks = {c["check"]: c for c in results["phases"]["preflight"]["checks"]}
-    assert list(checks) == ["imports", "cuda libraries", "provider", "placements", "numbers decode", "in place",
-                            "release memory"]  # fmt: skip
+    assert list(checks) == [
+        "imports",
+        "cuda libraries",
+        "provider",
+        "placements",
+        "numbers decode",
+        "in place",
+        "release memory",
+    ]
     assert checks["imports"]["onnxruntime_file"].startswith(str(site))  # the kit's build, not another
     assert checks["numbers decode"]["same_rows"] == checks["numbers decode"]["rows"] == 8
     assert checks["in place"]["buffer_bytes"] >= 0.99 * (1 << 30) and checks["in place"]["judged"] is False
@@ -142,8 +172,21 @@ def test_the_staged_check_runs_every_phase_goes_on_after_a_failure_and_reruns_wh
     out, state = tmp_path / "out", tmp_path / "state.json"
 
     def check(kit: Path, phases: str) -> dict:
-        command = [sys.executable, "-m", "benchmarks.gpu_check", "--kit", str(kit), "--device", "cpu",
-                   "--phases", phases, "--out", str(out), "--state", str(state)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "benchmarks.gpu_check",
+            "--kit",
+            str(kit),
+            "--device",
+            "cpu",
+            "--phases",
+            phases,
+            "--out",
+            str(out),
+            "--state",
+            str(state),
+        ]
         ran = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1200)
         assert ran.returncode == 0, ran.stderr[-3000:]
         return json.loads((out / "results.json").read_text())["phases"]
@@ -182,9 +225,22 @@ def test_what_the_check_runs_on_the_device_imports_only_the_image_and_the_kit():
     PyTorch baselines (engines.py, the Marian checkpoint's remaking)."""
     from importlib.metadata import packages_distributions
 
-    device_side = ["gpu_check", "gpu_phases", "gpu_preflight", "gpu_references", "gpu_unpack", "gpu_image",
-                   "gpu_plan", "gpu_sizes", "runner_harness", "engines", "load_clients",
-                   "stream_clients", "translation_load", "common"]  # fmt: skip
+    device_side = [
+        "gpu_check",
+        "gpu_phases",
+        "gpu_preflight",
+        "gpu_references",
+        "gpu_unpack",
+        "gpu_image",
+        "gpu_plan",
+        "gpu_sizes",
+        "runner_harness",
+        "engines",
+        "load_clients",
+        "stream_clients",
+        "translation_load",
+        "common",
+    ]
     files = [ROOT / f"benchmarks/{name}.py" for name in device_side]
     files += [ROOT / "modelbuild/random_marian.py", ROOT / "modelbuild/number_sentences.py"]
     files += [ROOT / "testing/server_process.py"]

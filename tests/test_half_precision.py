@@ -26,8 +26,8 @@ from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
-from .conftest import SEQ2SEQ_CONFIGS
 from .minilm_texts import TEXTS
+from .parity_configs import SEQ2SEQ_CONFIGS
 
 # Largest |logit difference| between float16 graphs and PyTorch float32 along greedy decodes of the random
 # configs below: measured 0.0017-0.0042 (their logits' standard deviation is 0.6-1.1; the numbers model's
@@ -82,8 +82,9 @@ def test_random_seq2seq_fp16_greedy_agrees_with_fp32(tmp_path, name):
     same = sum(a == b for a, b in zip(tokens["fp32"].tolist(), tokens["fp16"].tolist()))
     assert same >= 98, same
     _, _, torch_model = load_model_dir(model_dir)
-    expected = greedy_logits_torch(torch_model, torch.from_numpy(ids), torch.from_numpy(mask),
-                                   torch.from_numpy(tokens["fp16"])).numpy()  # fmt: skip
+    expected = greedy_logits_torch(
+        torch_model, torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(tokens["fp16"])
+    ).numpy()
     assert logits.dtype == np.float32 and np.abs(logits - expected).max() <= LOGITS_BOUND
     assert manifest["fp16"]["parity"]["decoder_logits_max_abs_diff"] <= LOGITS_BOUND
 

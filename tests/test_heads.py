@@ -117,8 +117,10 @@ def test_numbers_cross_attention_is_the_default_for_seq2seq(attention_server, tm
     result = heads("312405", "--model", "numbers", "--out", str(out), "--target", attention_server.target)
     assert result.returncode == 0, result.stderr
     first = result.stdout.splitlines()[0]
-    assert first == ("numbers, cross-attention: 3 layers x 4 heads, 11 x 8 tokens; "
-                     "'312405' -> 'three hundred and twelve thousand, four hundred and five'")  # fmt: skip
+    assert first == (
+        "numbers, cross-attention: 3 layers x 4 heads, 11 x 8 tokens; "
+        "'312405' -> 'three hundred and twelve thousand, four hundred and five'"
+    )
     rows = parse_table(result.stdout)
     assert len(rows) == 12 and all(r[3] == r[5] == r[6] == "-" for r in rows)
     assert all(0 <= float(r[4]) <= 1 for r in rows)

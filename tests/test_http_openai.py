@@ -74,8 +74,11 @@ def test_token_ids_embed_as_the_text_they_are(served, sdk):
 
 def test_raw_base64_is_little_endian_float32(served, base_url):
     # no model: the default embedding model; the caller's request id comes back
-    response = httpx.post(f"{base_url}/v1/embeddings", json={"input": TEXTS[0], "encoding_format": "base64"},
-                          headers={"x-request-id": "abc-123"})  # fmt: skip
+    response = httpx.post(
+        f"{base_url}/v1/embeddings",
+        json={"input": TEXTS[0], "encoding_format": "base64"},
+        headers={"x-request-id": "abc-123"},
+    )
     assert response.headers["x-request-id"] == "abc-123"
     body = response.json()
     values = np.frombuffer(base64.b64decode(body["data"][0]["embedding"]), "<f4")
@@ -160,8 +163,11 @@ def test_streamed_completions_add_up_to_the_whole_answer(sdk):
 
 
 def test_raw_stream_is_server_sent_events_ending_with_done(base_url):
-    with httpx.stream("POST", f"{base_url}/v1/completions", json={"prompt": "5", "stream": True,
-                      "stream_options": {"include_usage": True}}) as response:  # fmt: skip
+    with httpx.stream(
+        "POST",
+        f"{base_url}/v1/completions",
+        json={"prompt": "5", "stream": True, "stream_options": {"include_usage": True}},
+    ) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in response.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
@@ -224,9 +230,28 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-FIELDS = st.sampled_from(["input", "model", "encoding_format", "dimensions", "user", "prompt", "max_tokens",
-                          "temperature", "n", "stop", "stream", "seed", "top_p", "source_language",
-                          "target_language", "prompt_name", "input_type", "truncation_direction"])  # fmt: skip
+FIELDS = st.sampled_from(
+    [
+        "input",
+        "model",
+        "encoding_format",
+        "dimensions",
+        "user",
+        "prompt",
+        "max_tokens",
+        "temperature",
+        "n",
+        "stop",
+        "stream",
+        "seed",
+        "top_p",
+        "source_language",
+        "target_language",
+        "prompt_name",
+        "input_type",
+        "truncation_direction",
+    ]
+)
 
 
 @given(path=st.sampled_from(["/v1/embeddings", "/v1/completions"]), body=st.dictionaries(FIELDS, JSON, max_size=5))

@@ -13,9 +13,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FRONT_DOOR_LIBRARIES = (
-    "grpc", "grpc_health", "grpc_reflection", "google.protobuf", "service.grpc_api",
-    "fastapi", "starlette", "uvicorn", "pydantic", "service.http_api",
-)  # fmt: skip
+    "grpc",
+    "grpc_health",
+    "grpc_reflection",
+    "google.protobuf",
+    "service.grpc_api",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "pydantic",
+    "service.http_api",
+)
 
 # (files, forbidden module prefixes, why)
 RULES = [
@@ -146,8 +154,11 @@ def test_no_test_module_imports_another_or_the_benchmarks():
 def test_one_served_fixture():
     """The default server is conftest.py's `served`; a module that needs settings of its own names its
     fixture by them."""
-    defined = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").glob("*.py"))
-               if re.search(r"^def served\(", p.read_text(), re.M)]  # fmt: skip
+    defined = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "tests").glob("*.py"))
+        if re.search(r"^def served\(", p.read_text(), re.M)
+    ]
     assert defined == ["tests/conftest.py"]
 
 
@@ -203,8 +214,9 @@ def test_serving_loads_neither_torch_nor_the_build_side():
         f"atexit.register(lambda: print('build side:', {BUILD_SIDE}));"
         "from cli.main import main; main()"
     )
-    result = subprocess.run([sys.executable, "-c", help_probe, "serve", "--help"], capture_output=True, text=True,
-                            cwd=ROOT)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", help_probe, "serve", "--help"], capture_output=True, text=True, cwd=ROOT
+    )
     assert result.returncode == 0 and "--stream-write-timeout" in result.stdout, result.stderr
     assert result.stdout.splitlines()[-1] == "build side: []"
 

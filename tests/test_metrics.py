@@ -61,18 +61,26 @@ def prometheus(served, tmp_path_factory):
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": ["alerts.yml"],
-        "scrape_configs": [{
-            "job_name": "attnserve",
-            "static_configs": [{"targets": [f"127.0.0.1:{served.server.metrics_server.port}"]}],
-        }],
-    }  # fmt: skip
+        "scrape_configs": [
+            {
+                "job_name": "attnserve",
+                "static_configs": [{"targets": [f"127.0.0.1:{served.server.metrics_server.port}"]}],
+            }
+        ],
+    }
     (workdir / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
     port = free_port()
     process = subprocess.Popen(
-        [binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            binary,
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -197,8 +205,12 @@ def test_every_metric_the_dashboard_queries_is_exported(served):
         client.generate("1")
     exposed = exposed_families(http_get(f"{metrics_url(served)}/metrics")[1])
     dashboard = json.loads((DEPLOY / "grafana" / "attnserve.json").read_text())
-    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
-               for name in re.findall(r"\battnserve_[a-z_]+", target["expr"])}  # fmt: skip
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\battnserve_[a-z_]+", target["expr"])
+    }
     assert len(queried) >= 12
     assert queried <= exposed, sorted(queried - exposed)
     alerts = (DEPLOY / "prometheus" / "alerts.yml").read_text()

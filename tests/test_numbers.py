@@ -38,8 +38,15 @@ def test_both_spellings_round_trip_through_the_tokenizer(tokenizer, number):
 def test_the_tokenizer_is_word_level():
     tokenizer = build_tokenizer()
     assert tokenizer.encode("one thousand, two hundred and thirty-four").tokens == [
-        "▁one", "▁thousand", ",", "▁two", "▁hundred", "▁and", "▁thirty-four", "</s>",
-    ]  # fmt: skip
+        "▁one",
+        "▁thousand",
+        ",",
+        "▁two",
+        "▁hundred",
+        "▁and",
+        "▁thirty-four",
+        "</s>",
+    ]
     assert tokenizer.encode("1234").tokens == ["▁", "1", "2", "3", "4", "</s>"]
     assert tokenizer.get_vocab_size() == 120
 
@@ -86,5 +93,7 @@ def test_the_committed_checkpoint_reaches_the_accuracy_floor(numbers_dir):
 def test_the_example_from_the_issue(numbers_dir):
     model = NumbersModel(numbers_dir)
     assert model.translate(["312405", "three hundred and twelve thousand, four hundred and five", "0"]) == [
-        "three hundred and twelve thousand, four hundred and five", "312405", "zero",
-    ]  # fmt: skip
+        "three hundred and twelve thousand, four hundred and five",
+        "312405",
+        "zero",
+    ]

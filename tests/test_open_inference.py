@@ -64,8 +64,10 @@ def test_liveness_readiness_and_metadata(triton):
     assert minilm["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": ["-1"]}]
     assert minilm["outputs"] == [{"name": "embedding", "datatype": "FP32", "shape": ["-1", "384"]}]
     assert [(o["name"], o["datatype"]) for o in numbers["outputs"]] == [
-        ("text", "BYTES"), ("token_ids", "INT64"), ("finish_reason", "BYTES")
-    ]  # fmt: skip
+        ("text", "BYTES"),
+        ("token_ids", "INT64"),
+        ("finish_reason", "BYTES"),
+    ]
     config = ok(triton["config"])["config"]
     assert config["name"] == "minilm" and config.get("max_batch_size", 0) == 0
     assert config["input"] == [{"name": "text", "data_type": "TYPE_STRING", "dims": ["-1"]}]
@@ -119,13 +121,17 @@ def test_generation_is_the_grpc_api_generation(served, triton):
         ("empty_text", "INVALID_ARGUMENT", "text[1]: empty text"),
         ("too_many", "INVALID_ARGUMENT", "text: 33 texts; at most 32 per call (max_client_batch_size)"),
         ("dimensions", "INVALID_ARGUMENT", "parameters.dimensions: 999; 1 to 384 for model 'minilm'"),
-        ("unknown_parameter", "INVALID_ARGUMENT", "parameters.temperature: not a parameter of this model; it takes normalize"),
+        (
+            "unknown_parameter",
+            "INVALID_ARGUMENT",
+            "parameters.temperature: not a parameter of this model; it takes normalize",
+        ),
         ("parameter_kind", "INVALID_ARGUMENT", "parameters.temperature: string_param; send a number (double_param)"),
         ("max_new_tokens", "INVALID_ARGUMENT", "parameters.max_new_tokens: 1000000; at most 63 for model 'numbers'"),
         ("prompt_empty", "INVALID_ARGUMENT", "text[1]: empty text"),
         ("output_name", "INVALID_ARGUMENT", "outputs: 'logits' is not an output of model 'minilm'"),
     ],
-)  # fmt: skip
+)
 def test_refusals_name_the_tensor_or_parameter_and_the_limit(triton, case, code, message):
     refusal = triton["errors"][case]
     assert refusal.get("code") == code, refusal
@@ -276,10 +282,28 @@ def test_perf_analyzer_drives_model_infer(served, tmp_path):
     before = served.server.metrics.registry.get_sample_value("attnserve_requests_total", sample) or 0
     report = tmp_path / "report.csv"
     command = [
-        str(PERF_ANALYZER), "-m", "minilm", "-u", served.target, "-i", "grpc", "--shape", "text:1",
-        "--string-data", "The delivery truck blocked the narrow street.", "--concurrency-range", "2:2",
-        "--measurement-mode", "count_windows", "--measurement-request-count", "40", "-s", "1000", "-f", str(report),
-    ]  # fmt: skip
+        str(PERF_ANALYZER),
+        "-m",
+        "minilm",
+        "-u",
+        served.target,
+        "-i",
+        "grpc",
+        "--shape",
+        "text:1",
+        "--string-data",
+        "The delivery truck blocked the narrow street.",
+        "--concurrency-range",
+        "2:2",
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        "40",
+        "-s",
+        "1000",
+        "-f",
+        str(report),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     header, row = report.read_text().splitlines()[:2]

@@ -17,7 +17,7 @@ from modelbuild.random_model import random_model_dir
 from modeldir.config import ModelConfig
 from modeldir.files import decoder_inputs, decoder_outputs, encoder_outputs
 
-from .conftest import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS, Exported
+from .parity_configs import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS, Exported
 
 TOLERANCE = 1e-4
 

@@ -6,10 +6,6 @@ afterwards: no calls in flight, nothing queued, no cache rows, no extra tasks or
 from __future__ import annotations
 
 import random
-import re
-import signal
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,19 +16,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from modelbuild.numbers import pair, sample_number
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.churn import churn
-from testing.server_process import ServerProcess
 from testing.server_thread import ServerThread
 
+from .grpc_outcomes import status_of
 from .server_state import assert_back_to, baseline
 from .waits import wait_until
-
-
-def status_of(call) -> tuple[grpc.StatusCode, str]:
-    try:
-        call()
-    except grpc.RpcError as error:
-        return error.code(), error.details()
-    return grpc.StatusCode.OK, ""
 
 
 @pytest.fixture(scope="module")
@@ -60,22 +48,50 @@ BAD_REQUESTS = [
     ("Tokenize", pb.TokenizeRequest(inputs=[""]), "INVALID_ARGUMENT", "inputs[0]: empty text"),
     ("Generate", pb.GenerateRequest(input="1\x00"), "INVALID_ARGUMENT", "input: contains a NUL character"),
     ("Generate", pb.GenerateRequest(input="9" * 100), "INVALID_ARGUMENT", "input: more than 32 tokens"),
-    ("Generate", pb.GenerateRequest(input="1", params=pb.GenerationParams(max_new_tokens=4000)),
-     "INVALID_ARGUMENT", "params.max_new_tokens: 4000; at most 63"),
-    ("Generate", pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=-0.5)),
-     "INVALID_ARGUMENT", "params.temperature: -0.5; must be finite and >= 0"),
-    ("Generate", pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=float("inf"))),
-     "INVALID_ARGUMENT", "params.temperature: inf"),
-    ("Generate", pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=1, top_p=float("nan"))),
-     "INVALID_ARGUMENT", "params.top_p: nan; must be in (0, 1]"),
-    ("Generate", pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=1, top_p=1.01)),
-     "INVALID_ARGUMENT", "params.top_p: 1.01"),
-    ("Generate", pb.GenerateRequest(input="1", params=pb.GenerationParams(top_k=5)),
-     "INVALID_ARGUMENT", "params.top_k: only with sampling (temperature > 0)"),
-    ("Generate", pb.GenerateRequest(input="1", params=pb.GenerationParams(seed=3)),
-     "INVALID_ARGUMENT", "params.seed: only with sampling"),
+    (
+        "Generate",
+        pb.GenerateRequest(input="1", params=pb.GenerationParams(max_new_tokens=4000)),
+        "INVALID_ARGUMENT",
+        "params.max_new_tokens: 4000; at most 63",
+    ),
+    (
+        "Generate",
+        pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=-0.5)),
+        "INVALID_ARGUMENT",
+        "params.temperature: -0.5; must be finite and >= 0",
+    ),
+    (
+        "Generate",
+        pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=float("inf"))),
+        "INVALID_ARGUMENT",
+        "params.temperature: inf",
+    ),
+    (
+        "Generate",
+        pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=1, top_p=float("nan"))),
+        "INVALID_ARGUMENT",
+        "params.top_p: nan; must be in (0, 1]",
+    ),
+    (
+        "Generate",
+        pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=1, top_p=1.01)),
+        "INVALID_ARGUMENT",
+        "params.top_p: 1.01",
+    ),
+    (
+        "Generate",
+        pb.GenerateRequest(input="1", params=pb.GenerationParams(top_k=5)),
+        "INVALID_ARGUMENT",
+        "params.top_k: only with sampling (temperature > 0)",
+    ),
+    (
+        "Generate",
+        pb.GenerateRequest(input="1", params=pb.GenerationParams(seed=3)),
+        "INVALID_ARGUMENT",
+        "params.seed: only with sampling",
+    ),
     ("GenerateStream", pb.GenerateRequest(model="minilm", input="1"), "INVALID_ARGUMENT", "is an embedding model"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("rpc, request_, code, message", BAD_REQUESTS)
@@ -224,12 +240,6 @@ def test_runner_faults_fail_only_their_batch_then_flip_health_until_a_probe_pass
     assert_back_to(strict_server, before)
 
 
-def pb_stub(channel):
-    from service.grpc_api.pb import inference_pb2_grpc
-
-    return inference_pb2_grpc.InferenceStub(channel)
-
-
 def test_clients_killed_mid_call_leave_nothing_behind(strict_server):
     """20 s here; benchmarks/churn.py runs the same for 3 minutes against a server process."""
     before = baseline(strict_server)
@@ -237,78 +247,3 @@ def test_clients_killed_mid_call_leave_nothing_behind(strict_server):
     assert killed >= 20
     assert_back_to(strict_server, before)
     assert strict_server.stub().Generate(pb.GenerateRequest(input="3")).text == "three"
-
-
-def run_serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0",
-                           "--metrics-port", "0", "--http-port", "0", *args], capture_output=True, text=True, timeout=timeout)  # fmt: skip
-
-
-def test_a_tampered_model_refuses_to_start(minilm_dir, copy_of):
-    model_dir = copy_of(minilm_dir)
-    data = bytearray((model_dir / "onnx" / "encoder.onnx").read_bytes())
-    data[-100] ^= 0xFF
-    (model_dir / "onnx" / "encoder.onnx").write_bytes(bytes(data))
-    result = run_serve("--models", str(model_dir))
-    assert result.returncode == 1 and re.search(r"encoder.onnx: sha256 \w+ does not match", result.stderr)
-
-
-def test_contradictory_settings_refuse_to_start(minilm_dir, tmp_path):
-    (tmp_path / "cert.pem").write_text("x")
-    for args, message in [
-        (["--tls-cert", str(tmp_path / "cert.pem")], "tls_cert and tls_key go together"),
-        (["--port", "7000", "--metrics-port", "7000"], "port and metrics_port are both 7000"),
-        (["--max-batch-tokens", "100"], "max_batch_tokens 100 is less than the longest input"),
-    ]:
-        result = run_serve("--models", str(minilm_dir), *args)
-        assert result.returncode != 0 and message in result.stderr, result.stderr[-500:]
-
-
-def arrived(server: ServerProcess) -> float:
-    """Embed calls the server has taken: answered, then running (read in that order, a call moving from
-    running to answered between the two reads is missed, never counted twice)."""
-    return server.metric("attnserve_requests_total", rpc="Embed") + server.metric("attnserve_requests_running")
-
-
-def test_sigterm_finishes_short_calls_and_turns_away_long_and_new_ones(minilm_dir):
-    grace = 1.0
-    server = ServerProcess("--drain-seconds", str(grace), models=(str(minilm_dir),))
-    channel = grpc.insecure_channel(server.target)
-    try:
-        stub, health = pb_stub(channel), health_pb2_grpc.HealthStub(channel)
-        # In this order through the one model thread: short calls (ms), a medium one (tenths of a second),
-        # then long ones (32 texts of 256 tokens: seconds each), all in flight when SIGTERM comes.
-        short = [stub.Embed.future(pb.EmbedRequest(inputs=[f"short {i}"])) for i in range(3)]
-        medium = stub.Embed.future(pb.EmbedRequest(inputs=[f"{i} a sentence of moderate length" for i in range(32)]))
-        wait_until(lambda: arrived(server) >= 4, what="the short and medium calls arrive")
-        long = pb.EmbedRequest(inputs=[f"{i} " + "many words in a long text " * 50 for i in range(32)])
-        longs = [stub.Embed.future(long) for _ in range(4)]
-        wait_until(lambda: arrived(server) >= 8, what="the long calls arrive")
-        server.process.send_signal(signal.SIGTERM)
-        signalled = time.monotonic()
-        wait_until(
-            lambda: (
-                health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
-                == health_pb2.HealthCheckResponse.NOT_SERVING
-            ),
-            what="health turns NOT_SERVING",
-        )
-        assert (
-            status_of(lambda: stub.Embed(pb.EmbedRequest(inputs=["new"]), timeout=5))[0] == grpc.StatusCode.UNAVAILABLE
-        )
-        assert all(len(f.result(timeout=30).embeddings) == 1 for f in short)
-        assert len(medium.result(timeout=30).embeddings) == 32
-        codes = [status_of(f.result)[0] for f in longs]
-        # Those that could not finish within the grace were turned away (at least the last: seconds of work
-        # remained after the grace); none failed any other way.
-        assert codes[-1] == grpc.StatusCode.UNAVAILABLE and set(codes) <= {
-            grpc.StatusCode.OK,
-            grpc.StatusCode.UNAVAILABLE,
-        }
-        assert server.process.wait(timeout=30) == 0
-        # It did not wait for the long calls (seconds each): the grace, then a prompt stop.
-        assert time.monotonic() - signalled < grace + 3.0
-    finally:
-        channel.close()
-        if server.process.poll() is None:
-            server.process.kill()

@@ -19,12 +19,19 @@ from .waits import wait_until
 
 SERVICE_CONFIG = {  # as the README tells clients to connect
     "loadBalancingConfig": [{"round_robin": {}}],
-    "methodConfig": [{
-        "name": [{"service": "attnserve.v1.Inference"}, {"service": "inference.GRPCInferenceService"}],
-        "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2,
-                        "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"]},
-    }],
-}  # fmt: skip
+    "methodConfig": [
+        {
+            "name": [{"service": "attnserve.v1.Inference"}, {"service": "inference.GRPCInferenceService"}],
+            "retryPolicy": {
+                "maxAttempts": 5,
+                "initialBackoff": "0.1s",
+                "maxBackoff": "1s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"],
+            },
+        }
+    ],
+}
 
 
 def free_ports(count: int) -> list[int]:

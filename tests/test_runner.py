@@ -103,7 +103,7 @@ def test_cuda_sessions_get_the_memory_settings_and_the_cpu_gets_none():
 
 def test_the_default_cache_and_rows_follow_the_device():
     """The defaults (0): 1 GiB and 64 rows on the CPU; on CUDA what the device has left, up to 1,024 rows."""
-    from service.core.loader import CPU_CACHE_BYTES, CacheSettings
+    from service.core.model_opening import CPU_CACHE_BYTES, CacheSettings
     from service.core.served_models import Architecture
     from service.ops.config import ServerConfig
     from service.runner.sessions import CPU, CUDA

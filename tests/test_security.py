@@ -52,8 +52,9 @@ def issue(subject: str, issuer=None, issuer_key=None, ca=False, san=()):
 def write_pem(path: Path, cert, key) -> tuple[str, str]:
     cert_file, key_file = path.with_suffix(".crt"), path.with_suffix(".key")
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return str(cert_file), str(key_file)
 
 
@@ -140,8 +141,9 @@ def test_mutual_tls_requires_a_client_certificate_from_the_ca(minilm_dir, pki):
         with Client(localhost(server), tls_ca=pki["ca"], timeout=5) as anonymous:
             assert embed_status(anonymous) == grpc.StatusCode.UNAVAILABLE
         stranger_cert, stranger_key = pki["stranger"]
-        with Client(localhost(server), tls_ca=pki["ca"], tls_cert=stranger_cert, tls_key=stranger_key,
-                    timeout=5) as stranger:  # fmt: skip
+        with Client(
+            localhost(server), tls_ca=pki["ca"], tls_cert=stranger_cert, tls_key=stranger_key, timeout=5
+        ) as stranger:
             assert embed_status(stranger) == grpc.StatusCode.UNAVAILABLE
     finally:
         server.close()
@@ -188,9 +190,26 @@ def test_onnx_external_data_outside_the_model_directory_is_refused(minilm_dir, c
     manifest["sha256"]["onnx/encoder.onnx"] = hashlib.sha256(graph_path.read_bytes()).hexdigest()
     (model_dir / MANIFEST_FILE).write_text(json.dumps(manifest))
     result = subprocess.run(
-        [sys.executable, "-m", "cli", "serve", "--models", str(model_dir), "--port", "0", "--metrics-port", "0",
-         "--http-port", "0", "--host", "127.0.0.1"], capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "serve",
+            "--models",
+            str(model_dir),
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--http-port",
+            "0",
+            "--host",
+            "127.0.0.1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1
     assert "External data path escapes model directory" in result.stderr
 
@@ -211,8 +230,11 @@ def test_serving_never_writes_to_the_model_directories(minilm_dir, numbers_dir):
 
 
 def test_the_deployment_runs_unprivileged_on_a_read_only_filesystem():
-    deployment = next(d for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "attnserve.yaml").read_text())
-                      if d and d["kind"] == "Deployment")  # fmt: skip
+    deployment = next(
+        d
+        for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "attnserve.yaml").read_text())
+        if d and d["kind"] == "Deployment"
+    )
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]["securityContext"]
     assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 10001

@@ -1,11 +1,14 @@
-"""`attnserve serve` as a process: configuration, startup failures, SIGTERM drain."""
+"""`attnserve serve` as a process: configuration, startup failures (bad settings, a tampered model), SIGTERM
+drain."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -18,6 +21,7 @@ from service.ops.config import ConfigError, ServerConfig, add_arguments, from_so
 from service.runner.sessions import nvidia_driver_present
 from testing.server_process import ServerProcess
 
+from .grpc_outcomes import status_of
 from .waits import wait_until
 
 
@@ -28,8 +32,17 @@ def parse(*argv: str, environ: dict | None = None) -> ServerConfig:
 
 
 def test_flags_override_environment_which_overrides_defaults():
-    config = parse("--port", "6000", "--no-ort-spinning", environ={"ATTNSERVE_PORT": "7000",
-                   "ATTNSERVE_MAX_BATCH_TOKENS": "999", "ATTNSERVE_ORT_SPINNING": "true", "ATTNSERVE_MODELS": "a,b"})  # fmt: skip
+    config = parse(
+        "--port",
+        "6000",
+        "--no-ort-spinning",
+        environ={
+            "ATTNSERVE_PORT": "7000",
+            "ATTNSERVE_MAX_BATCH_TOKENS": "999",
+            "ATTNSERVE_ORT_SPINNING": "true",
+            "ATTNSERVE_MODELS": "a,b",
+        },
+    )
     assert config.port == 6000 and config.max_batch_tokens == 999 and config.ort_spinning is False
     assert config.models == (Path("a"), Path("b"))
     assert parse().max_client_batch_size == ServerConfig().max_client_batch_size == 32
@@ -97,9 +110,98 @@ def test_startup_failures_exit_non_zero_with_a_clear_message(minilm_dir, args, m
     if args[:2] == ["--device", "cuda"] and nvidia_driver_present():
         pytest.skip("a GPU driver is present: --device cuda may well start")
     argv = ["--models", str(minilm_dir), *args] if args[0] != "--models" else args
-    result = subprocess.run(
-        [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", "0", "--http-port", "0", *argv],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = run_serve(*argv, timeout=120)
     assert result.returncode == 1
     assert message in result.stderr
+
+
+def run_serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--http-port",
+            "0",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_a_tampered_model_refuses_to_start(minilm_dir, copy_of):
+    model_dir = copy_of(minilm_dir)
+    data = bytearray((model_dir / "onnx" / "encoder.onnx").read_bytes())
+    data[-100] ^= 0xFF
+    (model_dir / "onnx" / "encoder.onnx").write_bytes(bytes(data))
+    result = run_serve("--models", str(model_dir))
+    assert result.returncode == 1 and re.search(r"encoder.onnx: sha256 \w+ does not match", result.stderr)
+
+
+def test_contradictory_settings_refuse_to_start(minilm_dir, tmp_path):
+    (tmp_path / "cert.pem").write_text("x")
+    for args, message in [
+        (["--tls-cert", str(tmp_path / "cert.pem")], "tls_cert and tls_key go together"),
+        (["--port", "7000", "--metrics-port", "7000"], "port and metrics_port are both 7000"),
+    ]:
+        result = run_serve("--models", str(minilm_dir), *args)
+        assert result.returncode != 0 and message in result.stderr, result.stderr[-500:]
+
+
+def arrived(server: ServerProcess) -> float:
+    """Embed calls the server has taken: answered, then running (read in that order, a call moving from
+    running to answered between the two reads is missed, never counted twice)."""
+    return server.metric("attnserve_requests_total", rpc="Embed") + server.metric("attnserve_requests_running")
+
+
+def test_sigterm_finishes_short_calls_and_turns_away_long_and_new_ones(minilm_dir):
+    grace = 1.0
+    server = ServerProcess("--drain-seconds", str(grace), models=(str(minilm_dir),))
+    channel = grpc.insecure_channel(server.target)
+    try:
+        stub, health = pb_grpc.InferenceStub(channel), health_pb2_grpc.HealthStub(channel)
+        # In this order through the one model thread: short calls (ms), a medium one (tenths of a second),
+        # then long ones (32 texts of 256 tokens: seconds each), all in flight when SIGTERM comes.
+        short = [stub.Embed.future(pb.EmbedRequest(inputs=[f"short {i}"])) for i in range(3)]
+        medium = stub.Embed.future(pb.EmbedRequest(inputs=[f"{i} a sentence of moderate length" for i in range(32)]))
+        wait_until(lambda: arrived(server) >= 4, what="the short and medium calls arrive")
+        long = pb.EmbedRequest(inputs=[f"{i} " + "many words in a long text " * 50 for i in range(32)])
+        longs = [stub.Embed.future(long) for _ in range(4)]
+        wait_until(lambda: arrived(server) >= 8, what="the long calls arrive")
+        server.process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        wait_until(
+            lambda: (
+                health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+                == health_pb2.HealthCheckResponse.NOT_SERVING
+            ),
+            what="health turns NOT_SERVING",
+        )
+        assert (
+            status_of(lambda: stub.Embed(pb.EmbedRequest(inputs=["new"]), timeout=5))[0] == grpc.StatusCode.UNAVAILABLE
+        )
+        assert all(len(f.result(timeout=30).embeddings) == 1 for f in short)
+        assert len(medium.result(timeout=30).embeddings) == 32
+        codes = [status_of(f.result)[0] for f in longs]
+        # Those that could not finish within the grace were turned away (at least the last: seconds of work
+        # remained after the grace); none failed any other way.
+        assert codes[-1] == grpc.StatusCode.UNAVAILABLE and set(codes) <= {
+            grpc.StatusCode.OK,
+            grpc.StatusCode.UNAVAILABLE,
+        }
+        assert server.process.wait(timeout=30) == 0
+        # It did not wait for the long calls (seconds each): the grace, then a prompt stop.
+        assert time.monotonic() - signalled < grace + 3.0
+    finally:
+        channel.close()
+        if server.process.poll() is None:
+            server.process.kill()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import grpc
@@ -12,16 +11,31 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from modelbuild.numbers import pair
-from modeldir.files import ATTENTION_FILE, MANIFEST_FILE, ModelFilesError, open_model_dir
 from service.grpc_api.client import AttentionMaps, Client
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
+from .grpc_outcomes import status_of
 from .waits import wait_until
 
 TRUCK = "The delivery truck, which was late, blocked the narrow street."
-TRUCK_TOKENS = ["[CLS]", "the", "delivery", "truck", ",", "which", "was", "late", ",", "blocked", "the", "narrow",
-                "street", ".", "[SEP]"]  # fmt: skip
+TRUCK_TOKENS = [
+    "[CLS]",
+    "the",
+    "delivery",
+    "truck",
+    ",",
+    "which",
+    "was",
+    "late",
+    ",",
+    "blocked",
+    "the",
+    "narrow",
+    "street",
+    ".",
+    "[SEP]",
+]
 LIMITS = dict(attention_max_input_tokens=64, attention_max_response_bytes=1_000_000)
 
 
@@ -35,14 +49,6 @@ def attention_server(minilm_dir, numbers_dir):
 def attention(server, text: str, **fields) -> AttentionMaps:
     with Client(server.target) as client:
         return client.attention(text, **fields)
-
-
-def status(call) -> tuple[grpc.StatusCode, str]:
-    try:
-        call()
-    except grpc.RpcError as error:
-        return error.code(), error.details()
-    return grpc.StatusCode.OK, ""
 
 
 def assert_distributions(weights: np.ndarray, causal: bool = False) -> None:
@@ -152,36 +158,55 @@ def long_sentence(tokens: int) -> str:
 @pytest.mark.parametrize(
     "request_, message",
     [
-        (pb.AttentionRequest(model="minilm", input=long_sentence(70)),
-         "input: 70 tokens; at most 64 for Attention (attention_max_input_tokens)"),
-        (pb.AttentionRequest(model="numbers", input="1" * 40),
-         "input: more than 32 tokens; at most 32 for Attention (the most model 'numbers' takes)"),
-        (pb.AttentionRequest(model="minilm", input=long_sentence(60)),
-         "input: the attention weights would take 1036800 bytes (60 source and 0 decoder positions); at most "
-         "1000000 (attention_max_response_bytes): shorten the input, or ask for fewer layers"),
-        (pb.AttentionRequest(model="numbers", input="12", max_new_tokens=64),
-         "max_new_tokens: 64; at most 63 for Attention on model 'numbers'"),
-        (pb.AttentionRequest(model="numbers", input="12", target="nine " * 40),
-         "target: more than 32 tokens; at most 32 for Attention on model 'numbers'"),
-        (pb.AttentionRequest(model="minilm", input="x", target="y"),
-         "target: model 'minilm' is an embedding model; a target is for seq2seq models"),
+        (
+            pb.AttentionRequest(model="minilm", input=long_sentence(70)),
+            "input: 70 tokens; at most 64 for Attention (attention_max_input_tokens)",
+        ),
+        (
+            pb.AttentionRequest(model="numbers", input="1" * 40),
+            "input: more than 32 tokens; at most 32 for Attention (the most model 'numbers' takes)",
+        ),
+        (
+            pb.AttentionRequest(model="minilm", input=long_sentence(60)),
+            "input: the attention weights would take 1036800 bytes (60 source and 0 decoder positions); at most "
+            "1000000 (attention_max_response_bytes): shorten the input, or ask for fewer layers",
+        ),
+        (
+            pb.AttentionRequest(model="numbers", input="12", max_new_tokens=64),
+            "max_new_tokens: 64; at most 63 for Attention on model 'numbers'",
+        ),
+        (
+            pb.AttentionRequest(model="numbers", input="12", target="nine " * 40),
+            "target: more than 32 tokens; at most 32 for Attention on model 'numbers'",
+        ),
+        (
+            pb.AttentionRequest(model="minilm", input="x", target="y"),
+            "target: model 'minilm' is an embedding model; a target is for seq2seq models",
+        ),
         (pb.AttentionRequest(model="numbers", input="1", target=""), "target: empty text"),
-        (pb.AttentionRequest(model="numbers", input="1", target="one", max_new_tokens=3),
-         "max_new_tokens: only for a seq2seq model that generates"),
-        (pb.AttentionRequest(model="numbers", input="1", layers=[3]),
-         "layers[0]: 3; model 'numbers' has 3 encoder and 3 decoder layers (0-based: at most 2)"),
+        (
+            pb.AttentionRequest(model="numbers", input="1", target="one", max_new_tokens=3),
+            "max_new_tokens: only for a seq2seq model that generates",
+        ),
+        (
+            pb.AttentionRequest(model="numbers", input="1", layers=[3]),
+            "layers[0]: 3; model 'numbers' has 3 encoder and 3 decoder layers (0-based: at most 2)",
+        ),
         (pb.AttentionRequest(model="minilm", input="x", layers=[1, 1]), "layers: [1, 1] names a layer twice"),
         (pb.AttentionRequest(model="minilm", input=""), "input: empty text"),
         (pb.AttentionRequest(model="minilm", input="a\x00b"), "input: contains a NUL character"),
     ],
-)  # fmt: skip
+)
 def test_bad_requests_are_refused_before_any_model_work(attention_server, request_, message):
     models = attention_server.server.core.registry.models
     work = (models["minilm"].attention.calls, models["numbers"].attention.calls, models["numbers"].scheduler.steps_run)
-    code, details = status(lambda: attention_server.stub().Attention(request_))
+    code, details = status_of(lambda: attention_server.stub().Attention(request_))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details, details
-    assert (models["minilm"].attention.calls, models["numbers"].attention.calls,
-            models["numbers"].scheduler.steps_run) == work  # fmt: skip
+    assert (
+        models["minilm"].attention.calls,
+        models["numbers"].attention.calls,
+        models["numbers"].scheduler.steps_run,
+    ) == work
 
 
 def test_fewer_layers_fit_where_all_do_not(attention_server):
@@ -190,124 +215,13 @@ def test_fewer_layers_fit_where_all_do_not(attention_server):
 
 
 def test_unknown_model_is_not_found(attention_server):
-    code, details = status(lambda: attention_server.stub().Attention(pb.AttentionRequest(model="gpt-99", input="x")))
+    code, details = status_of(lambda: attention_server.stub().Attention(pb.AttentionRequest(model="gpt-99", input="x")))
     assert code == grpc.StatusCode.NOT_FOUND and "model: 'gpt-99' is not served here" in details
 
 
 def test_empty_model_means_the_first_one(attention_server):
     response = attention_server.stub().Attention(pb.AttentionRequest(input="two words"))
     assert response.model == "minilm" and list(response.source_tokens) == ["[CLS]", "two", "words", "[SEP]"]
-
-
-@pytest.fixture(scope="module")
-def tight(numbers_dir):
-    server = ServerThread([numbers_dir], attention_maps=True, attention_max_concurrent=1,
-                              attention_max_response_bytes=200_000)  # fmt: skip
-    yield server
-    server.close()
-
-
-def test_the_size_bound_counts_the_longest_generation_before_generating(tight):
-    """'12': 4 source tokens; up to 63 new tokens make 64 decoder positions, so 12 maps of each kind take
-    4 x 12 x (4 x 4 + 64 x 64 + 64 x 4) = 209,664 bytes, whatever the generation turns out to be."""
-    steps = tight.server.core.registry.models["numbers"].scheduler.steps_run
-    code, details = status(lambda: tight.stub().Attention(pb.AttentionRequest(input="12")))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and details == (
-        "input: the attention weights would take 209664 bytes (4 source and 64 decoder positions); at most 200000 "
-        "(attention_max_response_bytes): shorten the input, or ask for fewer layers, fewer max_new_tokens"
-    )
-    assert tight.server.core.registry.models["numbers"].scheduler.steps_run == steps  # nothing generated
-    maps = attention(tight, "12", max_new_tokens=10)
-    assert maps.target_text == "twelve" and maps.weights["cross"].shape == (3, 4, 2, 4)
-
-
-def test_too_many_at_once_is_resource_exhausted(tight):
-    release = tight.hold_model_thread()
-    try:
-        first = tight.stub().Attention.future(pb.AttentionRequest(input="5", max_new_tokens=4))
-        wait_until(
-            lambda: tight.call_and_wait(lambda: tight.server.core.attention_maps.calls) == 1, what="the call arrives"
-        )
-        request = pb.AttentionRequest(input="6", max_new_tokens=4)
-        code, details = status(lambda: tight.stub().Attention(request, timeout=5))
-        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "1 Attention calls are in progress" in details and "attention_max_concurrent 1" in details
-    finally:
-        release.set()
-    assert first.result(timeout=30).target_text == "five"
-    assert tight.stub().Attention(request).target_text == "six"
-
-
-def test_a_caller_that_leaves_holds_its_slot_until_its_graph_has_run(tight):
-    maps = tight.server.core.registry.models["numbers"].attention
-    runs = maps.calls
-    request = pb.AttentionRequest(input="5", target="five")  # teacher forcing: straight to the graph
-    release = tight.hold_model_thread()
-    try:
-        code, _ = status(lambda: tight.stub().Attention(request, timeout=0.3))
-        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
-        code, details = status(lambda: tight.stub().Attention(request, timeout=5))
-        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 Attention calls are in progress" in details
-    finally:
-        release.set()
-    wait_until(
-        lambda: tight.call_and_wait(lambda: tight.server.core.attention_maps.calls) == 0, what="the slot is free"
-    )
-    assert maps.calls == runs + 1  # the abandoned call's graph ran, then let its slot go
-    assert tight.stub().Attention(request).predicted_tokens == ["▁five", "</s>"]
-
-
-def test_off_by_default_nothing_loaded_and_failed_precondition(numbers_dir):
-    server = ServerThread([numbers_dir])
-    try:
-        assert server.server.core.registry.models["numbers"].attention is None
-        code, details = status(lambda: server.stub().Attention(pb.AttentionRequest(input="5")))
-        assert code == grpc.StatusCode.FAILED_PRECONDITION
-        assert "attention maps are off on this server; start it with --attention-maps" in details
-        assert server.stub().Generate(pb.GenerateRequest(input="5")).text == "five"
-    finally:
-        server.close()
-
-
-def test_a_model_exported_without_the_graph_serves_but_not_attention(numbers_dir, copy_of):
-    model_dir = copy_of(numbers_dir)
-    manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
-    del manifest["sha256"][ATTENTION_FILE]  # as an export from before attention maps
-    (model_dir / MANIFEST_FILE).write_text(json.dumps(manifest))
-    assert open_model_dir(model_dir).attention is None
-    with pytest.raises(ModelFilesError, match="no attention-map graph .* export the model again"):
-        open_model_dir(model_dir, attention=True)
-
-
-def test_a_modified_attention_graph_is_refused(numbers_dir, copy_of):
-    model_dir = copy_of(numbers_dir)
-    data = bytearray((model_dir / ATTENTION_FILE).read_bytes())
-    data[len(data) // 2] ^= 0x01
-    (model_dir / ATTENTION_FILE).write_bytes(bytes(data))
-    open_model_dir(model_dir)  # serving without attention maps does not read it
-    with pytest.raises(ModelFilesError, match="attention.onnx: sha256 .* does not match"):
-        open_model_dir(model_dir, attention=True)
-
-
-def test_the_answer_size_limit_must_fit_in_a_message():
-    from service.ops.config import ConfigError, ServerConfig
-
-    with pytest.raises(ConfigError, match="attention_max_response_bytes 4194304 must leave 65536 bytes"):
-        ServerConfig(attention_maps=True, attention_max_response_bytes=4 << 20)
-    ServerConfig(attention_max_response_bytes=4 << 20)  # not checked while attention maps are off
-
-
-def test_flags_and_environment_turn_it_on():
-    import argparse
-
-    from service.ops.config import add_arguments, from_sources
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    assert from_sources(parser.parse_args([]), environ={}).attention_maps is False
-    assert from_sources(parser.parse_args([]), environ={"ATTNSERVE_ATTENTION_MAPS": "1"}).attention_maps is True
-    config = from_sources(parser.parse_args(["--attention-maps", "--attention-max-input-tokens", "32"]), environ={})
-    assert config.attention_maps and config.attention_max_input_tokens == 32
 
 
 @given(number=st.integers(0, 999_999_999))
@@ -324,18 +238,27 @@ def test_shapes_follow_the_tokens(attention_server, number):
     assert_distributions(maps.weights["cross"])
 
 
-ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-           grpc.StatusCode.RESOURCE_EXHAUSTED}  # fmt: skip
+ALLOWED = {
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
 
 
-@given(request=st.builds(
-    pb.AttentionRequest, model=st.sampled_from(["", "minilm", "numbers", "other"]), input=st.text(max_size=40),
-    target=st.one_of(st.none(), st.text(max_size=20)), max_new_tokens=st.integers(0, 2**32 - 1) | st.integers(0, 9),
-    layers=st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 6), max_size=4),
-))  # fmt: skip
+@given(
+    request=st.builds(
+        pb.AttentionRequest,
+        model=st.sampled_from(["", "minilm", "numbers", "other"]),
+        input=st.text(max_size=40),
+        target=st.one_of(st.none(), st.text(max_size=20)),
+        max_new_tokens=st.integers(0, 2**32 - 1) | st.integers(0, 9),
+        layers=st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 6), max_size=4),
+    )
+)
 @settings(max_examples=150, suppress_health_check=list(HealthCheck))
 def test_any_request_gets_a_proper_status(attention_server, request):
-    code, details = status(lambda: attention_server.stub().Attention(request, timeout=30))
+    code, details = status_of(lambda: attention_server.stub().Attention(request, timeout=30))
     assert code in ALLOWED, (code, details)
 
 
@@ -349,5 +272,5 @@ def test_entropy_of_a_uniform_head_is_log_keys():
 
 def test_unparsable_bytes_are_invalid_argument(attention_server):
     call = attention_server.channel().unary_unary("/attnserve.v1.Inference/Attention")
-    code, details = status(lambda: call(b"\xff\x00garbage", timeout=10))
+    code, details = status_of(lambda: call(b"\xff\x00garbage", timeout=10))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a valid message for Attention" in details

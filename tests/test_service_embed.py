@@ -41,9 +41,12 @@ def batcher(served):
 def test_embeddings_match_the_reference(served):
     with Client(served.target) as client:
         result = client.embed(
-            ["The delivery truck, which was late, blocked the narrow street.",
-             "She saw the man with the telescope.", "A woman used a telescope to look at a man."]
-        )  # fmt: skip
+            [
+                "The delivery truck, which was late, blocked the narrow street.",
+                "She saw the man with the telescope.",
+                "A woman used a telescope to look at a man.",
+            ]
+        )
     assert result.model == "minilm" and result.vectors.shape == (3, 384)
     np.testing.assert_allclose(
         result.vectors[0, :5], [0.00677752, 0.05905368, 0.04631271, 0.06658518, 0.05197431], atol=1e-6
@@ -126,13 +129,19 @@ def test_health_and_reflection(served):
         (pb.EmbedRequest(), grpc.StatusCode.INVALID_ARGUMENT, "inputs: empty; send 1 to 32 texts"),
         (pb.EmbedRequest(inputs=["x"] * 33), grpc.StatusCode.INVALID_ARGUMENT, "inputs: 33 texts; at most 32 per call"),
         (pb.EmbedRequest(inputs=["ok", ""]), grpc.StatusCode.INVALID_ARGUMENT, "inputs[1]: empty text"),
-        (pb.EmbedRequest(inputs=["short", "word " * 300], truncate=False), grpc.StatusCode.INVALID_ARGUMENT,
-         "inputs[1]: more than 256 tokens, the most model 'minilm' takes"),
+        (
+            pb.EmbedRequest(inputs=["short", "word " * 300], truncate=False),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "inputs[1]: more than 256 tokens, the most model 'minilm' takes",
+        ),
         (pb.EmbedRequest(model="nope", inputs=["x"]), grpc.StatusCode.NOT_FOUND, "model: 'nope' is not served here"),
-        (pb.EmbedRequest(model="numbers", inputs=["1"]), grpc.StatusCode.INVALID_ARGUMENT,
-         "model: 'numbers' is a seq2seq model; Embed needs one of task 'embedding'"),
+        (
+            pb.EmbedRequest(model="numbers", inputs=["1"]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "model: 'numbers' is a seq2seq model; Embed needs one of task 'embedding'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_requests_are_refused_with_the_field_and_the_limit(served, request_, code, message):
     before = batcher(served).texts_run
     got_code, details = code_and_details(lambda: served.stub().Embed(request_))
@@ -220,8 +229,9 @@ def test_health_is_not_serving_until_the_models_are_warm(minilm_dir):
 
 def test_cli_client_commands(served):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "cli", *args, "--target", served.target],
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "cli", *args, "--target", served.target], capture_output=True, text=True, timeout=60
+        )
 
     health = cli("health")
     assert health.returncode == 0 and health.stdout.strip() == "SERVING"

@@ -162,25 +162,49 @@ def test_requests_that_do_not_fit_wait_then_finish(numbers_dir):
     "request_, code, message",
     [
         (pb.GenerateRequest(model="nope", input="1"), grpc.StatusCode.NOT_FOUND, "model: 'nope' is not served here"),
-        (pb.GenerateRequest(model="minilm", input="1"), grpc.StatusCode.INVALID_ARGUMENT,
-         "model: 'minilm' is an embedding model; Generate"),
+        (
+            pb.GenerateRequest(model="minilm", input="1"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "model: 'minilm' is an embedding model; Generate",
+        ),
         (pb.GenerateRequest(input=""), grpc.StatusCode.INVALID_ARGUMENT, "input: empty text"),
-        (pb.GenerateRequest(input="1" * 40), grpc.StatusCode.INVALID_ARGUMENT,
-         "input: more than 32 tokens, the most model 'numbers' takes"),
-        (pb.GenerateRequest(input="1", params=pb.GenerationParams(max_new_tokens=64)), grpc.StatusCode.INVALID_ARGUMENT,
-         "params.max_new_tokens: 64; at most 63 for model 'numbers' (its cache rows hold 64 decoder positions)"),
-        (pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=-1)), grpc.StatusCode.INVALID_ARGUMENT,
-         "params.temperature: -1; must be finite and >= 0"),
-        (pb.GenerateRequest(input="1", params=pb.GenerationParams(top_p=1.5)), grpc.StatusCode.INVALID_ARGUMENT,
-         "params.top_p: 1.5; must be in (0, 1]"),
-        (pb.GenerateRequest(input="1", params=pb.GenerationParams(repetition_penalty=float("nan"))),
-         grpc.StatusCode.INVALID_ARGUMENT, "params.repetition_penalty: nan; must be finite and > 0"),
-        (pb.GenerateRequest(input="1", params=pb.GenerationParams(stop=["a"] * 9)), grpc.StatusCode.INVALID_ARGUMENT,
-         "params.stop: 9 sequences; at most 8"),
-        (pb.GenerateRequest(input="1", params=pb.GenerationParams(stop=["ok", ""])), grpc.StatusCode.INVALID_ARGUMENT,
-         "params.stop[1]: 0 characters; 1 to 64"),
+        (
+            pb.GenerateRequest(input="1" * 40),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "input: more than 32 tokens, the most model 'numbers' takes",
+        ),
+        (
+            pb.GenerateRequest(input="1", params=pb.GenerationParams(max_new_tokens=64)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "params.max_new_tokens: 64; at most 63 for model 'numbers' (its cache rows hold 64 decoder positions)",
+        ),
+        (
+            pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=-1)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "params.temperature: -1; must be finite and >= 0",
+        ),
+        (
+            pb.GenerateRequest(input="1", params=pb.GenerationParams(top_p=1.5)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "params.top_p: 1.5; must be in (0, 1]",
+        ),
+        (
+            pb.GenerateRequest(input="1", params=pb.GenerationParams(repetition_penalty=float("nan"))),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "params.repetition_penalty: nan; must be finite and > 0",
+        ),
+        (
+            pb.GenerateRequest(input="1", params=pb.GenerationParams(stop=["a"] * 9)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "params.stop: 9 sequences; at most 8",
+        ),
+        (
+            pb.GenerateRequest(input="1", params=pb.GenerationParams(stop=["ok", ""])),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "params.stop[1]: 0 characters; 1 to 64",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_requests_are_refused(served, request_, code, message):
     steps = scheduler(served).steps_run
     for call in (served.stub().Generate, lambda r: list(served.stub().GenerateStream(r))):
@@ -210,8 +234,10 @@ def test_a_full_waiting_queue_answers_resource_exhausted(numbers_dir):
 def test_cli_generate_streams_to_the_terminal(served):
     result = subprocess.run(
         [sys.executable, "-m", "cli", "generate", "312405", "--target", served.target],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "three hundred and twelve thousand, four hundred and five\n"
     assert result.stderr.startswith("[eos: 10 tokens, first after ")

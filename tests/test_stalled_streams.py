@@ -34,10 +34,13 @@ PROMPTS = 1024  # SSE: 1024 x 63 events of ~190 bytes, 12 MB, three times the 4 
 @pytest.fixture(scope="module")
 def streaming_server(numbers_dir):
     server = ServerThread(
-        [numbers_dir], stream_write_timeout=TIMEOUT, max_client_batch_size=PROMPTS,
-        max_waiting_sequences=2 * PROMPTS, max_running_sequences=256,
+        [numbers_dir],
+        stream_write_timeout=TIMEOUT,
+        max_client_batch_size=PROMPTS,
+        max_waiting_sequences=2 * PROMPTS,
+        max_running_sequences=256,
         stream_messages_per_second=0,  # an event for every token: the SSE answer must outgrow the buffers
-    )  # fmt: skip
+    )
     yield server
     server.close()
 
@@ -130,10 +133,13 @@ def test_server_sent_events(streaming_server):
     """A raw socket with a 4 KiB receive buffer asks for 1024 prompts' events and reads none of them."""
     before, already = baseline(streaming_server), stalled(streaming_server, "http.completions")
     given_up = sample(streaming_server, "attnserve_requests_total", rpc="http.completions", model="numbers", code="504")
-    body = json.dumps({"model": "numbers", "prompt": [NUMBERS] * PROMPTS, "max_tokens": LONGEST, "ignore_eos": True,
-                       "stream": True}).encode()  # fmt: skip
-    head = (f"POST /v1/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+    body = json.dumps(
+        {"model": "numbers", "prompt": [NUMBERS] * PROMPTS, "max_tokens": LONGEST, "ignore_eos": True, "stream": True}
+    ).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode()
     client = socket.socket()
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: it sets the window
     client.connect(("127.0.0.1", streaming_server.server.http.port))

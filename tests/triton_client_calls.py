@@ -80,7 +80,9 @@ def calls(client, headers) -> dict:
             for name, version in [("minilm", ""), ("numbers", "1"), ("absent", ""), ("minilm", "2")]
         },
         "server_metadata": outcome(lambda: client.get_server_metadata(as_json=True, **h)),
-        "metadata": {m: outcome(lambda m=m: client.get_model_metadata(m, as_json=True, **h)) for m in ("minilm", "numbers")},
+        "metadata": {
+            m: outcome(lambda m=m: client.get_model_metadata(m, as_json=True, **h)) for m in ("minilm", "numbers")
+        },
         "config": outcome(lambda: client.get_model_config("minilm", as_json=True, **h)),
         "embed": outcome(lambda: infer(client, "minilm", [text_input(TEXTS)], request_id="e1", **h)),
         "embed_column": outcome(lambda: infer(client, "minilm", [text_input(TEXTS, [3, 1])], **h)),
@@ -94,7 +96,9 @@ def calls(client, headers) -> dict:
             lambda: infer(client, "numbers", [text_input(NUMBERS)], outputs=[triton.InferRequestedOutput("text")], **h)
         ),
         "beams": outcome(
-            lambda: infer(client, "numbers", [text_input(["345"])], parameters={"num_beams": 3, "num_return_sequences": 3}, **h)
+            lambda: infer(
+                client, "numbers", [text_input(["345"])], parameters={"num_beams": 3, "num_return_sequences": 3}, **h
+            )
         ),
         "errors": {
             "unknown_model": outcome(lambda: infer(client, "absent", [text_input(TEXTS)], **h)),
@@ -117,22 +121,28 @@ def calls(client, headers) -> dict:
             ),
             "prompt_empty": outcome(lambda: infer(client, "numbers", [text_input(["12", ""])], **h)),
             "output_name": outcome(
-                lambda: infer(client, "minilm", [text_input(TEXTS)], outputs=[triton.InferRequestedOutput("logits")], **h)
+                lambda: infer(
+                    client, "minilm", [text_input(TEXTS)], outputs=[triton.InferRequestedOutput("logits")], **h
+                )
             ),
         },
         "stream": outcome(
             lambda: streamed(
                 client,
                 [
-                    {"model_name": "numbers", "inputs": [text_input(["123"])], "request_id": "s1",
-                     "parameters": {"stream": True}},
+                    {
+                        "model_name": "numbers",
+                        "inputs": [text_input(["123"])],
+                        "request_id": "s1",
+                        "parameters": {"stream": True},
+                    },
                     {"model_name": "absent", "inputs": [text_input(["1"])], "request_id": "bad"},
                     {"model_name": "minilm", "inputs": [text_input(["a cat"])], "request_id": "s2"},
                 ],
                 headers,
             )
         ),
-    }  # fmt: skip
+    }
 
 
 def wrong_name() -> triton.InferInput:

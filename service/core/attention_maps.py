@@ -50,8 +50,11 @@ def select_layers(model: ServedModel, requested: list[int]) -> dict[str, list[in
     fewest = min(sizes.values())
     for i, layer in enumerate(requested):
         if layer >= fewest:
-            stacks = (f"{a.n_encoder_layers} encoder and {a.n_decoder_layers} decoder layers" if seq2seq
-                      else f"{fewest} layers")  # fmt: skip
+            stacks = (
+                f"{a.n_encoder_layers} encoder and {a.n_decoder_layers} decoder layers"
+                if seq2seq
+                else f"{fewest} layers"
+            )
             raise invalid(f"layers[{i}]", f"{layer}; model {model.name!r} has {stacks} (0-based: at most {fewest - 1})")
     return {kind: sorted(requested) for kind in sizes}
 
@@ -212,10 +215,16 @@ class AttentionMaps:
         special = model.special.of(model.task == "seq2seq")
         tokens = model.tokenizer.tokens
         return AttentionResult(
-            model=model.name, source=source, source_special=[i in special for i in source.ids], weights=maps.weights,
-            layers=maps.layers, predicted_ids=maps.predicted_ids,
-            target_ids=target_ids, target_tokens=tokens(target_ids) if target_ids is not None else [],
+            model=model.name,
+            source=source,
+            source_special=[i in special for i in source.ids],
+            weights=maps.weights,
+            layers=maps.layers,
+            predicted_ids=maps.predicted_ids,
+            target_ids=target_ids,
+            target_tokens=tokens(target_ids) if target_ids is not None else [],
             target_special=[i in special for i in target_ids or ()],
             predicted_tokens=tokens(maps.predicted_ids) if target_ids is not None else [],
-            target_text=target_text if target_ids is not None else "", weights_bytes=size,
-        )  # fmt: skip
+            target_text=target_text if target_ids is not None else "",
+            weights_bytes=size,
+        )

@@ -36,8 +36,9 @@ class GenerationUsage:
 
     @staticmethod
     def of(usage: sequence.Usage) -> GenerationUsage:
-        return GenerationUsage(usage.prompt_tokens, usage.generated_tokens, usage.queue_seconds,
-                               usage.time_to_first_token)  # fmt: skip
+        return GenerationUsage(
+            usage.prompt_tokens, usage.generated_tokens, usage.queue_seconds, usage.time_to_first_token
+        )
 
 
 @dataclass(frozen=True)
@@ -114,9 +115,12 @@ def answer(model: str, text: str, token_ids: list[int], last: sequence.Event) ->
 def record_usage(call: CallRecord, last: sequence.Event) -> None:
     u = last.usage
     call.figures.update(
-        prompt_tokens=u.prompt_tokens, generated_tokens=u.generated_tokens, finish_reason=last.finish_reason,
-        queue_seconds=round(u.queue_seconds, 6), time_to_first_token_seconds=round(u.time_to_first_token, 6),
-    )  # fmt: skip
+        prompt_tokens=u.prompt_tokens,
+        generated_tokens=u.generated_tokens,
+        finish_reason=last.finish_reason,
+        queue_seconds=round(u.queue_seconds, 6),
+        time_to_first_token_seconds=round(u.time_to_first_token, 6),
+    )
 
 
 def indexed(error: ServiceError, index: int, count: int) -> ServiceError:
@@ -232,9 +236,10 @@ class Generation:
             for task in tasks:
                 task.cancel()
         call.figures.update(
-            inputs=len(inputs), prompt_tokens=sum(r.usage.prompt_tokens for r in results),
+            inputs=len(inputs),
+            prompt_tokens=sum(r.usage.prompt_tokens for r in results),
             generated_tokens=sum(r.usage.generated_tokens for r in results),
-        )  # fmt: skip
+        )
         return results
 
     async def stream_one(

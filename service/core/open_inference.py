@@ -119,8 +119,11 @@ def tensor_metadata(model: ModelInfo) -> tuple[list[TensorSpec], list[TensorSpec
         return inputs, [TensorSpec("embedding", "FP32", (-1, model.dimensions))]
     if model.task == "classification":  # each text's score for every label
         return inputs, [TensorSpec("scores", "FP32", (-1, len(model.labels)))]
-    outputs = [TensorSpec(TEXT, "BYTES", (-1,)), TensorSpec("token_ids", "INT64", (-1, -1)),
-               TensorSpec("finish_reason", "BYTES", (-1,))]  # fmt: skip
+    outputs = [
+        TensorSpec(TEXT, "BYTES", (-1,)),
+        TensorSpec("token_ids", "INT64", (-1, -1)),
+        TensorSpec("finish_reason", "BYTES", (-1,)),
+    ]
     return inputs, outputs
 
 

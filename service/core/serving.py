@@ -23,7 +23,8 @@ from .cross_encoding import CrossEncoding
 from .embeddings import Embeddings
 from .generation import Generation
 from .health import probe
-from .loader import LoadSettings, load_models
+from .loader import load_models
+from .model_opening import LoadSettings
 from .registry import ModelInfo, ModelRegistry
 from .routing import LanguageRouter
 from .streaming import StreamPolicy
@@ -118,17 +119,25 @@ class ServingCore:
         self._readiness_changed()
 
     def call(
-        self, rpc: str, request_id: str, table: StatusTable[Status], names: Mapping[str, str] | None = None,
+        self,
+        rpc: str,
+        request_id: str,
+        table: StatusTable[Status],
+        names: Mapping[str, str] | None = None,
         cancelled: Callable[[], str] | None = None,
-    ) -> AbstractAsyncContextManager[Call[Status]]:  # fmt: skip
+    ) -> AbstractAsyncContextManager[Call[Status]]:
         """`async with core.call(...) as call:` one call of a front door, admitted and recorded; a refusal
         leaves the block as calls.Refused, in the door's statuses, its fields named by `names`."""
         return run_call(self.admission, self.metrics, rpc, request_id, table, names or {}, cancelled, self.access_log)
 
     def refuse(
-        self, rpc: str, request_id: str, table: StatusTable[Status], error: ServiceError,
+        self,
+        rpc: str,
+        request_id: str,
+        table: StatusTable[Status],
+        error: ServiceError,
         names: Mapping[str, str] | None = None,
-    ) -> Refusal[Status]:  # fmt: skip
+    ) -> Refusal[Status]:
         """A call a door turns away before admission, recorded like any other."""
         return refused(self.metrics, rpc, request_id, table, error, names, self.access_log)
 

@@ -166,14 +166,26 @@ def generation_params(
 def beam_settings(model: Seq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int) -> BeamSettings | None:
     """Beam search settings, or None for greedy/sampling. An unset num_beams is the model's default,
     unless the request asks for what beam search cannot do (stream, sample, stop sequences, ...)."""
-    greedy_only = [name for name, set_ in (
-        ("stream", streaming), ("temperature", p.temperature), ("repetition_penalty", p.repetition_penalty),
-        ("stop", p.stop), ("ignore_eos", p.ignore_eos),
-    ) if set_]  # fmt: skip
-    beam_only = [name for name, set_ in (
-        ("length_penalty", p.length_penalty is not None), ("early_stopping", p.early_stopping),
-        ("num_return_sequences", p.num_return_sequences > 1)) if set_
-    ]  # fmt: skip
+    greedy_only = [
+        name
+        for name, set_ in (
+            ("stream", streaming),
+            ("temperature", p.temperature),
+            ("repetition_penalty", p.repetition_penalty),
+            ("stop", p.stop),
+            ("ignore_eos", p.ignore_eos),
+        )
+        if set_
+    ]
+    beam_only = [
+        name
+        for name, set_ in (
+            ("length_penalty", p.length_penalty is not None),
+            ("early_stopping", p.early_stopping),
+            ("num_return_sequences", p.num_return_sequences > 1),
+        )
+        if set_
+    ]
     defaults = model.defaults
     num_beams = p.num_beams or (1 if greedy_only else defaults.num_beams)
     if num_beams == 1:

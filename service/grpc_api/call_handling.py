@@ -109,9 +109,12 @@ def handler(method):
 
 
 async def answer_on_stream(
-    core: ServingCore, context: grpc.aio.ServicerContext, rpc: str, names: Mapping[str, str],
+    core: ServingCore,
+    context: grpc.aio.ServicerContext,
+    rpc: str,
+    names: Mapping[str, str],
     work: Callable[[Call], Awaitable[None]],
-) -> str | None:  # fmt: skip
+) -> str | None:
     """One request of a stream of requests, run as a call of its own; its refusal is returned as the
     message for the stream to carry, instead of ending the stream and the other requests on it."""
     try:

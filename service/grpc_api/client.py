@@ -15,13 +15,16 @@ from .pb import inference_pb2_grpc as pb_grpc
 
 TASK_NAMES = {pb.TASK_EMBEDDING: "embedding", pb.TASK_SEQ2SEQ: "seq2seq", pb.TASK_CLASSIFICATION: "classification"}
 FINISH_REASON_NAMES = {
-    pb.FINISH_REASON_LENGTH: "length", pb.FINISH_REASON_EOS: "eos", pb.FINISH_REASON_STOP: "stop",
+    pb.FINISH_REASON_LENGTH: "length",
+    pb.FINISH_REASON_EOS: "eos",
+    pb.FINISH_REASON_STOP: "stop",
     pb.FINISH_REASON_CANCELLED: "cancelled",
-}  # fmt: skip
+}
 ATTENTION_KIND_NAMES = {
-    pb.ATTENTION_KIND_ENCODER_SELF: "encoder_self", pb.ATTENTION_KIND_DECODER_SELF: "decoder_self",
+    pb.ATTENTION_KIND_ENCODER_SELF: "encoder_self",
+    pb.ATTENTION_KIND_DECODER_SELF: "decoder_self",
     pb.ATTENTION_KIND_CROSS: "cross",
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,16 @@ class AttentionMaps:
             weights[kind] = np.frombuffer(a.data, dtype="<f4").reshape(tuple(a.shape))
             layers[kind] = list(a.layers)
         return AttentionMaps(
-            response.model, list(response.source_tokens), list(response.source_special),
-            list(response.target_tokens), list(response.target_special), list(response.predicted_tokens),
-            response.target_text, weights, layers,
-        )  # fmt: skip
+            response.model,
+            list(response.source_tokens),
+            list(response.source_special),
+            list(response.target_tokens),
+            list(response.target_special),
+            list(response.predicted_tokens),
+            response.target_text,
+            weights,
+            layers,
+        )
 
 
 class Client:

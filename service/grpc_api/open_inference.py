@@ -64,10 +64,13 @@ def model_config(model: ModelInfo) -> pb.ModelConfig:
     types = {"BYTES": pb.TYPE_STRING, "FP32": pb.TYPE_FP32, "INT64": pb.TYPE_INT64}
     inputs, outputs = tensor_metadata(model)
     return pb.ModelConfig(
-        name=model.name, platform="attnserve", backend="attnserve", max_batch_size=0,
+        name=model.name,
+        platform="attnserve",
+        backend="attnserve",
+        max_batch_size=0,
         input=[pb.ModelInput(name=t.name, data_type=types[t.datatype], dims=t.shape) for t in inputs],
         output=[pb.ModelOutput(name=t.name, data_type=types[t.datatype], dims=t.shape) for t in outputs],
-    )  # fmt: skip
+    )
 
 
 class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):

@@ -27,16 +27,21 @@ PAIR_TRUNCATIONS = {
     pb.PAIR_TRUNCATION_ONLY_DOCUMENT: "only_document",
 }
 FINISH_REASONS = {
-    LENGTH: pb.FINISH_REASON_LENGTH, EOS: pb.FINISH_REASON_EOS, STOP: pb.FINISH_REASON_STOP,
+    LENGTH: pb.FINISH_REASON_LENGTH,
+    EOS: pb.FINISH_REASON_EOS,
+    STOP: pb.FINISH_REASON_STOP,
     CANCELLED: pb.FINISH_REASON_CANCELLED,
-}  # fmt: skip
+}
 ATTENTION_KINDS = {
-    ENCODER_SELF: pb.ATTENTION_KIND_ENCODER_SELF, DECODER_SELF: pb.ATTENTION_KIND_DECODER_SELF,
+    ENCODER_SELF: pb.ATTENTION_KIND_ENCODER_SELF,
+    DECODER_SELF: pb.ATTENTION_KIND_DECODER_SELF,
     CROSS: pb.ATTENTION_KIND_CROSS,
-}  # fmt: skip
+}
 EARLY_STOPPING = {
-    pb.EARLY_STOPPING_HEURISTIC: "false", pb.EARLY_STOPPING_ON: "true", pb.EARLY_STOPPING_NEVER: "never",
-}  # fmt: skip
+    pb.EARLY_STOPPING_HEURISTIC: "false",
+    pb.EARLY_STOPPING_ON: "true",
+    pb.EARLY_STOPPING_NEVER: "never",
+}
 
 TRUNCATION_DIRECTIONS = {pb.TRUNCATION_DIRECTION_RIGHT: "right", pb.TRUNCATION_DIRECTION_LEFT: "left"}
 EMBEDDING_OUTPUTS = {
@@ -63,12 +68,19 @@ SENTENCE_SPLITTING = {
 def generation_options(p: pb.GenerationParams) -> GenerationOptions:
     early = EARLY_STOPPING.get(p.early_stopping, str(p.early_stopping)) if p.early_stopping else None
     return GenerationOptions(
-        max_new_tokens=p.max_new_tokens, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p,
-        repetition_penalty=p.repetition_penalty, seed=p.seed if p.HasField("seed") else None, stop=tuple(p.stop),
-        ignore_eos=p.ignore_eos, num_beams=p.num_beams,
-        length_penalty=p.length_penalty if p.HasField("length_penalty") else None, early_stopping=early,
+        max_new_tokens=p.max_new_tokens,
+        temperature=p.temperature,
+        top_k=p.top_k,
+        top_p=p.top_p,
+        repetition_penalty=p.repetition_penalty,
+        seed=p.seed if p.HasField("seed") else None,
+        stop=tuple(p.stop),
+        ignore_eos=p.ignore_eos,
+        num_beams=p.num_beams,
+        length_penalty=p.length_penalty if p.HasField("length_penalty") else None,
+        early_stopping=early,
         num_return_sequences=p.num_return_sequences,
-    )  # fmt: skip
+    )
 
 
 def generate_request(request: pb.GenerateRequest) -> GenerateRequest:
@@ -151,20 +163,29 @@ def usage_message(usage: GenerationUsage | None) -> pb.GenerateUsage | None:
     if usage is None:
         return None
     return pb.GenerateUsage(
-        prompt_tokens=usage.prompt_tokens, generated_tokens=usage.generated_tokens,
-        time_to_first_token_seconds=usage.time_to_first_token, queue_seconds=usage.queue_seconds,
-    )  # fmt: skip
+        prompt_tokens=usage.prompt_tokens,
+        generated_tokens=usage.generated_tokens,
+        time_to_first_token_seconds=usage.time_to_first_token,
+        queue_seconds=usage.queue_seconds,
+    )
 
 
 def attention_response(r: AttentionResult) -> pb.AttentionResponse:
     response = pb.AttentionResponse(
-        model=r.model, source_tokens=r.source.tokens, source_ids=r.source.ids, source_special=r.source_special,
+        model=r.model,
+        source_tokens=r.source.tokens,
+        source_ids=r.source.ids,
+        source_special=r.source_special,
         attentions=[
-            pb.AttentionWeights(kind=ATTENTION_KINDS[kind], shape=weights.shape, data=weights.astype("<f4").tobytes(),
-                                layers=r.layers[kind])
+            pb.AttentionWeights(
+                kind=ATTENTION_KINDS[kind],
+                shape=weights.shape,
+                data=weights.astype("<f4").tobytes(),
+                layers=r.layers[kind],
+            )
             for kind, weights in r.weights.items()
         ],
-    )  # fmt: skip
+    )
     if r.target_ids is not None:
         response.target_tokens.extend(r.target_tokens)
         response.target_ids.extend(r.target_ids)
@@ -201,9 +222,12 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         result = await self.core.embeddings.embed(embed, call.record)
         u = result.usage
         usage = pb.EmbedUsage(
-            prompt_tokens=u.prompt_tokens, truncated_inputs=u.truncated_inputs, queue_seconds=u.queue_seconds,
-            tokenization_seconds=u.tokenization_seconds, inference_seconds=u.inference_seconds,
-        )  # fmt: skip
+            prompt_tokens=u.prompt_tokens,
+            truncated_inputs=u.truncated_inputs,
+            queue_seconds=u.queue_seconds,
+            tokenization_seconds=u.tokenization_seconds,
+            inference_seconds=u.inference_seconds,
+        )
         response = pb.EmbedResponse(model=result.model, usage=usage)
         if result.vectors is not None:
             response.embeddings.extend(embedding_messages(result.vectors))
@@ -225,11 +249,18 @@ class InferenceServicer(pb_grpc.InferenceServicer):
     async def Generate(self, request: pb.GenerateRequest, context, call: Call) -> pb.GenerateResponse:
         r = await self.core.generation.generate(generate_request(request), call.record)
         return pb.GenerateResponse(
-            model=r.model, text=r.text, token_ids=r.token_ids, finish_reason=FINISH_REASONS[r.finish_reason],
+            model=r.model,
+            text=r.text,
+            token_ids=r.token_ids,
+            finish_reason=FINISH_REASONS[r.finish_reason],
             usage=usage_message(r.usage),
-            hypotheses=[pb.Hypothesis(text=h.text, token_ids=h.token_ids, finish_reason=FINISH_REASONS[h.finish_reason],
-                                      score=h.score) for h in r.hypotheses],
-        )  # fmt: skip
+            hypotheses=[
+                pb.Hypothesis(
+                    text=h.text, token_ids=h.token_ids, finish_reason=FINISH_REASONS[h.finish_reason], score=h.score
+                )
+                for h in r.hypotheses
+            ],
+        )
 
     @handler
     async def GenerateStream(self, request: pb.GenerateRequest, context, call: Call) -> None:
@@ -239,10 +270,12 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         stream = await self.core.generation.stream(generate_request(request), call.record)
         async for event in stream.events:
             message = pb.GenerateStreamResponse(
-                model=stream.model, text=event.text, token_ids=event.token_ids,
+                model=stream.model,
+                text=event.text,
+                token_ids=event.token_ids,
                 finish_reason=FINISH_REASONS.get(event.finish_reason, pb.FINISH_REASON_UNSPECIFIED),
                 usage=usage_message(event.usage),
-            )  # fmt: skip
+            )
             await self.core.streams.send(context.write(message), [call.record])
 
     @handler

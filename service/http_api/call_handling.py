@@ -79,8 +79,9 @@ BEARER_STATUSES = StatusTable(
 
 
 def openai_error(refusal: Refusal) -> dict:
-    return {"error": {"message": refusal.message, "type": refusal.status[1], "param": refusal.field,
-                      "code": refusal.kind}}  # fmt: skip
+    return {
+        "error": {"message": refusal.message, "type": refusal.status[1], "param": refusal.field, "code": refusal.kind}
+    }
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,20 @@ log = logging.getLogger("attnserve.http")
 
 EMBEDDING_NAMES = {"inputs": "input"}
 COMPLETION_NAMES = {
-    "input": "prompt", "inputs": "prompt", "params.max_new_tokens": "max_tokens", "params.temperature": "temperature",
-    "params.top_p": "top_p", "params.top_k": "top_k", "params.seed": "seed", "params.stop": "stop",
-    "params.repetition_penalty": "repetition_penalty", "params.ignore_eos": "ignore_eos", "params.num_beams": "n",
-    "params.num_return_sequences": "n", "params.answers": "n",
-}  # fmt: skip
+    "input": "prompt",
+    "inputs": "prompt",
+    "params.max_new_tokens": "max_tokens",
+    "params.temperature": "temperature",
+    "params.top_p": "top_p",
+    "params.top_k": "top_k",
+    "params.seed": "seed",
+    "params.stop": "stop",
+    "params.repetition_penalty": "repetition_penalty",
+    "params.ignore_eos": "ignore_eos",
+    "params.num_beams": "n",
+    "params.num_return_sequences": "n",
+    "params.answers": "n",
+}
 
 
 def finish_reason(reason: str) -> str:
@@ -54,11 +63,18 @@ def generation_options(body: CompletionsRequest) -> GenerationOptions:
     """n = 1 leaves the number of beams to the checkpoint's default, as an unset num_beams does on gRPC."""
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     return GenerationOptions(
-        max_new_tokens=body.max_tokens or 0, temperature=body.temperature or 0.0, top_k=body.top_k or 0,
-        top_p=body.top_p or 0.0, repetition_penalty=body.repetition_penalty or 0.0, seed=body.seed, stop=stop,
-        ignore_eos=body.ignore_eos, answers=body.n, source_language=body.source_language or None,
+        max_new_tokens=body.max_tokens or 0,
+        temperature=body.temperature or 0.0,
+        top_k=body.top_k or 0,
+        top_p=body.top_p or 0.0,
+        repetition_penalty=body.repetition_penalty or 0.0,
+        seed=body.seed,
+        stop=stop,
+        ignore_eos=body.ignore_eos,
+        answers=body.n,
+        source_language=body.source_language or None,
         target_language=body.target_language or None,
-    )  # fmt: skip
+    )
 
 
 def model_card(m: ModelInfo) -> dict:
@@ -126,11 +142,19 @@ def create_app(
                 outputs=("dense",),  # OpenAI's embeddings are dense vectors: a model without them refuses
             )
             result = await core.embeddings.embed(embed, call.record)
-            data = [{"object": "embedding", "index": i, "embedding": embedding_values(v, body.encoding_format)}
-                    for i, v in enumerate(result.vectors)]  # fmt: skip
+            data = [
+                {"object": "embedding", "index": i, "embedding": embedding_values(v, body.encoding_format)}
+                for i, v in enumerate(result.vectors)
+            ]
             tokens = result.usage.prompt_tokens
-            return FastJSONResponse({"object": "list", "data": data, "model": result.model,
-                                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
+            return FastJSONResponse(
+                {
+                    "object": "list",
+                    "data": data,
+                    "model": result.model,
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                }
+            )
 
         return await handle(core, request, EMBEDDING_NAMES, embed)
 
@@ -159,19 +183,31 @@ async def whole_completions(core, call: Call, body, prompts: list[str], options)
     for r in results:
         answers = r.hypotheses if body.n > 1 else [r]
         for answer in answers:
-            choices.append({"index": len(choices), "text": answer.text, "logprobs": None,
-                            "finish_reason": finish_reason(answer.finish_reason)})  # fmt: skip
+            choices.append(
+                {
+                    "index": len(choices),
+                    "text": answer.text,
+                    "logprobs": None,
+                    "finish_reason": finish_reason(answer.finish_reason),
+                }
+            )
     figures = call.record.figures
     return JSONResponse(completion(results[0].model, choices, figures["prompt_tokens"], figures["generated_tokens"]))
 
 
 def completion(model: str, choices: list[dict], prompt_tokens: int, completion_tokens: int) -> dict:
     return {
-        "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": model,
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
         "choices": choices,
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
-    }  # fmt: skip
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
 
 
 async def stream_completions(core, call: Call, body, prompts: list[str], options, abort) -> PacedEventStream:
@@ -211,5 +247,10 @@ async def events(call: Call, streams: list, include_usage: bool) -> AsyncIterato
 
 
 def chunk(completion_id: str, model: str, choices: list[dict]) -> dict:
-    return {"id": completion_id, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": choices}  # fmt: skip
+    return {
+        "id": completion_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+    }

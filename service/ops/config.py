@@ -181,12 +181,22 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         positive = [
-            "max_batch_tokens", "max_batch_size", "max_queue_inputs", "max_client_batch_size",
-            "max_concurrent_requests", "max_message_bytes", "max_new_tokens",
-            "max_waiting_sequences", "max_beams", "attention_max_input_tokens",
-            "attention_max_response_bytes", "attention_max_concurrent", "translation_max_characters",
-            "translation_max_sentences", "rerank_max_documents",
-        ]  # fmt: skip
+            "max_batch_tokens",
+            "max_batch_size",
+            "max_queue_inputs",
+            "max_client_batch_size",
+            "max_concurrent_requests",
+            "max_message_bytes",
+            "max_new_tokens",
+            "max_waiting_sequences",
+            "max_beams",
+            "attention_max_input_tokens",
+            "attention_max_response_bytes",
+            "attention_max_concurrent",
+            "translation_max_characters",
+            "translation_max_sentences",
+            "rerank_max_documents",
+        ]
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
         if not 0.0 <= self.access_log_share <= 1.0:
             problems.append(f"access_log_share must be from 0 to 1, not {self.access_log_share}")

@@ -15,8 +15,24 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 # Seconds: sub-millisecond decode steps up to minute-long generations.
 LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
-)  # fmt: skip
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
@@ -30,78 +46,115 @@ class Metrics:
         self.registry = registry = CollectorRegistry()
         self._children: dict[tuple, object] = {}
         self.requests = Counter(
-            "attnserve_requests", "Calls answered, by RPC, model and status code.", ["rpc", "model", "code"],
+            "attnserve_requests",
+            "Calls answered, by RPC, model and status code.",
+            ["rpc", "model", "code"],
             registry=registry,
-        )  # fmt: skip
+        )
         self.request_duration = Histogram(
-            "attnserve_request_duration_seconds", "Time from a call's arrival to its answer (its last message).",
-            ["rpc", "model"], buckets=LATENCY_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "attnserve_request_duration_seconds",
+            "Time from a call's arrival to its answer (its last message).",
+            ["rpc", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.queue_duration = Histogram(
             "attnserve_queue_duration_seconds",
             "Time an input (a text to embed, a sequence to generate) waited before the model took it.",
-            ["model"], buckets=LATENCY_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self.batch_size = Histogram(
-            "attnserve_batch_size", "Inputs in one model call.", ["model", "stage"], buckets=SIZE_BUCKETS,
+            ["model"],
+            buckets=LATENCY_BUCKETS,
             registry=registry,
-        )  # fmt: skip
+        )
+        self.batch_size = Histogram(
+            "attnserve_batch_size",
+            "Inputs in one model call.",
+            ["model", "stage"],
+            buckets=SIZE_BUCKETS,
+            registry=registry,
+        )
         self.batch_tokens = Histogram(
-            "attnserve_batch_tokens", "Token positions in one model call, padding included.", ["model", "stage"],
-            buckets=TOKEN_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "attnserve_batch_tokens",
+            "Token positions in one model call, padding included.",
+            ["model", "stage"],
+            buckets=TOKEN_BUCKETS,
+            registry=registry,
+        )
         self.inference_duration = Histogram(
-            "attnserve_inference_duration_seconds", "Time of one model call.", ["model", "stage"],
-            buckets=LATENCY_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "attnserve_inference_duration_seconds",
+            "Time of one model call.",
+            ["model", "stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.queue_depth = Gauge(
-            "attnserve_queue_depth", "Inputs waiting for the model: texts to embed, or sequences for a cache row.",
-            ["model"], registry=registry,
-        )  # fmt: skip
+            "attnserve_queue_depth",
+            "Inputs waiting for the model: texts to embed, or sequences for a cache row.",
+            ["model"],
+            registry=registry,
+        )
         self.streams_stalled = Counter(
             "attnserve_streams_stalled",
             "Streamed calls given up because their client took no message for stream_write_timeout.",
-            ["rpc", "model"], registry=registry,
-        )  # fmt: skip
+            ["rpc", "model"],
+            registry=registry,
+        )
         self.requests_running = Gauge("attnserve_requests_running", "Calls in progress.", ["model"], registry=registry)
         self.time_to_first_token = Histogram(
-            "attnserve_time_to_first_token_seconds", "Time from a generation's arrival to its first token.",
-            ["model"], buckets=LATENCY_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "attnserve_time_to_first_token_seconds",
+            "Time from a generation's arrival to its first token.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.inter_token_latency = Histogram(
-            "attnserve_inter_token_latency_seconds", "Time between two tokens of one sequence.", ["model"],
-            buckets=LATENCY_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "attnserve_inter_token_latency_seconds",
+            "Time between two tokens of one sequence.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.prompt_tokens = Counter(
             "attnserve_prompt_tokens", "Tokens of inputs fed to the model.", ["model"], registry=registry
         )
         self.generated_tokens = Counter("attnserve_generated_tokens", "Tokens generated.", ["model"], registry=registry)
         self.kv_cache_usage = Gauge(
-            "attnserve_kv_cache_usage_ratio", "Share of the generation cache reserved by running sequences.",
-            ["model"], registry=registry,
-        )  # fmt: skip
+            "attnserve_kv_cache_usage_ratio",
+            "Share of the generation cache reserved by running sequences.",
+            ["model"],
+            registry=registry,
+        )
         self.kv_cache_capacity = Gauge(
-            "attnserve_kv_cache_capacity_tokens", "Token positions the generation cache holds.", ["model"],
+            "attnserve_kv_cache_capacity_tokens",
+            "Token positions the generation cache holds.",
+            ["model"],
             registry=registry,
-        )  # fmt: skip
+        )
         self.transfer_bytes = Counter(
-            "attnserve_device_transfer_bytes", "Bytes between host and device by the generation runner's calls.",
-            ["model", "stage", "direction"], registry=registry,
-        )  # fmt: skip
-        self.kv_cache_bytes = Gauge(
-            "attnserve_kv_cache_bytes", "Memory of the generation cache's buffers, on the model's device.", ["model"],
+            "attnserve_device_transfer_bytes",
+            "Bytes between host and device by the generation runner's calls.",
+            ["model", "stage", "direction"],
             registry=registry,
-        )  # fmt: skip
+        )
+        self.kv_cache_bytes = Gauge(
+            "attnserve_kv_cache_bytes",
+            "Memory of the generation cache's buffers, on the model's device.",
+            ["model"],
+            registry=registry,
+        )
         self.device_memory_used = Gauge(
-            "attnserve_device_memory_used_bytes", "Memory in use on the GPU (the whole device, all processes).",
-            ["device"], registry=registry,
-        )  # fmt: skip
+            "attnserve_device_memory_used_bytes",
+            "Memory in use on the GPU (the whole device, all processes).",
+            ["device"],
+            registry=registry,
+        )
         # The process's own figures (resident memory, CPU seconds, open files), under the same prefix.
         ProcessCollector(namespace="attnserve", registry=registry)
         self.model_info = Gauge(
-            "attnserve_model_info", "A served model (always 1).", ["model", "task", "provider", "opset"],
+            "attnserve_model_info",
+            "A served model (always 1).",
+            ["model", "task", "provider", "opset"],
             registry=registry,
-        )  # fmt: skip
+        )
         self.build_info = Info("attnserve_build", "The attnserve build.", registry=registry)
         self.build_info.info(_versions())
 
@@ -156,8 +209,9 @@ class ModelMetrics:
         if task == "seq2seq":
             self._transfers = {
                 (stage, direction): metrics.transfer_bytes.labels(model, stage, direction)
-                for stage in ("encode", "decode") for direction in ("sent", "fetched")
-            }  # fmt: skip
+                for stage in ("encode", "decode")
+                for direction in ("sent", "fetched")
+            }
             self._ttft = metrics.time_to_first_token.labels(model)
             self._itl = metrics.inter_token_latency.labels(model)
             self._generated = metrics.generated_tokens.labels(model)

@@ -22,9 +22,15 @@ REQUIRED = ("libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13", "libcuran
 OPTIONAL = ("libnvJitLink.so.13", "libnvrtc.so.13", "libcufft.so.12", "libcudnn.so.9")
 # CUDA 13's packages share nvidia/cu13/lib; cuDNN keeps nvidia/cudnn/lib; older layouts a folder each.
 FOLDERS = (
-    "nvidia/cu13/lib", "nvidia/cudnn/lib", "nvidia/cuda_runtime/lib", "nvidia/cublas/lib", "nvidia/curand/lib",
-    "nvidia/cufft/lib", "nvidia/nvjitlink/lib", "nvidia/cuda_nvrtc/lib",
-)  # fmt: skip
+    "nvidia/cu13/lib",
+    "nvidia/cudnn/lib",
+    "nvidia/cuda_runtime/lib",
+    "nvidia/cublas/lib",
+    "nvidia/curand/lib",
+    "nvidia/cufft/lib",
+    "nvidia/nvjitlink/lib",
+    "nvidia/cuda_nvrtc/lib",
+)
 
 
 @dataclass

@@ -42,9 +42,14 @@ class Seq2SeqRunner:
     what it moved between host and device."""
 
     def __init__(
-        self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, cache_graphs: dict, n_layers: int,
-        precision: str, cuda_graphs: bool = False,
-    ):  # fmt: skip
+        self,
+        encoder: ort.InferenceSession,
+        decoder: ort.InferenceSession,
+        cache_graphs: dict,
+        n_layers: int,
+        precision: str,
+        cuda_graphs: bool = False,
+    ):
         """cuda_graphs: the decoder session was created with enable_cuda_graph: its bucketed steps capture
         and replay graphs (runner/decode_buckets.py), and its other steps must say they do not."""
         self.encoder, self.decoder, self.cache_graphs, self.n_layers = encoder, decoder, cache_graphs, n_layers
@@ -84,16 +89,26 @@ class Seq2SeqRunner:
         self.encoder.run(None, {"input_ids": one, "attention_mask": one}, shrink_options(self.provider))
 
     def step(
-        self, input_ids: np.ndarray, past_lengths: np.ndarray, source_lengths: np.ndarray, logit_rows: list[int],
-        memory: CacheMemory, rows: int, run_options: ort.RunOptions | None = None,
-    ) -> StepOutput:  # fmt: skip
+        self,
+        input_ids: np.ndarray,
+        past_lengths: np.ndarray,
+        source_lengths: np.ndarray,
+        logit_rows: list[int],
+        memory: CacheMemory,
+        rows: int,
+        run_options: ort.RunOptions | None = None,
+    ) -> StepOutput:
         """One decoder step for the first `rows` rows of the cache: input_ids (rows, 1) int64, past_lengths
         and source_lengths (rows,) int32. The step writes each row's K/V into the cache in place."""
         wanted = np.asarray(logit_rows, np.int64)
         binding = self.decoder.io_binding()
         sent = 0
-        for name, array in (("input_ids", input_ids), ("past_lengths", past_lengths),
-                            ("source_lengths", source_lengths), ("logit_rows", wanted)):  # fmt: skip
+        for name, array in (
+            ("input_ids", input_ids),
+            ("past_lengths", past_lengths),
+            ("source_lengths", source_lengths),
+            ("logit_rows", wanted),
+        ):
             binding.bind_cpu_input(name, array)
             sent += array.nbytes
         # GroupQueryAttention reads the longest row's length on the host: bound there, it never travels.

@@ -29,11 +29,35 @@ OPTIMIZATION_LEVELS = {
 # results the CUDA kernels read on the host anyway (ONNX Runtime's GetCpuPreferredNodes). Any other node
 # on the CPU of a CUDA session has no CUDA kernel for its types: every step would copy its tensors to the
 # host and back. (session.disable_cpu_ep_fallback cannot tell the two apart: it refuses both.)
-SHAPE_OPS = frozenset({
-    "Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Add", "Sub", "Mul", "Div", "Range",
-    "Slice", "ReduceMax", "ReduceMin", "Equal", "Less", "Greater", "Where", "Expand", "ConstantOfShape", "Neg",
-    "Min", "Max", "Reshape",
-})  # fmt: skip
+SHAPE_OPS = frozenset(
+    {
+        "Shape",
+        "Size",
+        "Gather",
+        "Unsqueeze",
+        "Squeeze",
+        "Concat",
+        "Cast",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Range",
+        "Slice",
+        "ReduceMax",
+        "ReduceMin",
+        "Equal",
+        "Less",
+        "Greater",
+        "Where",
+        "Expand",
+        "ConstantOfShape",
+        "Neg",
+        "Min",
+        "Max",
+        "Reshape",
+    }
+)
 
 
 class ProviderError(RuntimeError):

@@ -1,0 +1,183 @@
+"""Opening a model directory for serving: the load settings, its files opened and verified (checksums),
+its tokenizer and ONNX Runtime sessions created, and its generation cache sized (blocking: the model
+thread runs it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from modeldir.files import CACHE_GRAPHS, ModelFiles, extra_outputs, open_model_dir, pooled_output
+from modeldir.language_tokenizer import load_model_tokenizer
+
+from ..engine.batcher import BatchLimits
+from ..runner.attention_maps import AttentionMapsRunner
+from ..runner.cache_memory import CacheGeometry
+from ..runner.device_memory import cuda_memory
+from ..runner.embedding import EmbeddingRunner
+from ..runner.seq2seq import Seq2SeqRunner
+from ..runner.sessions import CPU, CUDA, ProviderError, SessionSettings, create_session, provider_of, threads_for
+from .served_models import Architecture, SpecialTokens
+
+log = logging.getLogger("attnserve.loader")
+
+
+CPU_CACHE_BYTES = 1 << 30  # what kv_cache_bytes 0 (auto) gives a model on the CPU
+# What max_running 0 (the device's default) allows in one decode step: on the CPU, where a step's compute
+# grows with its rows, 64 (the one default before each device had its own); on CUDA as many as the cache
+# holds, up to vLLM's default on large GPUs (a step's cost there is mostly fixed: to be measured there).
+DEFAULT_MAX_RUNNING = {CPU: 64, CUDA: 1024}
+DEVICE_SHARE = 0.9  # of the device memory left once every session is loaded, that auto gives the caches
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """How big each seq2seq model's generation cache is, and how many may wait for it."""
+
+    max_new_tokens: int
+    cache_bytes: int  # 0: auto (on CUDA, what the device has left; on the CPU, CPU_CACHE_BYTES)
+    cache_tokens: int  # when > 0, instead of cache_bytes
+    max_running: int  # 0: the device's default (DEFAULT_MAX_RUNNING)
+    max_waiting: int
+
+    def geometry(self, architecture: Architecture, max_input_tokens: int, precision: str) -> CacheGeometry:
+        # The start token takes one of the model's positions.
+        new_tokens = min(self.max_new_tokens, architecture.max_positions - 1)
+        return CacheGeometry(
+            n_layers=architecture.n_decoder_layers,
+            n_heads=architecture.n_heads,
+            d_head=architecture.d_model // architecture.n_heads,
+            target_tokens=1 + new_tokens,
+            source_tokens=max_input_tokens,
+            precision=precision,
+        )
+
+    @property
+    def auto(self) -> bool:
+        return not self.cache_tokens and not self.cache_bytes
+
+    def rows(self, geometry: CacheGeometry, provider: str, auto_bytes: int = CPU_CACHE_BYTES) -> int:
+        if self.cache_tokens:
+            rows = self.cache_tokens // geometry.tokens_per_row
+        else:
+            rows = (self.cache_bytes or auto_bytes) // geometry.bytes_per_row
+        return min(rows, self.max_running or DEFAULT_MAX_RUNNING[provider])
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    sessions: SessionSettings
+    precision: str  # auto | fp32 | fp16 | int8: auto is fp16 on CUDA, fp32 on the CPU
+    batching: BatchLimits
+    cache: CacheSettings
+    attention_maps: bool  # load each model's attention-map graph
+    fault_threshold: int  # consecutive failed model calls before a model is unhealthy
+    cuda_graphs: bool = False  # greedy decode steps in buckets, captured as CUDA graphs on CUDA
+    input_caps: dict[str, int] = field(default_factory=dict)  # model name -> most input tokens (its own if less)
+    max_attention_bytes: int = 0  # an embedding batch's attention scores, at most (0: no budget)
+
+    def precision_on(self, provider: str) -> str:
+        if self.precision != "auto":
+            return self.precision
+        return "fp16" if provider == CUDA else "fp32"
+
+
+@dataclass
+class OpenedModel:
+    """A model directory's parts, made in the model thread, before anything runs on the event loop."""
+
+    files: ModelFiles
+    tokenizer: object
+    provider: str
+    architecture: Architecture
+    special: SpecialTokens
+    runner: EmbeddingRunner | Seq2SeqRunner
+    attention: AttentionMapsRunner | None
+    geometry: CacheGeometry | None = None
+    rows: int = 0
+
+
+def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: int) -> OpenedModel:
+    """Open and verify one model directory and create its sessions (blocking: run it in the model thread).
+    seq2seq_left: seq2seq models not loaded yet, this one included, among which an automatic cache size
+    shares the device memory that is left."""
+    precision = settings.precision_on(provider)
+    files = open_model_dir(model_dir, attention=settings.attention_maps, precision=precision)
+    cap = settings.input_caps.get(files.name)
+    if cap is not None and cap < files.config.max_input_tokens:  # the operator's cap (model_max_input_tokens)
+        files = dataclasses.replace(files, config=dataclasses.replace(files.config, max_input_tokens=cap))
+        log.info("model %s: inputs capped at %d tokens (model_max_input_tokens)", files.name, cap)
+    c = files.config
+    architecture = Architecture(
+        c.n_encoder_layers, c.n_decoder_layers, c.n_heads, c.d_model, c.max_positions, c.vocab_size
+    )
+    geometry = None
+    if files.task == "seq2seq":
+        geometry = settings.cache.geometry(architecture, c.max_input_tokens, precision)
+        if not (settings.cache.auto and provider == CUDA):  # a cache of no row serves nothing: refuse early
+            _rows(files.name, settings.cache, geometry, provider)
+    tokenizer = load_model_tokenizer(c, files.tokenizer)
+    special = SpecialTokens(c.bos_id, c.eos_id, c.pad_id, frozenset(tokenizer.special_ids))
+    # Threads and spinning the settings leave open, by the model's size (runner/sessions.py threads_for).
+    sessions = threads_for(settings.sessions, provider, 4 * c.d_model * c.d_model + 2 * c.d_model * c.d_ff)
+    spinning = "on" if sessions.spinning else "off"
+    log.info("model %s: %d ONNX Runtime thread(s) a call, spinning %s", files.name, sessions.intra_op_threads, spinning)
+    encoder = create_session(files.encoder, sessions, provider)
+    rows = 0
+    if files.task == "embedding":
+        states = ("last_hidden_state",) if c.head == "none" else ()  # token embeddings, unpooled (TEI's embed_all)
+        runner = EmbeddingRunner(encoder, pooled_output(c.head), extra_outputs(c) + states)
+    else:
+        # The cache graphs run seldom and copy rows: one thread, asleep between calls.
+        small = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
+        cache_graphs = {role: create_session(files.graphs[role], small, provider) for role in CACHE_GRAPHS}
+        decoder, captures = _decoder_session(files, sessions, provider, settings.cuda_graphs)
+        runner = Seq2SeqRunner(encoder, decoder, cache_graphs, c.n_decoder_layers, precision, captures)
+        left = cuda_memory() if provider == CUDA and settings.cache.auto else None
+        auto_bytes = int(left[0] * DEVICE_SHARE / seq2seq_left) if left else CPU_CACHE_BYTES
+        rows = _rows(files.name, settings.cache, geometry, provider, auto_bytes)
+    attention = None
+    if settings.attention_maps:
+        # Its threads sleep between calls instead of spinning: the graph runs seldom, and spinning threads
+        # of an idle session would take cycles from the serving graphs' next calls.
+        quiet = dataclasses.replace(sessions, spinning=False)
+        attention = AttentionMapsRunner(create_session(files.attention, quiet, provider), files.task)
+    opened = OpenedModel(
+        files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, rows
+    )
+    graphs = precision if files.graph_set == precision else f"{precision}: {files.graph_set}, for this CPU"
+    log.info("model %s (%s, %s) loaded from %s on %s", files.name, files.task, graphs, model_dir, opened.provider)
+    return opened
+
+
+def _decoder_session(files: ModelFiles, sessions: SessionSettings, provider: str, cuda_graphs: bool):
+    """The decoder's session, and whether it captures CUDA graphs: asked for on CUDA, and granted by ONNX
+    Runtime (which refuses a graph with nodes it cannot capture: then the steps run eager, and say so)."""
+    if not cuda_graphs:
+        return create_session(files.decoder, sessions, provider), False
+    if provider != CUDA:
+        log.warning("model %s: --cuda-graphs on the CPU captures nothing: steps are only bucketed", files.name)
+        return create_session(files.decoder, sessions, provider), False
+    try:
+        return create_session(files.decoder, sessions, provider, cuda_graph=True), True
+    except ProviderError:
+        raise  # no CUDA at all: nothing to fall back to
+    except Exception as error:  # ONNX Runtime's own exception types: Fail, RuntimeException, ...
+        log.warning(
+            "model %s: ONNX Runtime cannot capture its decoder as CUDA graphs (%s): steps run eager", files.name, error
+        )
+        return create_session(files.decoder, sessions, provider), False
+
+
+def _rows(
+    name: str, cache: CacheSettings, geometry: CacheGeometry, provider: str, auto_bytes: int = CPU_CACHE_BYTES
+) -> int:
+    rows = cache.rows(geometry, provider, auto_bytes)
+    if rows < 1:
+        raise ValueError(
+            f"model {name}: the generation cache holds no row: one takes {geometry.bytes_per_row} bytes "
+            f"({geometry.tokens_per_row} tokens); raise kv_cache_bytes or kv_cache_tokens, or lower max_new_tokens"
+        )
+    return rows
