@@ -116,22 +116,19 @@ def test_the_device_environment_serves_every_door(device, tmp_path):
     assert "Python 3.12" in subprocess.run([str(python), "--version"], capture_output=True, text=True).stdout
 
 
+def check_options(kit: Path, phases: str, out: Path, state: Path) -> list[str]:
+    """gpu_check's options for a dry run on the CPU."""
+    options = ["--kit", str(kit), "--device", "cpu", "--phases", phases]
+    return options + ["--out", str(out), "--state", str(state)]
+
+
 def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path):
     python, unpacked, site = device
     report, out = tmp_path / "check-audit.json", tmp_path / "out"
     phases = "preflight,parity,parity-marian,memory,cuda-graphs"
     command = [
         *audited(python, "benchmarks.gpu_check", report),
-        "--kit",
-        str(unpacked),
-        "--device",
-        "cpu",
-        "--phases",
-        phases,
-        "--out",
-        str(out),
-        "--state",
-        str(tmp_path / "state.json"),
+        *check_options(unpacked, phases, out, tmp_path / "state.json"),
     ]
     ran = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=clean_env(site), timeout=900)
     assert ran.returncode == 0, ran.stderr[-3000:]
@@ -172,21 +169,7 @@ def test_the_staged_check_runs_every_phase_goes_on_after_a_failure_and_reruns_wh
     out, state = tmp_path / "out", tmp_path / "state.json"
 
     def check(kit: Path, phases: str) -> dict:
-        command = [
-            sys.executable,
-            "-m",
-            "benchmarks.gpu_check",
-            "--kit",
-            str(kit),
-            "--device",
-            "cpu",
-            "--phases",
-            phases,
-            "--out",
-            str(out),
-            "--state",
-            str(state),
-        ]
+        command = [sys.executable, "-m", "benchmarks.gpu_check", *check_options(kit, phases, out, state)]
         ran = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1200)
         assert ran.returncode == 0, ran.stderr[-3000:]
         return json.loads((out / "results.json").read_text())["phases"]

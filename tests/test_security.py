@@ -24,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from modeldir.files import MANIFEST_FILE
 from service.grpc_api.client import Client
+from testing.server_process import LOCAL_PORTS
 from testing.server_thread import ServerThread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,22 +191,7 @@ def test_onnx_external_data_outside_the_model_directory_is_refused(minilm_dir, c
     manifest["sha256"]["onnx/encoder.onnx"] = hashlib.sha256(graph_path.read_bytes()).hexdigest()
     (model_dir / MANIFEST_FILE).write_text(json.dumps(manifest))
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cli",
-            "serve",
-            "--models",
-            str(model_dir),
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--http-port",
-            "0",
-            "--host",
-            "127.0.0.1",
-        ],
+        [sys.executable, "-m", "cli", "serve", *LOCAL_PORTS, "--models", str(model_dir)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -19,7 +19,7 @@ from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
 from service.ops.config import ConfigError, ServerConfig, add_arguments, from_sources
 from service.runner.sessions import nvidia_driver_present
-from testing.server_process import ServerProcess
+from testing.server_process import LOCAL_PORTS, ServerProcess
 
 from .grpc_outcomes import status_of
 from .waits import wait_until
@@ -116,26 +116,9 @@ def test_startup_failures_exit_non_zero_with_a_clear_message(minilm_dir, args, m
 
 
 def run_serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--http-port",
-            "0",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """`attnserve serve` on free local ports, to its exit."""
+    command = [sys.executable, "-m", "cli", "serve", *LOCAL_PORTS, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_tampered_model_refuses_to_start(minilm_dir, copy_of):
