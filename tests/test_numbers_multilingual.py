@@ -62,3 +62,16 @@ def test_held_out_numbers_are_exact_in_every_language_and_direction(multilingual
     assert set(report) == {f"{s}->{t}" for s, t in directions()} and len(LANGUAGES) == 4
     for direction, result in report.items():
         assert result["accuracy"] >= 0.99, (direction, result["errors"][:3])
+
+
+def test_its_vocabulary_trains_again_to_the_committed_one():
+    """tokenizers' BPE trainer, given the training's texts again, makes the committed vocabulary and merges
+    (its WordPiece trainer breaks ties in no fixed order; this one has given the same pieces every time)."""
+    import json
+
+    from modelbuild.multilingual_numbers import MultilingualTrainSettings, train_pieces
+
+    vocab, merges = train_pieces(MultilingualTrainSettings())
+    committed = json.loads((SOURCE / "tokenizer.json").read_text())["model"]
+    assert vocab == committed["vocab"] and len(vocab) == 1200
+    assert merges == [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in committed["merges"]]
