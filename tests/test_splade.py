@@ -1,5 +1,6 @@
 """SPLADE (sentence-transformers' SparseEncoder: a BERT masked-LM and SpladePooling): random checkpoints of
-both poolings and activations, imported, exported and served, give SparseEncoder.encode's weights per
+both poolings and activations, saved as released SPLADE checkpoints are and as sentence-transformers 6 saves
+a new one, imported, exported and served, give SparseEncoder.encode's weights per
 vocabulary id within 1e-5, over-long and hypothesis-drawn texts included; the model has no dense output,
 and says so on every door."""
 
@@ -23,7 +24,12 @@ from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
-SHAPES = {"splade-max": ("max", "relu"), "splade-sum": ("sum", "log1p_relu")}
+# name -> (pooling, activation, saved as sentence-transformers 6 saves a new one)
+SHAPES = {
+    "splade-max": ("max", "relu", False),
+    "splade-sum": ("sum", "log1p_relu", False),
+    "splade-fill-mask": ("max", "relu", True),
+}
 TEXTS = stdlib_sentences(8, 3, 40) + ["Hi", " ".join(stdlib_sentences(4, 20, 40))]  # the last is over-long
 
 
@@ -31,8 +37,8 @@ TEXTS = stdlib_sentences(8, 3, 40) + ["Hi", " ".join(stdlib_sentences(4, 20, 40)
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("splade")
     out = {}
-    for seed, (name, (pooling, activation)) in enumerate(SHAPES.items()):
-        source = random_splade_checkpoint(root / f"{name}-hf", pooling, activation, seed=seed)
+    for seed, (name, (pooling, activation, fill_mask)) in enumerate(SHAPES.items()):
+        source = random_splade_checkpoint(root / f"{name}-hf", pooling, activation, seed=seed, fill_mask=fill_mask)
         directory = import_splade(source, root / name, name)
         export_model_dir(directory, progress_stream=io.StringIO())
         out[name] = (source, directory)
@@ -60,7 +66,7 @@ def dense_of(response: pb.EmbedResponse, vocabulary: int) -> np.ndarray:
 
 
 def test_the_head_and_pooling_are_imported(checkpoints):
-    for name, (pooling, activation) in SHAPES.items():
+    for name, (pooling, activation, _) in SHAPES.items():
         _, config, _ = load_model_dir(checkpoints[name][1])
         assert (config.sparse_head, config.splade_pooling, config.splade_activation) == ("splade", pooling, activation)
 
