@@ -86,7 +86,7 @@ def test_one_call_gives_what_three_calls_give(server):
 
 
 def test_binary_types_are_quantize_embeddings(server, reference):
-    from sentence_transformers.quantization import quantize_embeddings
+    from sentence_transformers.util.quantization import quantize_embeddings
 
     dense, _, colbert = reference.encode(TEXTS[:4])
     for kind, enum, dtype in (
@@ -154,7 +154,7 @@ def test_head_files_holding_objects_are_refused(tmp_path, bge_m3):
 def test_int8_multi_vectors_are_quantize_embeddings(server, reference):
     """Dense and multi-vectors each against their own ranges, calibrated at export on the corpus that
     quantize_embeddings is given here."""
-    from sentence_transformers.quantization import quantize_embeddings
+    from sentence_transformers.util.quantization import quantize_embeddings
 
     from modelbuild.calibration import CALIBRATION_TEXTS
 

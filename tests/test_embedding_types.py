@@ -37,7 +37,7 @@ def calibration(minilm):
 
 @pytest.mark.parametrize("kind", TYPES)
 def test_types_are_quantize_embeddings(served, minilm, calibration, kind):
-    from sentence_transformers.quantization import quantize_embeddings
+    from sentence_transformers.util.quantization import quantize_embeddings
 
     enum, dtype = TYPES[kind]
     response = served.stub().Embed(pb.EmbedRequest(model="minilm", inputs=TEXTS, embedding_type=enum), timeout=60)
