@@ -9,17 +9,12 @@ import grpc
 import pytest
 
 from modeldir.files import ATTENTION_FILE, MANIFEST_FILE, ModelFilesError, open_model_dir
-from service.grpc_api.client import AttentionMaps, Client
+from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
 from .grpc_outcomes import status_of
 from .waits import wait_until
-
-
-def attention(server, text: str, **fields) -> AttentionMaps:
-    with Client(server.target) as client:
-        return client.attention(text, **fields)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +36,8 @@ def test_the_size_bound_counts_the_longest_generation_before_generating(tight):
         "(attention_max_response_bytes): shorten the input, or ask for fewer layers, fewer max_new_tokens"
     )
     assert tight.server.core.registry.models["numbers"].scheduler.steps_run == steps  # nothing generated
-    maps = attention(tight, "12", max_new_tokens=10)
+    with Client(tight.target) as client:
+        maps = client.attention("12", max_new_tokens=10)
     assert maps.target_text == "twelve" and maps.weights["cross"].shape == (3, 4, 2, 4)
 
 

@@ -18,9 +18,7 @@ from ..core.calls import Call
 from ..core.cross_encoding import RerankRequest
 from ..core.embeddings import EmbedRequest
 from ..core.serving import ServingCore
-from ..errors import (
-    invalid,
-)
+from ..errors import invalid
 from .call_handling import BEARER_STATUSES, FastJSONResponse, HttpApi, body_error, handle
 from .request_fields import request_fields
 

@@ -30,9 +30,7 @@ from ..core.open_inference import (
     unpack_bytes,
 )
 from ..core.serving import ServingCore
-from ..errors import (
-    invalid,
-)
+from ..errors import invalid
 from .call_handling import BEARER_STATUSES, BodyTooLarge, FastJSONResponse, HttpApi, handle
 
 HEADER_LENGTH = "inference-header-content-length"
