@@ -12,7 +12,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY cli/ cli/
 COPY modeldir/ modeldir/
-COPY modelbuild/ modelbuild/
+COPY model/ model/
 COPY service/ service/
 COPY checkpoints/ checkpoints/
 # The project pins what matters (torch==2.13.0) in pyproject.toml.
@@ -34,7 +34,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY cli/ cli/
 COPY modeldir/ modeldir/
-COPY modelbuild/ modelbuild/
+COPY model/ model/
 COPY service/ service/
 # The serving dependencies only: onnxruntime-gpu, grpcio, tokenizers, numpy, prometheus-client, and the
 # translation doors' sentencex (sentences), py3langid (detection) and language-data (names); no torch.

@@ -26,8 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from modelbuild.export import export_model_dir
-from modelbuild.random_model import BASE_SEQ2SEQ, random_model_dir
+from model.architecture.random_model import BASE_SEQ2SEQ, random_model_dir
+from model.export.model_dir import export_model_dir
 from service.grpc_api.client import Client
 from testing.server_process import ServerProcess
 

@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     machine = describe(1)
     print_machine(machine)
-    from modelbuild.random_marian import random_marian_checkpoint
+    from model.families.marian.random_checkpoint import random_marian_checkpoint
 
     base = open_model_dir(build())
     with tempfile.TemporaryDirectory() as directory:

@@ -40,8 +40,8 @@ LONG_PREFIX = 500  # the step's position must stay inside the model's 512 positi
 
 
 def build() -> Path:
-    from modelbuild.export import export_model_dir
-    from modelbuild.random_model import BASE_SEQ2SEQ, random_model_dir
+    from model.architecture.random_model import BASE_SEQ2SEQ, random_model_dir
+    from model.export.model_dir import export_model_dir
 
     if not (WORK / "manifest.json").exists():
         random_model_dir(BASE_SEQ2SEQ, WORK, "base", seed=0)
@@ -102,8 +102,8 @@ def torch_engine(model_dir: Path, threads: int) -> dict:
     """Our model in PyTorch eager with its cache (ConcatCache), greedy, 32 steps."""
     import torch
 
-    from modelbuild.decoder_cache import ConcatCache
-    from modelbuild.weights import load_model_dir
+    from model.architecture.decoder_cache import ConcatCache
+    from model.architecture.weights import load_model_dir
 
     torch.set_num_threads(threads)
     _, config, model = load_model_dir(model_dir)

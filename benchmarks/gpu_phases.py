@@ -169,7 +169,7 @@ def marian_checkpoint(ctx) -> Path:
     target = Path(tempfile.gettempdir()) / "attnserve-marian-hf"
     if not (target / "model.safetensors").is_file():
         code = (
-            "import json, sys; from modelbuild.random_marian import MarianShape, random_marian_checkpoint;"
+            "import json, sys; from model.families.marian.random_checkpoint import MarianShape, random_marian_checkpoint;"
             "random_marian_checkpoint(sys.argv[1], MarianShape(**json.loads(sys.argv[2])), seed=int(sys.argv[3]))"
         )
         subprocess.run(

@@ -55,7 +55,7 @@ def minilm(model_dir: Path) -> dict:
 def numbers(model_dir: Path, sizes: Sizes) -> dict:
     """Parity pairs each way (the expected answers are num2words' spellings), and the preflight's lockstep
     greedy decode through the serving runner in float32."""
-    from modelbuild.numbers import pair, sample_number
+    from model.bundled.numbers import pair, sample_number
 
     rng = random.Random(777)  # a seed not used in training
     sampled = [sample_number(rng) for _ in range(sizes.numbers)]

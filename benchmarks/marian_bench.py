@@ -28,7 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from modelbuild.random_marian import MarianShape
+from model.families.marian.random_checkpoint import MarianShape
 from modeldir.files import GRAPH_SETS
 from testing.server_process import ServerProcess
 
@@ -51,7 +51,7 @@ SOURCE_TOKENS = 30  # about, per sentence of benchmarks/translation_load.py
 
 def exported_once(ours: Path, import_checkpoint) -> None:
     """Our model directory, imported and exported in float32 and int8 unless an earlier run left it."""
-    from modelbuild.export import export_model_dir
+    from model.export.model_dir import export_model_dir
 
     manifest = ours / "manifest.json"
     if not manifest.exists() or not set(GRAPH_SETS["int8"]) <= set(json.loads(manifest.read_text())):
@@ -62,8 +62,8 @@ def exported_once(ours: Path, import_checkpoint) -> None:
 def build(ctranslate2_model: bool = True) -> tuple[Path, Path, Path]:
     """The Hugging Face checkpoint, our model directory (float32 and int8) and the CTranslate2 model (made
     once, then reused; not made unless asked)."""
-    from modelbuild.import_marian import import_marian
-    from modelbuild.random_marian import random_marian_checkpoint
+    from model.families.marian.importer import import_marian
+    from model.families.marian.random_checkpoint import random_marian_checkpoint
 
     hf, ours, ct2 = WORK / "hf", WORK / "attnserve", WORK / "ct2"
     if not (hf / "model.safetensors").exists():

@@ -15,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from modelbuild.export import export_model_dir
-from modelbuild.import_bert import import_sentence_transformer
-from modelbuild.random_model import BASE_SEQ2SEQ, random_model_dir
+from model.architecture.random_model import BASE_SEQ2SEQ, random_model_dir
+from model.export.model_dir import export_model_dir
+from model.families.bert.importer import import_sentence_transformer
 
 from .common import print_table, write_results
 from .machine import describe, print_machine

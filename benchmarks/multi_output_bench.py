@@ -39,9 +39,9 @@ def build_model() -> Path:
     """The checkpoint, imported and exported once (float32), kept under build/bench."""
     if (MODEL_DIR / "manifest.json").exists():
         return MODEL_DIR
-    from modelbuild.export import export_model_dir
-    from modelbuild.import_bert import import_sentence_transformer
-    from modelbuild.random_xlm_roberta import XlmRobertaShape, random_bge_m3_checkpoint
+    from model.export.model_dir import export_model_dir
+    from model.families.bert.importer import import_sentence_transformer
+    from model.families.xlm_roberta.random_checkpoint import XlmRobertaShape, random_bge_m3_checkpoint
 
     shape = XlmRobertaShape(
         d_model=1024, heads=16, layers=12, d_ff=4096, pooling="cls", max_position_embeddings=514, max_seq_length=512

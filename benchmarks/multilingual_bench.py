@@ -20,7 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from modelbuild.random_multilingual import MultilingualShape
+from model.families.multilingual.random_checkpoint import MultilingualShape
 from testing.server_process import ServerProcess
 
 from .common import print_table, write_results
@@ -45,8 +45,8 @@ TARGETS = ("fr de es it pt nl sv da fi pl cs sk hu ro bg el ru uk tr ar he fa hi
 
 def build() -> tuple[Path, Path]:
     """Our model directory (float32 and int8) and the CTranslate2 model, made once, then reused."""
-    from modelbuild.import_multilingual import import_multilingual
-    from modelbuild.random_multilingual import random_multilingual_checkpoint
+    from model.families.multilingual.importer import import_multilingual
+    from model.families.multilingual.random_checkpoint import random_multilingual_checkpoint
 
     hf, ours, ct2 = WORK / "hf", WORK / "attnserve", WORK / "ct2"
     if not (hf / "model.safetensors").exists():

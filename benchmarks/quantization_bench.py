@@ -1,5 +1,5 @@
 """The 8-bit options of ONNX Runtime's quantization tools, measured on this CPU, to choose one per graph
-(modelbuild/eight_bit.py uses the choice):
+(model/export/eight_bit.py uses the choice):
 
 - fp32: the exported graphs;
 - dynamic: the weight MatMuls with int8 weights, one scale per output channel, activations quantized to
@@ -15,7 +15,7 @@ groups them) and its embeddings' cosine to float32 on 1,000 such sentences; a Ma
 (the checkpoint benchmarks/marian_bench.py builds), one decode step at 1 and at 32 rows through the serving
 runner, and its greedy output (32 tokens) on 100 real sentences, equal to float32's or not. Each variant
 runs in a fresh process of its own, --rounds times, the order turned round each round; medians. The embedding model keeps its feed-forward output projections float32 in every 8-bit variant (as
-modelbuild/eight_bit.py does; its docstring says why).
+model/export/eight_bit.py does; its docstring says why).
 
     .venv/bin/python -m benchmarks.marian_bench --rounds 1   # once, for the checkpoint
     .venv/bin/python -m benchmarks.quantization_bench [--rounds 3] [--threads 2]
@@ -49,7 +49,7 @@ def quantize(source: Path, target: Path, variant: str, embedding: bool) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    from modelbuild.eight_bit import FEED_FORWARD_OUT, weight_matmuls
+    from model.export.eight_bit import FEED_FORWARD_OUT, weight_matmuls
 
     target.parent.mkdir(parents=True, exist_ok=True)
     if variant == "fp32":
@@ -96,7 +96,7 @@ def make_graphs() -> None:
 
 def measure(variant: str, threads: int) -> dict:
     """In a fresh process: the variant's timings, and its embeddings written for the quality figures."""
-    from modelbuild.stdlib_sentences import stdlib_sentences
+    from model.export.stdlib_sentences import stdlib_sentences
     from modeldir.files import open_model_dir
     from modeldir.tokenizer import TextTokenizer, load_tokenizer, pad_batch
     from service.runner.sessions import SessionSettings, create_session

@@ -3,7 +3,7 @@ random cross-encoder (BERT: 6 layers, d_model 384, 12 heads, d_ff 1536, MiniLM's
 shape of ms-marco-MiniLM-L-6-v2; no reranker weights can be downloaded here).
 
 32 callers, each with 1 query and 16 documents a call (real English sentences: the Python standard
-library's docstrings, modelbuild/stdlib_sentences.py), 128 queries in all (2,048 pairs): our gRPC `Rerank`
+library's docstrings, model/export/stdlib_sentences.py), 128 queries in all (2,048 pairs): our gRPC `Rerank`
 and `POST /v1/rerank` (httpx), and infinity-emb 0.0.78's `POST /rerank` with its ONNX Runtime engine (the
 same checkpoint exported by optimum, `make peers`; without it its row is left out); CrossEncoder.predict
 in-process over the same pairs (batch 32), the baseline. Every engine in a fresh process of its own, the
@@ -39,7 +39,7 @@ CALLERS, QUERIES, DOCUMENTS = 32, 128, 16
 
 
 def workload() -> list[tuple[str, list[str]]]:
-    from modelbuild.stdlib_sentences import stdlib_sentences
+    from model.export.stdlib_sentences import stdlib_sentences
 
     texts = stdlib_sentences(QUERIES * (DOCUMENTS + 1), 4, 60)
     step = DOCUMENTS + 1
@@ -49,9 +49,9 @@ def workload() -> list[tuple[str, list[str]]]:
 def build_models() -> None:
     """The checkpoint (CrossEncoder's folder), ours imported and exported, and infinity-emb's folder."""
     if not (OURS / "manifest.json").exists():
-        from modelbuild.export import export_model_dir
-        from modelbuild.import_cross_encoder import import_cross_encoder
-        from modelbuild.random_cross_encoder import CrossEncoderShape, random_cross_encoder
+        from model.export.model_dir import export_model_dir
+        from model.families.cross_encoder.importer import import_cross_encoder
+        from model.families.cross_encoder.random_checkpoint import CrossEncoderShape, random_cross_encoder
 
         shape = CrossEncoderShape(d_model=384, heads=12, layers=6, d_ff=1536, max_length=512)
         model = random_cross_encoder(SOURCE, shape, seed=0)

@@ -7,7 +7,7 @@ import time
 
 import grpc
 
-from modelbuild.number_sentences import sentences
+from model.bundled.number_sentences import sentences
 from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
 

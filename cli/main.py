@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--out", type=Path, default=DEFAULT_MODELS_DIR, help="default: %(default)s")
     build.set_defaults(run=cmd_build)
 
-    # The defaults live with the trainer (modelbuild/numbers.py): importing it here would load the build side
+    # The defaults live with the trainer (model/bundled/numbers.py): importing it here would load the build side
     # for every subcommand, serve included.
     train = commands.add_parser(
         "train-numbers",

@@ -51,7 +51,7 @@ PRECISIONS = ("fp32", "fp16", "int8")
 # first (vpmaddubsw) and saturate with full-range weights: 33 and 72 of 100 random Marian outputs equal
 # to float32 there, against 85 and 98 with 7 bits (docs/benchmarks.md, "8-bit").
 GRAPH_SETS = {"fp32": ("fp32",), "fp16": ("fp16",), "int8": ("int8", "int8_reduced_range")}
-CACHE_GRAPHS = ("cache_moves", "cache_cross", "cache_resize")  # seq2seq: see modelbuild/cache_graphs.py
+CACHE_GRAPHS = ("cache_moves", "cache_cross", "cache_resize")  # seq2seq: see model/export/cache_graphs.py
 
 
 def cpu_flags() -> set[str]:

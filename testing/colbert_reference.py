@@ -46,8 +46,8 @@ def random_encoder(out_dir: Path, d_model: int = 32, layers: int = 2, seed: int 
 
 
 def random_xlm_roberta_encoder(out_dir: Path, seed: int = 0) -> Path:
-    """A random XLMRobertaModel with a small sentencepiece vocabulary (modelbuild/random_xlm_roberta.py)."""
-    from modelbuild.random_xlm_roberta import random_xlm_roberta_checkpoint
+    """A random XLMRobertaModel with a small sentencepiece vocabulary (model/families/xlm_roberta/random_checkpoint.py)."""
+    from model.families.xlm_roberta.random_checkpoint import random_xlm_roberta_checkpoint
 
     random_xlm_roberta_checkpoint(out_dir, seed=seed)
     return Path(out_dir) / "encoder"

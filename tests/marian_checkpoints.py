@@ -1,5 +1,5 @@
 """Random MarianMT checkpoints in several shapes, built by transformers with a sentencepiece model trained
-on the spot (modelbuild/random_marian.py), imported and exported: for the tests that need a Marian model
+on the spot (model/families/marian/random_checkpoint.py), imported and exported: for the tests that need a Marian model
 (conftest.py builds them once a session)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 import transformers
 
-from modelbuild.export import export_model_dir
-from modelbuild.import_marian import import_marian
-from modelbuild.random_marian import MarianShape, random_marian_checkpoint
+from model.export.model_dir import export_model_dir
+from model.families.marian.importer import import_marian
+from model.families.marian.random_checkpoint import MarianShape, random_marian_checkpoint
 
 SHAPES = {
     "marian-swish-h4": MarianShape(d_model=32, heads=4, encoder_layers=2, decoder_layers=2, activation="swish"),

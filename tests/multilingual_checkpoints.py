@@ -1,4 +1,4 @@
-"""Random M2M100, NLLB-200 and mBART-50 checkpoints (modelbuild/random_multilingual.py), imported and
+"""Random M2M100, NLLB-200 and mBART-50 checkpoints (model/families/multilingual/random_checkpoint.py), imported and
 exported, beside transformers' model and tokenizer of each: for the tests that serve a multilingual model
 (conftest.py builds them once a session)."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 import transformers
 
-from modelbuild.export import export_model_dir
-from modelbuild.import_multilingual import import_multilingual
-from modelbuild.random_multilingual import MultilingualShape, random_multilingual_checkpoint
+from model.export.model_dir import export_model_dir
+from model.families.multilingual.importer import import_multilingual
+from model.families.multilingual.random_checkpoint import MultilingualShape, random_multilingual_checkpoint
 from modeldir.files import open_model_dir
 
 # name -> (shape, the target languages the tests mix, a source language), in the checkpoint's codes

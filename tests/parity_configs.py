@@ -8,9 +8,9 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from modelbuild.export import export_model_dir
-from modelbuild.random_model import random_model_dir
-from modelbuild.weights import load_model_dir
+from model.architecture.random_model import random_model_dir
+from model.architecture.weights import load_model_dir
+from model.export.model_dir import export_model_dir
 from modeldir.config import ModelConfig
 from modeldir.files import open_model_dir
 

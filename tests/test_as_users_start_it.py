@@ -31,7 +31,7 @@ DEFAULT = ServerConfig()
 PROBE = (
     "import atexit, sys;"
     "atexit.register(lambda: print('build side loaded:', sorted(m for m in sys.modules "
-    "if m == 'torch' or m.split('.')[0] == 'modelbuild'), file=sys.stderr, flush=True));"
+    "if m == 'torch' or m.split('.')[0] == 'model'), file=sys.stderr, flush=True));"
     "from cli.main import main; main()"
 )
 ADDRESSES = {"127.0.0.1": "127.0.0.1", "::1": "[::1]", "localhost": "localhost"}

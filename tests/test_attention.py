@@ -6,9 +6,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from modelbuild.attention import KeysValues, MultiHeadAttention, attention
-from modelbuild.decoder_cache import BufferCache, ConcatCache
-from modelbuild.random_model import random_model
+from model.architecture.attention import KeysValues, MultiHeadAttention, attention
+from model.architecture.decoder_cache import BufferCache, ConcatCache
+from model.architecture.random_model import random_model
 from modeldir.config import ModelConfig
 
 shapes = st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 6), st.integers(1, 12), st.integers(1, 9))

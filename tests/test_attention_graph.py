@@ -11,9 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelbuild.attention import KeysValues, attention
-from modelbuild.attention_graph import AttentionGraph, check_weights, weight_masks
-from modelbuild.weights import load_model_dir
+from model.architecture.attention import KeysValues, attention
+from model.architecture.weights import load_model_dir
+from model.export.attention_graph import AttentionGraph, check_weights, weight_masks
 from modeldir.files import ATTENTION_FILE, attention_inputs, attention_outputs
 from service.runner.sessions import SessionSettings, create_session
 

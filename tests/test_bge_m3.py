@@ -16,8 +16,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelbuild.stdlib_sentences import stdlib_sentences
-from modelbuild.weights import load_model_dir
+from model.architecture.weights import load_model_dir
+from model.export.stdlib_sentences import stdlib_sentences
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.bge_m3_reference import BgeM3Reference
 from testing.server_thread import ServerThread
@@ -140,7 +140,7 @@ def test_what_a_model_cannot_give_is_refused_by_name(server, fields, message):
 def test_head_files_holding_objects_are_refused(tmp_path, bge_m3):
     import shutil
 
-    from modelbuild.bge_m3_heads import read_heads
+    from model.families.xlm_roberta.bge_m3_heads import read_heads
 
     source = tmp_path / "hf"
     shutil.copytree(bge_m3[0], source)
@@ -156,7 +156,7 @@ def test_int8_multi_vectors_are_quantize_embeddings(server, reference):
     quantize_embeddings is given here."""
     from sentence_transformers.util.quantization import quantize_embeddings
 
-    from modelbuild.calibration import CALIBRATION_TEXTS
+    from model.export.calibration import CALIBRATION_TEXTS
 
     calibration_dense, _, calibration_multi = reference.encode(stdlib_sentences(CALIBRATION_TEXTS, 4, 60))
     dense, _, colbert = reference.encode(TEXTS[:6])

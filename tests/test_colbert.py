@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelbuild.import_colbert import import_colbert
-from modelbuild.stdlib_sentences import stdlib_sentences
-from modelbuild.weights import load_model_dir
+from model.architecture.weights import load_model_dir
+from model.export.stdlib_sentences import stdlib_sentences
+from model.families.colbert.importer import import_colbert
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.colbert_reference import PylateProcess
 from testing.server_thread import ServerThread

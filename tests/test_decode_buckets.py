@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from modelbuild.numbers import pair, sample_number
+from model.bundled.numbers import pair, sample_number
 from modeldir.tokenizer import pad_batch
 from service.grpc_api.pb import inference_pb2 as pb
 from service.runner.decode_buckets import DecodeBuckets, buckets_for

@@ -73,14 +73,20 @@ def test_the_serving_install_has_no_torch(tmp_path):
 
 
 def test_the_install_carries_every_package():
-    """`pip install .` (the image's) installs the packages pyproject.toml lists: every folder of Python code
-    the server or the command runs must be among them (service/http_api once was not)."""
+    """`pip install .` (the image's) installs the packages pyproject.toml's find rule takes, as setuptools
+    finds them: every folder of Python code the server or the command runs must be among them (service/http_api
+    once was not), and nothing of the tests'."""
     import tomllib
+    from setuptools import find_packages
 
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    listed = set(find_packages(str(ROOT), include=include))
+    assert not {p.split(".")[0] for p in listed} & {"tests", "testing", "benchmarks"}
     folders = [d for top in ("cli", "modeldir", "model", "service") for d in [ROOT / top, *(ROOT / top).rglob("*")]]
     found = {".".join(d.relative_to(ROOT).parts) for d in folders if d.is_dir() and any(d.glob("*.py"))}
-    assert found <= listed, f"missing from [tool.setuptools] packages: {sorted(found - listed)}"
+    assert found <= listed, (
+        f"not found by [tool.setuptools.packages.find] (a folder without __init__.py?): {sorted(found - listed)}"
+    )
 
 
 def test_yaml_lints_clean():

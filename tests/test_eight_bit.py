@@ -1,5 +1,5 @@
 """The int8 graphs against the float32 ones, on real text: 2,000 English sentences from the docstrings of
-Python's standard library (modelbuild/stdlib_sentences.py). The bars are the issue's: MiniLM mean cosine
+Python's standard library (model/export/stdlib_sentences.py). The bars are the issue's: MiniLM mean cosine
 >= 0.995 and minimum >= 0.98, each sentence's 10 nearest neighbours the same on average >= 0.9; the
 numbers model >= 99.9% exact on 2,000 numbers each way; random Marian checkpoints greedy-equal to float32
 on the share measured and stated below; and the int8 graphs served."""
@@ -14,11 +14,11 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from modelbuild.eval_numbers import evaluate
-from modelbuild.export import export_model_dir
-from modelbuild.import_marian import import_marian
-from modelbuild.random_marian import MarianShape, random_marian_checkpoint
-from modelbuild.stdlib_sentences import stdlib_sentences
+from model.bundled.eval_numbers import evaluate
+from model.export.model_dir import export_model_dir
+from model.export.stdlib_sentences import stdlib_sentences
+from model.families.marian.importer import import_marian
+from model.families.marian.random_checkpoint import MarianShape, random_marian_checkpoint
 from modeldir.files import GRAPH_SETS, int8_dot_products_saturate, open_model_dir
 from modeldir.reference_decoder import greedy_decode_onnx
 from modeldir.tokenizer import load_tokenizer, pad_batch

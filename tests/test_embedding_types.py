@@ -8,8 +8,8 @@ import grpc
 import numpy as np
 import pytest
 
-from modelbuild.calibration import CALIBRATION_TEXTS
-from modelbuild.stdlib_sentences import stdlib_sentences
+from model.export.calibration import CALIBRATION_TEXTS
+from model.export.stdlib_sentences import stdlib_sentences
 from service.grpc_api.pb import inference_pb2 as pb
 
 from .minilm_texts import TEXTS

@@ -10,8 +10,8 @@ import sys
 import onnx
 import pytest
 
-from modelbuild.export import export_model_dir
-from modelbuild.random_model import random_model_dir
+from model.architecture.random_model import random_model_dir
+from model.export.model_dir import export_model_dir
 from modeldir.config import ModelConfig
 from modeldir.files import (
     ATTENTION_FILE,
@@ -278,8 +278,8 @@ def test_a_shape_value_added_to_device_data_is_found():
 def test_a_graph_over_the_protobuf_limit_is_refused_naming_its_size(monkeypatch):
     """An ONNX file holds at most 2 GiB without external data: the export refuses before it starts. (Shown
     on a small model with the limit lowered: a model that large is too slow to build in a test.)"""
-    from modelbuild import export
-    from modelbuild.transformer import Seq2SeqModel
+    from model.architecture.transformer import Seq2SeqModel
+    from model.export import model_dir as export
     from modeldir.config import ModelConfig
 
     config = ModelConfig(

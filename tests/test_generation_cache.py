@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from modelbuild.cache_graphs import CACHE_GRAPHS
+from model.export.cache_graphs import CACHE_GRAPHS
 from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheFull, GenerationCache
 from service.runner.cache_memory import CacheGeometry, CacheMemory
 

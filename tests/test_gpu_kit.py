@@ -225,11 +225,11 @@ def test_what_the_check_runs_on_the_device_imports_only_the_image_and_the_kit():
         "common",
     ]
     files = [ROOT / f"benchmarks/{name}.py" for name in device_side]
-    files += [ROOT / "modelbuild/random_marian.py", ROOT / "modelbuild/number_sentences.py"]
+    files += [ROOT / "model/families/marian/random_checkpoint.py", ROOT / "model/bundled/number_sentences.py"]
     files += [ROOT / "testing/server_process.py"]
     owners = packages_distributions()
     tops = {top for path in files for top in imports_of(path)} - set(sys.stdlib_module_names)
-    tops -= {"benchmarks", "cli", "modelbuild", "modeldir", "service", "testing"}
+    tops -= {"benchmarks", "cli", "model", "modeldir", "service", "testing"}
     # Imported inside the functions that only run here: engines.py's CTranslate2 baseline (marian_bench) and
     # load_clients.py's --openai, --triton and --cohere callers (the device's use --target).
     tops -= {"ctranslate2", "openai", "tritonclient", "cohere"}

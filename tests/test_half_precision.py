@@ -14,11 +14,11 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from modelbuild.eval_numbers import evaluate
-from modelbuild.export import export_model_dir
-from modelbuild.parity import greedy_logits_torch
-from modelbuild.random_model import random_model_dir
-from modelbuild.weights import load_model_dir
+from model.architecture.random_model import random_model_dir
+from model.architecture.weights import load_model_dir
+from model.bundled.eval_numbers import evaluate
+from model.export.model_dir import export_model_dir
+from model.export.parity import greedy_logits_torch
 from modeldir.files import open_model_dir
 from modeldir.reference_decoder import greedy_decode_onnx
 from modeldir.tokenizer import TextTokenizer, pad_batch

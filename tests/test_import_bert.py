@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from modelbuild.import_bert import rename
-from modelbuild.weights import load_model_dir
+from model.architecture.weights import load_model_dir
+from model.families.bert.importer import rename
 
 
 def test_names_map_onto_our_modules():
@@ -35,7 +35,7 @@ def test_every_minilm_weight_arrives_unchanged(minilm_dir):
 
 
 def test_pickle_only_checkpoints_are_refused(tmp_path):
-    from modelbuild.import_bert import import_sentence_transformer
+    from model.families.bert.importer import import_sentence_transformer
 
     (tmp_path / "pytorch_model.bin").write_bytes(b"not loaded")
     with pytest.raises(FileNotFoundError, match="pickled pytorch_model.bin checkpoints are not loaded"):

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelbuild.import_cross_encoder import cross_encoder_config, head_rename
-from modelbuild.stdlib_sentences import stdlib_sentences
+from model.export.stdlib_sentences import stdlib_sentences
+from model.families.cross_encoder.importer import cross_encoder_config, head_rename
 from modeldir.files import open_model_dir
 from modeldir.tokenizer import TextTokenizer, pad_batch
 
@@ -131,8 +131,8 @@ def test_a_tokenizer_without_token_types_is_served_as_transformers_runs_it(expor
     import io
     import shutil
 
-    from modelbuild.export import export_model_dir
-    from modelbuild.import_cross_encoder import import_cross_encoder
+    from model.export.model_dir import export_model_dir
+    from model.families.cross_encoder.importer import import_cross_encoder
 
     source = shutil.copytree(exported["bert-reranker"].source, tmp_path / "hf")
     settings_path = source / "tokenizer_config.json"

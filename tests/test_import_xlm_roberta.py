@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelbuild.export import export_model_dir
-from modelbuild.import_bert import import_sentence_transformer
-from modelbuild.random_xlm_roberta import XlmRobertaShape, random_xlm_roberta_checkpoint
-from modelbuild.stdlib_sentences import stdlib_sentences
-from modelbuild.weights import load_model_dir
+from model.architecture.weights import load_model_dir
+from model.export.model_dir import export_model_dir
+from model.export.stdlib_sentences import stdlib_sentences
+from model.families.bert.importer import import_sentence_transformer
+from model.families.xlm_roberta.random_checkpoint import XlmRobertaShape, random_xlm_roberta_checkpoint
 from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
@@ -99,7 +99,7 @@ def test_any_text_gives_sentence_transformers_vector(server, references, text):
 
 
 def test_other_families_are_refused(tmp_path):
-    from modelbuild.import_bert import bert_config
+    from model.families.bert.importer import bert_config
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "deberta-v2"}))
     with pytest.raises(ValueError, match="model_type 'deberta-v2' is not supported"):

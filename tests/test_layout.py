@@ -27,9 +27,9 @@ FRONT_DOOR_LIBRARIES = (
 
 # (files, forbidden module prefixes, why)
 RULES = [
-    ("modelbuild", ("service", "cli"), "the build side never imports the serving side or the CLI"),
-    ("modeldir", ("modelbuild", "service", "cli", "torch"), "the model-directory contract imports neither side"),
-    ("service", ("modelbuild", "cli", "torch"), "the serving side never imports the build side, the CLI or torch"),
+    ("model", ("service", "cli"), "the build side never imports the serving side or the CLI"),
+    ("modeldir", ("model", "service", "cli", "torch"), "the model-directory contract imports neither side"),
+    ("service", ("model", "cli", "torch"), "the serving side never imports the build side, the CLI or torch"),
     ("service/core", FRONT_DOOR_LIBRARIES, "the core knows no transport"),
     ("service/engine", (*FRONT_DOOR_LIBRARIES, "service.core"), "the engine knows no transport and no core"),
     ("service/runner", (*FRONT_DOOR_LIBRARIES, "service.core", "service.engine"), "the runner is the bottom"),
@@ -120,7 +120,7 @@ def test_one_schema_for_a_models_config_and_one_for_its_cache():
     """ModelConfig is the model directory's (modeldir/config.py), read typed: nothing serving reads a
     config as a dict; the cache's geometry and element types are said once (runner/cache_memory.py)."""
     defined = {}
-    for path in [*python_files("service"), *python_files("modeldir"), *python_files("modelbuild")]:
+    for path in [*python_files("service"), *python_files("modeldir"), *python_files("model")]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ClassDef) and node.name in ("ModelConfig", "CacheGeometry", "CacheShape"):
                 defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
@@ -167,9 +167,10 @@ def test_the_test_harness_is_not_shipped():
     installs, and nothing shipped imports it."""
     import tomllib
 
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = find["include"]
     assert not [p for p in packages if p.split(".")[0] in ("testing", "tests", "benchmarks")]
-    shipped = [*python_files("service"), *python_files("cli"), *python_files("modeldir"), *python_files("modelbuild")]
+    shipped = [*python_files("service"), *python_files("cli"), *python_files("modeldir"), *python_files("model")]
     assert violations(shipped, ("testing", "tests", "benchmarks")) == []
 
 
@@ -197,7 +198,7 @@ def test_the_checker_finds_imports_of_every_kind(tmp_path, monkeypatch):
     ]
 
 
-BUILD_SIDE = "[m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'modelbuild']"
+BUILD_SIDE = "[m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'model']"
 
 
 def test_serving_loads_neither_torch_nor_the_build_side():
@@ -231,7 +232,7 @@ def test_no_serving_module_is_longer_than_350_lines():
 def test_architecture_doc_names_only_files_that_exist():
     """docs/architecture.md must match the code: every file it names is there."""
     text = (ROOT / "docs" / "architecture.md").read_text()
-    named = set(re.findall(r"\b((?:service|modelbuild|modeldir|checkpoints|cli|tests)/[\w/]+\.py)\b", text))
+    named = set(re.findall(r"\b((?:service|model|modeldir|checkpoints|cli|tests)/[\w/]+\.py)\b", text))
     short = set(re.findall(r"`((?:grpc_api|http_api|core|engine|runner|ops)/\w+\.py)`", text))
     assert len(named) > 10 and len(short) > 10
     missing = sorted(p for p in named if not (ROOT / p).is_file())
@@ -263,7 +264,7 @@ def test_docs_name_only_modules_and_files_that_exist():
             missing += [] if names_something(dotted.removesuffix(".py")) else [dotted]
         for path in set(
             re.findall(
-                r"\b((?:service|modelbuild|modeldir|checkpoints|cli|tests|benchmarks|deploy|protos)/[\w/.-]+\.\w+)\b",
+                r"\b((?:service|model|modeldir|checkpoints|cli|tests|benchmarks|deploy|protos)/[\w/.-]+\.\w+)\b",
                 text,
             )
         ):

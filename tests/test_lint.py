@@ -29,7 +29,7 @@ def test_the_formatter_lays_out_every_line():
     its length are the formatter's to lay out; a file that grows too long is split by job instead."""
     packed = [
         f"{path.relative_to(ROOT)}:{number}"
-        for folder in ("benchmarks", "cli", "modelbuild", "modeldir", "service", "testing", "tests", "protos")
+        for folder in ("benchmarks", "cli", "model", "modeldir", "service", "testing", "tests", "protos")
         for path in sorted((ROOT / folder).rglob("*.py"))
         if "pb" not in path.relative_to(ROOT).parts
         for number, line in enumerate(path.read_text().splitlines(), 1)

@@ -1,7 +1,7 @@
 """MarianMT checkpoints: import, tokenization and parity with transformers (served over gRPC:
 test_marian_serving.py).
 
-No checkpoint can be downloaded here: transformers builds random MarianMTModels (modelbuild/random_marian.py)
+No checkpoint can be downloaded here: transformers builds random MarianMTModels (model/families/marian/random_checkpoint.py)
 with a sentencepiece model trained on the spot, in three shapes, saved as opus-mt directories are."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from modelbuild.import_marian import MarianImportError, import_marian
-from modelbuild.number_sentences import sentences
+from model.bundled.number_sentences import sentences
+from model.families.marian.importer import MarianImportError, import_marian
 from modeldir.files import open_model_dir
 from modeldir.reference_decoder import greedy_decode_onnx
 from modeldir.tokenizer import MarianTokenizer, load_tokenizer, pad_batch

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from modelbuild.number_sentences import sentences
+from model.bundled.number_sentences import sentences
 from service.engine.generation_cache import reorder_beams
 from service.engine.sequence import BeamRow
 from service.grpc_api.pb import inference_pb2 as pb

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from modelbuild.import_multilingual import MultilingualImportError, multilingual_config, multilingual_model
+from model.families.multilingual.importer import MultilingualImportError, multilingual_config, multilingual_model
 
 transformers = pytest.importorskip("transformers")
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 import transformers
 
-from modelbuild.export import export_model_dir
-from modelbuild.import_marian import import_marian
-from modelbuild.number_sentences import sentences
-from modelbuild.random_marian import MarianShape, random_marian_checkpoint
+from model.bundled.number_sentences import sentences
+from model.export.model_dir import export_model_dir
+from model.families.marian.importer import import_marian
+from model.families.marian.random_checkpoint import MarianShape, random_marian_checkpoint
 from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import open_inference_pb2 as oip
 from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc

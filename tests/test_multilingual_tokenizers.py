@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modelbuild.import_multilingual import language_fields
-from modelbuild.number_sentences import sentences
-from modelbuild.random_multilingual import MultilingualShape, random_multilingual_checkpoint
+from model.bundled.number_sentences import sentences
+from model.families.multilingual.importer import language_fields
+from model.families.multilingual.random_checkpoint import MultilingualShape, random_multilingual_checkpoint
 from modeldir.config import ModelConfig
 from modeldir.language_tokenizer import LanguageTokenizer, load_model_tokenizer
 from modeldir.languages import Languages, UnknownLanguage

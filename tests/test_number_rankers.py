@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cli.build import CHECKPOINTS_DIR
-from modelbuild.number_rankers import CLASSES, EVAL_SEED, RankerSettings, classify_example, rerank_example
+from model.bundled.number_rankers import CLASSES, EVAL_SEED, RankerSettings, classify_example, rerank_example
 from service.grpc_api.client import Client
 from testing.server_thread import ServerThread
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from cli.build import CHECKPOINTS_DIR
-from modelbuild.eval_numbers import NumbersModel, evaluate
-from modelbuild.numbers import LIMIT, build_tokenizer, pair, sample_number, to_words
-from modelbuild.train_numbers import settings_from, train
+from model.bundled.eval_numbers import NumbersModel, evaluate
+from model.bundled.numbers import LIMIT, build_tokenizer, pair, sample_number, to_words
+from model.bundled.train_numbers import settings_from, train
 
 CHECKPOINT = CHECKPOINTS_DIR / "numbers"
 

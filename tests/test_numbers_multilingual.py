@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from modelbuild.multilingual_numbers import CODES, DIGITS, LANGUAGES, directions, example
+from model.bundled.multilingual_numbers import CODES, DIGITS, LANGUAGES, directions, example
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.multilingual_numbers_eval import evaluate
 from testing.server_thread import ServerThread
@@ -69,7 +69,7 @@ def test_its_vocabulary_trains_again_to_the_committed_one():
     (its WordPiece trainer breaks ties in no fixed order; this one has given the same pieces every time)."""
     import json
 
-    from modelbuild.multilingual_numbers import MultilingualTrainSettings, train_pieces
+    from model.bundled.multilingual_numbers import MultilingualTrainSettings, train_pieces
 
     vocab, merges = train_pieces(MultilingualTrainSettings())
     committed = json.loads((SOURCE / "tokenizer.json").read_text())["model"]

@@ -11,9 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelbuild.export import export_model_dir
-from modelbuild.graphs import DecoderGraph, EncoderGraph
-from modelbuild.random_model import random_model_dir
+from model.architecture.random_model import random_model_dir
+from model.export.graphs import DecoderGraph, EncoderGraph
+from model.export.model_dir import export_model_dir
 from modeldir.config import ModelConfig
 from modeldir.files import decoder_inputs, decoder_outputs, encoder_outputs
 

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from modelbuild.numbers import pair, sample_number
+from model.bundled.numbers import pair, sample_number
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.churn import churn
 from testing.server_thread import ServerThread

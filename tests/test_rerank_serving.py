@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelbuild.stdlib_sentences import stdlib_sentences
+from model.export.stdlib_sentences import stdlib_sentences
 from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import open_inference_pb2 as oip
 from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc

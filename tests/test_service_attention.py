@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modelbuild.numbers import pair
+from model.bundled.numbers import pair
 from service.grpc_api.client import AttentionMaps, Client
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from modelbuild.numbers import pair, sample_number
+from model.bundled.numbers import pair, sample_number
 from service.engine.sequence import GenerationParams
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread

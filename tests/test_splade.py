@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelbuild.export import export_model_dir
-from modelbuild.import_splade import import_splade
-from modelbuild.random_splade import random_splade_checkpoint
-from modelbuild.stdlib_sentences import stdlib_sentences
-from modelbuild.weights import load_model_dir
+from model.architecture.weights import load_model_dir
+from model.export.model_dir import export_model_dir
+from model.export.stdlib_sentences import stdlib_sentences
+from model.families.splade.importer import import_splade
+from model.families.splade.random_checkpoint import random_splade_checkpoint
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 

@@ -17,9 +17,9 @@ from huggingface_hub.errors import HfHubHTTPError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelbuild.export import export_model_dir
-from modelbuild.import_splade import import_splade
-from modelbuild.random_splade import random_splade_checkpoint
+from model.export.model_dir import export_model_dir
+from model.families.splade.importer import import_splade
+from model.families.splade.random_checkpoint import random_splade_checkpoint
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelbuild.multilingual_numbers import DIGITS, example
+from model.bundled.multilingual_numbers import DIGITS, example
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 

@@ -13,7 +13,7 @@ import openai
 import pytest
 import torch
 
-from modelbuild.multilingual_numbers import DIGITS, example
+from model.bundled.multilingual_numbers import DIGITS, example
 from service.grpc_api.pb import inference_pb2 as pb
 
 transformers = pytest.importorskip("transformers")

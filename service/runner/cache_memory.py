@@ -1,7 +1,7 @@
 """The generation cache's memory on the sessions' device: every layer's self-attention and cross-attention
 K/V buffers, allocated once as OrtValues (zeroed: never-written positions must not hold NaN bit patterns,
 which a zero attention weight would still spread), and the device-side operations on their rows, run by
-the model's cache graphs (modelbuild/cache_graphs.py) with every buffer bound in place by pointer. The books
+the model's cache graphs (model/export/cache_graphs.py) with every buffer bound in place by pointer. The books
 (which row holds what, how much of it is filled) are the engine's (engine/generation_cache.py)."""
 
 from __future__ import annotations

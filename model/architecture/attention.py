@@ -1,0 +1,137 @@
+"""Multi-head attention (Vaswani et al. 2017, section 3.2), one module for all three uses.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+
+The per-head projections W_i^Q (d_model x d_k) of all h heads are stored side by side as one
+d_model x d_model matrix and split into heads by a reshape; likewise W^K and W^V.
+
+- encoder self-attention: keys and values from the same sequence, a padding mask;
+- decoder masked self-attention: keys and values of earlier positions come from a cache, the step's
+  own positions under a causal mask (how the cache is read and written: decoder_cache.py);
+- cross-attention: keys and values from the encoder output, projected once per sequence (project_kv)
+  and passed in at every step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class KeysValues(tuple):
+    """(keys, values), each (B, H, S, Dh), with the mask (B, 1 or T, S) of the positions a query may see."""
+
+    def __new__(cls, keys: Tensor, values: Tensor, mask: Tensor):
+        return super().__new__(cls, (keys, values, mask))
+
+
+def attention(
+    query: Tensor, sources: list[KeysValues], scale: float, return_weights: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
+    """softmax(Q K^T * scale) V over the concatenation of several key/value sources; scale = 1 / sqrt(d_k).
+
+    query (B, H, T, Dh); each source's mask is boolean, True where a query may attend, broadcast over heads.
+    Scores from all sources share one softmax, which is attention over their concatenation, without
+    concatenating (copying) the keys and values themselves.
+
+    With return_weights: (output, weights (B, H, T, sum S)). A masked position's weight is exactly 0 in
+    float32: its score is the finite minimum, and exp(min - row max) underflows to 0.
+    """
+    scores = []
+    query = query * scale  # scaled first: q.k^T of real weights can overflow float16 before the scale
+    for keys, _, mask in sources:
+        s = torch.matmul(query, keys.transpose(-1, -2))  # (B, H, T, S)
+        # A finite minimum, not -inf: a row with nothing to attend to (padding) stays finite.
+        scores.append(s.masked_fill(~mask.unsqueeze(1), torch.finfo(s.dtype).min))
+    weights = torch.softmax(torch.cat(scores, dim=-1), dim=-1)  # (B, H, T, sum S)
+    output = None
+    start = 0
+    for (_, values, _), s in zip(sources, scores):
+        length = s.shape[-1]
+        part = torch.matmul(weights[..., start : start + length], values)  # (B, H, T, Dh)
+        output = part if output is None else output + part
+        start = start + length
+    return (output, weights) if return_weights else output
+
+
+def padding_only(sources: list[KeysValues]) -> bool:
+    """One source whose mask is the same for every query (B, 1, S): the encoder's self-attention over its
+    tokens, the decoder's cross-attention over the source."""
+    return len(sources) == 1 and sources[0][2].shape[1] == 1
+
+
+class PaddedAttention(torch.autograd.Function):
+    """Attention of every query over each row's first `length` keys (right padding). In PyTorch: the
+    reference computation. In ONNX: one com.microsoft.MultiHeadAttention node, which ONNX Runtime runs
+    as a fused kernel (CPU in float32 and float16, CUDA), where the plain form's MatMul, Softmax and
+    masking would be separate nodes the optimizer does not match."""
+
+    @staticmethod
+    def forward(ctx, query, keys, values, lengths, n_heads: int, scale: float):
+        """query (B, T, d_model); keys, values (B, H, S, Dh); lengths (B) int32 -> (B, T, d_model)."""
+        batch, steps, d_model = query.shape
+        q = query.view(batch, steps, n_heads, d_model // n_heads).transpose(1, 2)  # (B, H, T, Dh)
+        visible = torch.arange(keys.shape[2])[None, None, :] < lengths[:, None, None]  # (B, 1, S)
+        out = attention(q, [KeysValues(keys, values, visible)], scale)
+        return out.transpose(1, 2).reshape(batch, steps, d_model)
+
+    @staticmethod
+    def symbolic(g, query, keys, values, lengths, n_heads: int, scale: float):
+        no_bias = g.op("prim::Constant")  # an omitted optional input ("" in ONNX)
+        no_bias.setType(torch._C.OptionalType.ofTensor())
+        out = g.op(
+            "com.microsoft::MultiHeadAttention",
+            query,
+            keys,
+            values,
+            no_bias,
+            lengths,
+            num_heads_i=n_heads,
+            scale_f=scale,
+        )
+        out.setType(query.type())  # the exporter cannot infer a contrib op's shapes
+        return out
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.scale = 1.0 / math.sqrt(self.d_head)
+        self.w_q = nn.Linear(d_model, d_model)  # W_i^Q of all heads side by side
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        # A list while attention maps are recorded (model/export/attention_graph.py): each call appends its weights
+        # (B, H, T, S). None otherwise, so that the serving graphs trace exactly as without it.
+        self.recorded: list[Tensor] | None = None
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        batch, _, length, _ = x.shape
+        return x.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)  # (B, T, d_model)
+
+    def project_kv(self, source: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of a sequence (B, S, d_model) -> two (B, H, S, Dh)."""
+        return self.split_heads(self.w_k(source)), self.split_heads(self.w_v(source))
+
+    def forward(self, x: Tensor, sources: list[KeysValues]) -> Tensor:
+        """Queries from x (B, T, d_model) attend over the sources; returns (B, T, d_model)."""
+        if torch.onnx.is_in_onnx_export() and self.recorded is None and padding_only(sources):
+            keys, values, mask = sources[0]
+            lengths = mask[:, 0].sum(-1, dtype=torch.int32)  # right-padded: each row's first `length` keys
+            return self.w_o(PaddedAttention.apply(self.w_q(x), keys, values, lengths, self.n_heads, self.scale))
+        query = self.split_heads(self.w_q(x))
+        if self.recorded is None:
+            heads = attention(query, sources, self.scale)
+        else:
+            heads, weights = attention(query, sources, self.scale, return_weights=True)
+            self.recorded.append(weights)
+        return self.w_o(self.merge_heads(heads))

@@ -1,0 +1,317 @@
+"""The Transformer of "Attention Is All You Need": embeddings, encoder and decoder stacks, and the
+two models built from them (an embedding model and an encoder-decoder)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from model.architecture.attention import KeysValues, MultiHeadAttention
+from model.architecture.decoder_cache import ConcatCache
+from modeldir.config import ModelConfig
+
+ACTIVATIONS = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+    "silu": nn.SiLU,
+}
+
+
+def sinusoid_table(n_positions: int, d_model: int, split: bool = False) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)). (P, d_model)
+    split: the sines in the first half of each vector and the cosines in the second, as Marian lays them out."""
+    position = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    frequency = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    sines, cosines = torch.sin(position * frequency), torch.cos(position * frequency[: d_model // 2])
+    if split:
+        return torch.cat([sines, cosines], dim=1).float()
+    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = sines
+    table[:, 1::2] = cosines
+    return table.float()
+
+
+def fairseq_sinusoid_table(n_positions: int, d_model: int, padding_idx: int) -> Tensor:
+    """fairseq's table (M2M100, NLLB): frequencies exp(-i ln(10000) / (d/2 - 1)), all sines then all
+    cosines (a zero column for an odd d_model), the padding_idx row zero; in float32, as fairseq and
+    transformers compute it, so that the values are theirs to the bit. (P, d_model)"""
+    half = d_model // 2
+    frequency = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+    angles = torch.arange(n_positions, dtype=torch.int64).float()[:, None] * frequency[None]
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    if d_model % 2:
+        table = torch.cat([table, torch.zeros(n_positions, 1)], dim=1)
+    table[padding_idx] = 0
+    return table
+
+
+def position_table(config: ModelConfig) -> Tensor:
+    """The fixed table of a sinusoidal kind, one row for each position the model takes, offset included."""
+    rows = config.max_positions + config.position_offset
+    if config.positions == "sinusoidal_fairseq":
+        return fairseq_sinusoid_table(rows, config.d_model, config.pad_id)
+    return sinusoid_table(rows, config.d_model, split=config.positions == "sinusoidal_split")
+
+
+class Embeddings(nn.Module):
+    """Token embedding (optionally x sqrt(d_model)) + position encoding (+ token type 0), then an optional LayerNorm."""
+
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.tokens = tokens
+        self.scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
+        self.offset = config.position_offset
+        if config.positions == "learned":
+            self.positions = nn.Embedding(config.max_positions + self.offset, config.d_model)
+        else:
+            self.positions = None
+            # A fixed table, rebuilt from the config: not a weight, so not saved.
+            self.register_buffer("sinusoids", position_table(config), persistent=False)
+        self.token_types = nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embedding_norm else None
+        self.pair_segments, self.separator = config.pair_segments, config.eos_id
+
+    def forward(self, input_ids: Tensor, positions: Tensor) -> Tensor:
+        """input_ids (B, T), positions (B or 1, T) -> (B, T, d_model)"""
+        x = self.tokens(input_ids) * self.scale
+        if self.offset:
+            positions = positions + self.offset
+        if self.positions is None:
+            x = x + self.sinusoids[positions]
+        else:
+            x = x + self.positions(positions)
+        if self.pair_segments:  # a pair: type 1 from the token after the first separator on
+            separators = (input_ids == self.separator).long()
+            types = (separators.cumsum(dim=1) - separators).clamp(max=1)  # (B, T)
+            x = x + self.token_types(types)
+        elif self.token_types is not None:
+            x = x + self.token_types.weight[0]  # every input is a single segment
+        return self.norm(x) if self.norm is not None else x
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, applied at each position alike."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.w_1 = nn.Linear(config.d_model, config.d_ff)
+        self.activation = ACTIVATIONS[config.activation]()
+        self.w_2 = nn.Linear(config.d_ff, config.d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(self.activation(self.w_1(x)))
+
+
+class Block(nn.Module):
+    """Residual connections around sublayers: LayerNorm(x + Sublayer(x)) in the paper (post-norm),
+    or x + Sublayer(LayerNorm(x)) (pre-norm)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.pre_norm = config.norm_placement == "pre"
+
+    def branch_input(self, norm: nn.LayerNorm, x: Tensor) -> Tensor:
+        return norm(x) if self.pre_norm else x
+
+    def residual(self, norm: nn.LayerNorm, x: Tensor, branch: Tensor) -> Tensor:
+        return x + branch if self.pre_norm else norm(x + branch)
+
+
+class EncoderLayer(Block):
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads)
+        self.self_attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = FeedForward(config)
+        self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        """x (B, S, d_model); mask (B, 1, S), True at real tokens."""
+        h = self.branch_input(self.self_attention_norm, x)
+        keys, values = self.self_attention.project_kv(h)
+        x = self.residual(self.self_attention_norm, x, self.self_attention(h, [KeysValues(keys, values, mask)]))
+        h = self.branch_input(self.feed_forward_norm, x)
+        return self.residual(self.feed_forward_norm, x, self.feed_forward(h))
+
+
+class DecoderLayer(Block):
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads)
+        self.self_attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.cross_attention = MultiHeadAttention(config.d_model, config.n_heads)
+        self.cross_attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = FeedForward(config)
+        self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, x: Tensor, cache, index: int, cross: KeysValues) -> Tensor:
+        """x (B, T, d_model): the step's positions. cache: where this layer (number `index`) finds the
+        earlier positions' K/V and leaves the step's (decoder_cache.py). cross: the encoder output's K/V."""
+        h = self.branch_input(self.self_attention_norm, x)
+        x = self.residual(self.self_attention_norm, x, cache.attend(index, self.self_attention, h))
+        h = self.branch_input(self.cross_attention_norm, x)
+        x = self.residual(self.cross_attention_norm, x, self.cross_attention(h, [cross]))
+        h = self.branch_input(self.feed_forward_norm, x)
+        return self.residual(self.feed_forward_norm, x, self.feed_forward(h))
+
+
+def _final_norm(config: ModelConfig) -> nn.Module:
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.final_norm else nn.Identity()
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.embeddings = Embeddings(config, tokens)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
+        self.final_norm = _final_norm(config)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """input_ids, attention_mask (B, S), right-padded -> last_hidden_state (B, S, d_model)"""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        x = self.embeddings(input_ids, positions)
+        mask = attention_mask.bool()[:, None, :]  # (B, 1, S)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.final_norm(x)
+
+
+class Decoder(nn.Module):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.embeddings = Embeddings(config, tokens)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
+        self.final_norm = _final_norm(config)
+
+    def forward(self, input_ids: Tensor, cache, cross: list[tuple[Tensor, Tensor]], cross_mask: Tensor) -> Tensor:
+        """input_ids (B, T): the step's tokens, which follow the positions in `cache` (decoder_cache.py).
+        cross[i]: layer i's K/V of the encoder output (B, H, S, Dh); cross_mask (B, S), 1 at real source tokens.
+        Returns hidden states (B, T, d_model); the cache holds the step's K/V afterwards."""
+        x = self.embeddings(input_ids, cache.positions(input_ids))
+        cross_visible = cross_mask.bool()[:, None, :]  # (B, 1, S)
+        for index, (layer, (cross_k, cross_v)) in enumerate(zip(self.layers, cross)):
+            x = layer(x, cache, index, KeysValues(cross_k, cross_v, cross_visible))
+        return self.final_norm(x)
+
+
+def _token_table(config: ModelConfig) -> nn.Embedding:
+    table = nn.Embedding(config.vocab_size, config.d_model)
+    # N(0, 1/d_model): with scaled embeddings the input has unit variance, and so do tied logits.
+    nn.init.normal_(table.weight, std=config.d_model**-0.5)
+    return table
+
+
+class EmbeddingModel(nn.Module):
+    """Encoder + pooling: one vector per input; with a classifier head, one logit per label instead."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder(config, _token_table(config))
+        if config.head == "classifier":
+            self.head_dense = nn.Linear(config.d_model, config.d_model)
+            self.head_out = nn.Linear(config.d_model, len(config.labels))
+        if config.sparse_head == "token_weights":
+            self.sparse_linear = nn.Linear(config.d_model, 1)
+        if config.sparse_head == "splade":  # BERT's MLM head: dense, activation, LayerNorm, the tied decoder
+            self.mlm_dense = nn.Linear(config.d_model, config.d_model)
+            self.mlm_activation = ACTIVATIONS[config.activation]()
+            self.mlm_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+            self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        if config.multi_vector_dim:
+            self.colbert_linear = nn.Linear(config.d_model, config.multi_vector_dim)
+        if config.colbert:  # PyLate's Dense layers
+            widths = (config.d_model, *config.colbert.dims)
+            self.projection = nn.ModuleList(
+                nn.Linear(i, o, bias=b) for i, o, b in zip(widths, widths[1:], config.colbert.bias)
+            )
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
+        """-> last_hidden_state (B, S, d_model), and embedding (B, d_model): pooled, not normalised; or,
+        with a classifier head, logits (B, labels). Then the outputs its heads add
+        (modeldir.files.extra_outputs)."""
+        hidden = self.encoder(input_ids, attention_mask)
+        if self.config.head == "classifier":  # the first token's state, as BERT's pooler and RoBERTa's head take it
+            return hidden, self.head_out(torch.tanh(self.head_dense(hidden[:, 0])))
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, S, 1)
+        if self.config.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        extra = []
+        if self.config.sparse_head == "token_weights":  # (B, S): padding's weight 0
+            extra.append(torch.relu(self.sparse_linear(hidden)).squeeze(-1) * mask.squeeze(-1))
+        if self.config.sparse_head == "splade":  # (B, vocab)
+            extra.append(self.splade(hidden, mask))
+        if self.config.multi_vector_dim:  # (B, S - 1, dim): every token but the first, padding's vectors 0
+            vectors = self.colbert_linear(hidden[:, 1:]) * mask[:, 1:]
+            extra.append(vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12))
+        if self.config.colbert:  # (B, S, dim): every token's, padding's too (a query's expansion tokens are kept)
+            vectors = hidden
+            for layer, activation in zip(self.projection, self.config.colbert.activations):
+                vectors = torch.tanh(layer(vectors)) if activation == "tanh" else layer(vectors)
+            extra.append(vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12))
+        return hidden, pooled, *extra
+
+    def splade(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        """(B, S, d_model), (B, S, 1) -> (B, vocab): SPLADE's weights, as sentence-transformers' SpladePooling
+        makes them from the masked-LM logits (padding's logits zeroed first)."""
+        state = self.mlm_norm(self.mlm_activation(self.mlm_dense(hidden)))
+        logits = torch.matmul(state, self.encoder.embeddings.tokens.weight.t()) + self.mlm_bias
+        weights = torch.log1p(torch.relu(logits * mask))
+        if self.config.splade_activation == "log1p_relu":
+            weights = torch.log1p(weights)
+        return weights.amax(dim=1) if self.config.splade_pooling == "max" else weights.sum(dim=1)
+
+
+class Seq2SeqModel(nn.Module):
+    """Encoder + decoder + LM head. Generation: encode once, project_cross once, then decode step by step."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        source_tokens = _token_table(config)
+        target_tokens = source_tokens if config.share_embeddings else _token_table(config)
+        self.encoder = Encoder(config, source_tokens)
+        self.decoder = Decoder(config, target_tokens)
+        if not config.tie_output:
+            self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.output_bias:
+            self.logits_bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def encode(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        return self.encoder(input_ids, attention_mask)
+
+    def project_cross(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Each decoder layer's cross-attention K/V of the encoder output: computed once per sequence."""
+        return [layer.cross_attention.project_kv(memory) for layer in self.decoder.layers]
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """(..., d_model) -> (..., vocab)"""
+        if self.config.tie_output:
+            out = torch.matmul(hidden, self.decoder.embeddings.tokens.weight.t())
+        else:
+            out = self.lm_head(hidden)
+        return out + self.logits_bias if self.config.output_bias else out
+
+    def decode(self, input_ids, cache, cross, cross_mask) -> Tensor:
+        """One decoder step (see Decoder.forward). -> logits of the step's last position (B, vocab)."""
+        return self.logits(self.decoder(input_ids, cache, cross, cross_mask)[:, -1])
+
+    def empty_cache(self, batch: int) -> ConcatCache:
+        """A cache with no positions: for a first step, or for recomputing a whole prefix."""
+        c = self.config
+        return ConcatCache.empty(batch, c.n_decoder_layers, c.n_heads, c.d_head, next(self.parameters()).dtype)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, target_ids: Tensor) -> Tensor:
+        """Teacher forcing: logits (B, T, vocab) for every target position, for training."""
+        cross = self.project_cross(self.encode(input_ids, attention_mask))
+        hidden = self.decoder(target_ids, self.empty_cache(input_ids.shape[0]), cross, attention_mask)
+        return self.logits(hidden)
+
+
+def build_model(config: ModelConfig) -> EmbeddingModel | Seq2SeqModel:
+    return EmbeddingModel(config) if config.task == "embedding" else Seq2SeqModel(config)

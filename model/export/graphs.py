@@ -1,0 +1,77 @@
+"""The modules the serving graphs are traced from, and the example inputs they are traced and measured with:
+the encoder (an embedding model's vectors, or a seq2seq model's memory and every decoder layer's cross K/V)
+and one decoder step as the server runs it."""
+
+from __future__ import annotations
+
+import torch
+
+from model.architecture.decoder_cache import BufferCache
+from model.architecture.transformer import EmbeddingModel, Seq2SeqModel
+from modeldir.config import ModelConfig
+
+
+class EncoderGraph(torch.nn.Module):
+    def __init__(self, model: EmbeddingModel | Seq2SeqModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        if isinstance(self.model, EmbeddingModel):
+            return self.model(input_ids, attention_mask)
+        memory = self.model.encode(input_ids, attention_mask)
+        cross = self.model.project_cross(memory)
+        return (memory, *(t for kv in cross for t in kv))
+
+
+class DecoderGraph(torch.nn.Module):
+    """One decoder step as the server runs it: each row's argmax (the checkpoint's suppressed tokens left
+    out) for greedy rows, the whole logits only of the rows that ask (logit_rows), so that a greedy step
+    moves O(rows) values off the device, not O(rows x vocabulary)."""
+
+    def __init__(self, model: Seq2SeqModel):
+        super().__init__()
+        self.model = model
+        self.n_layers = model.config.n_decoder_layers
+        suppressed = list(model.config.suppressed_ids)
+        self.register_buffer("suppression", torch.zeros(model.config.vocab_size), persistent=False)
+        self.suppression[suppressed] = float("-inf")
+        self.suppresses = bool(suppressed)
+
+    def forward(self, input_ids, past_lengths, source_lengths, logit_rows, total_length, *caches):
+        n = self.n_layers
+        cache = BufferCache(list(caches[0 : 2 * n : 2]), list(caches[1 : 2 * n : 2]), past_lengths, total_length)
+        cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
+        # The cross buffers are right-padded to their source capacity: each row reads its own length.
+        capacity = torch.arange(cross[0][0].shape[2], device=source_lengths.device)
+        source_mask = capacity[None, :] < source_lengths[:, None]  # (B, S)
+        logits = self.model.decode(input_ids, cache, cross, source_mask)
+        next_token = (logits + self.suppression if self.suppresses else logits).argmax(-1)
+        return (next_token, logits.index_select(0, logit_rows), *(t for kv in cache.present for t in kv))
+
+
+def example_encoder_inputs(config: ModelConfig, batch: int = 2, length: int = 7, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, config.vocab_size, (batch, length), generator=generator)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[-1, length // 2 :] = 0  # one padded row
+    return ids, mask
+
+
+def example_decoder_inputs(config: ModelConfig, batch: int = 2, buffer: int = 9, source: int = 7):
+    generator = torch.Generator().manual_seed(0)
+    c = config
+
+    def cache(length):
+        return torch.randn(batch, c.n_heads, length, c.d_head, generator=generator)
+
+    past = torch.tensor([3, 5] + [0] * (batch - 2), dtype=torch.int32)[:batch]
+    return (
+        torch.randint(0, c.vocab_size, (batch, 1), generator=generator),
+        past,
+        torch.tensor([source, source - 2] + [source] * (batch - 2), dtype=torch.int32)[:batch],
+        torch.arange(batch - 1, -1, -1),
+        (past.max() + 1).reshape(1),
+        *(cache(buffer) for _ in range(2 * c.n_decoder_layers)),
+        *(cache(source) for _ in range(2 * c.n_decoder_layers)),
+    )

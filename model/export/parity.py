@@ -1,0 +1,134 @@
+"""The exported graphs measured against the PyTorch model they came from: the encoder's outputs, an embedding
+model's pooled vectors, and the decoder's logits at every step of a greedy decode through the KV cache
+against PyTorch recomputing the prefix; for float16 graphs also against PyTorch run in float16, with the
+first step where the two choose another token, so that figures from a GPU can be read against the CPU's."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from model.architecture.transformer import EmbeddingModel, Seq2SeqModel
+from model.export.graphs import EncoderGraph, example_encoder_inputs
+from modeldir.files import pooled_output
+
+
+def cpu_session(path: Path):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def measure_encoder_parity(model, path: Path) -> float:
+    """Max abs difference, ONNX Runtime vs PyTorch, over all encoder outputs of a padded batch."""
+    session = cpu_session(path)
+    worst = 0.0
+    for seed, (batch, length) in enumerate([(1, 1), (3, 17), (4, min(64, model.config.max_positions))]):
+        ids, mask = example_encoder_inputs(model.config, batch, length, seed)
+        with torch.no_grad():
+            expected = EncoderGraph(model)(ids, mask)
+        actual = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        worst = max(worst, *(float(np.abs(a - e.numpy()).max(initial=0.0)) for a, e in zip(actual, expected)))
+    return worst
+
+
+def measure_decoder_parity(model: Seq2SeqModel, encoder_path: Path, decoder_path: Path, steps: int = 8) -> float:
+    """Max abs difference of logits at every step of a greedy decode: ONNX Runtime with the KV cache
+    against PyTorch recomputing the whole prefix without one."""
+    from modeldir.reference_decoder import greedy_decode_onnx
+
+    encoder, decoder = cpu_session(encoder_path), cpu_session(decoder_path)
+    ids, mask = example_encoder_inputs(model.config, batch=3, length=11)
+    tokens, onnx_logits = greedy_decode_onnx(
+        encoder, decoder, ids.numpy(), mask.numpy(), model.config.bos_id, steps, model.config.n_decoder_layers
+    )
+    torch_logits = greedy_logits_torch(model, ids, mask, torch.from_numpy(tokens))
+    return float(np.abs(onnx_logits - torch_logits.numpy()).max())
+
+
+@torch.no_grad()
+def greedy_logits_torch(model: Seq2SeqModel, ids, mask, tokens) -> torch.Tensor:
+    """Logits (B, steps, vocab) that PyTorch gives, without a cache, at each step of the given decode.
+    tokens (B, steps + 1) starts with the decoder start token."""
+    cross = model.project_cross(model.encode(ids, mask))
+    steps = [
+        model.decode(tokens[:, : t + 1], model.empty_cache(ids.shape[0]), cross, mask)
+        for t in range(tokens.shape[1] - 1)
+    ]
+    return torch.stack(steps, dim=1)
+
+
+def pooled_pairs(model: EmbeddingModel, path: Path):
+    """(ONNX Runtime's, PyTorch's) one-row-per-input output (the pooled vector, or a classifier head's
+    logits) on two example batches, float32."""
+    session = cpu_session(path)
+    output = pooled_output(model.config.head)
+    for seed, (batch, length) in enumerate([(3, 17), (4, min(64, model.config.max_positions))]):
+        ids, mask = example_encoder_inputs(model.config, batch, length, seed)
+        with torch.no_grad():
+            expected = model(ids, mask)[1].numpy()
+        (actual,) = session.run([output], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        yield actual, expected
+
+
+def measure_embedding_cosine(model: EmbeddingModel, path: Path) -> float:
+    """The least cosine similarity between ONNX Runtime's pooled embeddings and PyTorch's (float32)."""
+    worst = 1.0
+    for actual, expected in pooled_pairs(model, path):
+        cosine = (actual * expected).sum(1) / np.linalg.norm(actual, axis=1) / np.linalg.norm(expected, axis=1)
+        worst = min(worst, float(cosine.min()))
+    return worst
+
+
+def measure_logits(model: EmbeddingModel, path: Path) -> float:
+    """The largest difference between ONNX Runtime's classifier logits and PyTorch's (float32)."""
+    return max(float(np.abs(actual - expected).max()) for actual, expected in pooled_pairs(model, path))
+
+
+def measure_parity(model, model_dir: Path, files: dict[str, str]) -> dict:
+    """The serving graphs of one precision against PyTorch in float32."""
+    parity = {"encoder_max_abs_diff": measure_encoder_parity(model, model_dir / files["encoder"])}
+    if model.config.head == "classifier":
+        parity["logits_max_abs_diff"] = measure_logits(model, model_dir / files["encoder"])
+    elif model.config.task == "embedding":
+        parity["embedding_min_cosine"] = measure_embedding_cosine(model, model_dir / files["encoder"])
+    else:
+        parity["decoder_logits_max_abs_diff"] = measure_decoder_parity(
+            model, model_dir / files["encoder"], model_dir / files["decoder"]
+        )
+    return parity
+
+
+@torch.no_grad()
+def measure_against_half(model, model_dir: Path, files: dict[str, str], steps: int = 8) -> dict:
+    """The float16 graphs against PyTorch run in float16 (both on the CPU here): the encoder outputs' largest
+    difference and, for seq2seq models, a greedy decode of `steps` steps, PyTorch fed the graphs' tokens:
+    the largest logit difference, and the first step at which their argmax differs in some row (None:
+    none). ONNX Runtime's CPU kernels compute much of a float16 graph in float32, so these figures bound
+    what CUDA, which stays in float16, may show against the CPU's."""
+    from modeldir.reference_decoder import greedy_decode_onnx
+
+    half = copy.deepcopy(model).half()
+    ids, mask = example_encoder_inputs(model.config, batch=3, length=11)
+    encoder = cpu_session(model_dir / files["encoder"])
+    actual = encoder.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    expected = EncoderGraph(half)(ids, mask)
+    figures = {
+        "encoder_max_abs_diff": max(
+            float(np.abs(a.astype(np.float32) - e.float().numpy()).max()) for a, e in zip(actual, expected)
+        )
+    }
+    if model.config.task == "seq2seq":
+        decoder = cpu_session(model_dir / files["decoder"])
+        tokens, graph_logits = greedy_decode_onnx(
+            encoder, decoder, ids.numpy(), mask.numpy(), model.config.bos_id, steps, model.config.n_decoder_layers
+        )
+        torch_logits = greedy_logits_torch(half, ids, mask, torch.from_numpy(tokens)).float().numpy()
+        differs = (graph_logits.argmax(-1) != torch_logits.argmax(-1)).any(axis=0)  # (steps,)
+        figures["decoder_logits_max_abs_diff"] = float(np.abs(graph_logits - torch_logits).max())
+        figures["first_divergent_step"] = int(differs.argmax()) if differs.any() else None
+        figures["steps"] = steps
+    return figures

@@ -1,0 +1,1 @@
+"""BERT-family sentence-embedding checkpoints (sentence-transformers' BERT and XLM-RoBERTa encoders)."""

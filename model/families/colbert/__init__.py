@@ -1,0 +1,1 @@
+"""ColBERT-style late-interaction models as PyLate saves them."""

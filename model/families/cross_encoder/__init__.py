@@ -1,0 +1,1 @@
+"""Cross-encoders and classifiers (sentence-transformers' CrossEncoder over BERT or XLM-RoBERTa)."""

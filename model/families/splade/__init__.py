@@ -1,0 +1,1 @@
+"""SPLADE (sentence-transformers' SparseEncoder): a weight per vocabulary id."""
