@@ -81,7 +81,14 @@ def marian(model_dir: Path, sizes: Sizes) -> dict:
     # A checkpoint that forces eos at the last position a request allows (Marian's do) generates one fewer.
     steps = sizes.new_tokens - 1 if c.forced_eos else sizes.new_tokens
     tokens, _ = greedy_decode_onnx(
-        cpu(files.encoder), cpu(files.decoder), ids, mask, c.bos_id, steps, c.n_decoder_layers, c.eos_id
+        cpu(files.encoder),
+        cpu(files.decoder),
+        ids,
+        mask,
+        start_id=c.bos_id,
+        max_steps=steps,
+        n_layers=c.n_decoder_layers,
+        eos_id=c.eos_id,
     )
     expected = [row[: row.index(c.eos_id)] if c.eos_id in row else row for row in tokens[:, 1:].tolist()]
     return {"prompts": prompts, "new_tokens": sizes.new_tokens, "tokens": expected}

@@ -13,7 +13,7 @@ ROLES = ("query", "document")
 PROJECTION_ACTIVATIONS = ("identity", "tanh")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ColbertSettings:
     # The projection stack after the encoder (PyLate's Dense layers): each layer's width, bias, activation.
     dims: tuple[int, ...]

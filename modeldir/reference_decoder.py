@@ -17,6 +17,7 @@ def greedy_decode_onnx(
     decoder,
     input_ids: np.ndarray,
     attention_mask: np.ndarray,
+    *,
     start_id: int,
     max_steps: int,
     n_layers: int,

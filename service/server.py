@@ -13,8 +13,8 @@ import dataclasses
 import logging
 import signal
 
-from .core.attention_maps import AttentionLimits
-from .core.model_opening import CacheSettings, LoadSettings
+from .core.attention.maps import AttentionLimits
+from .core.models.opening import CacheSettings, LoadSettings
 from .core.serving import CoreSettings, ServingCore
 from .engine.batcher import BatchLimits
 from .grpc_api.server import GrpcServer

@@ -34,15 +34,7 @@ def assert_back_to(server: ServerThread, before: Baseline, timeout: float = 60.0
         registry = server.server.core.registry
         out = {"in_flight": server.server.core.admission.in_flight, "tasks": len(asyncio.all_tasks())}
         for model in registry.models.values():
-            if model.batched:  # embeddings and cross-encoders
-                out[f"{model.name} queued"] = model.batcher.queue_depth + len(model.batcher.running)
-            else:
-                s = model.scheduler
-                out[f"{model.name} sequences"] = len(s.waiting) + s.running + s.cache.used
-                out[f"{model.name} reserved"] = s.cache.reserved_tokens
-                rows = s.rows  # its counts of rows by kind, back to none
-                counted = rows.beams + rows.sampled + rows.ignoring_eos + rows.awaiting_first + rows.scoring
-                out[f"{model.name} rows counted"] = counted
+            out.update({f"{model.name} {kind}": n for kind, n in model.holding().items()})
         return out
 
     def settled() -> bool:

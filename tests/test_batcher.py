@@ -40,7 +40,9 @@ def test_batches_respect_limits_and_always_take_the_oldest(lengths, budget, size
 def test_the_attention_budget_keeps_long_texts_in_small_batches(lengths, pairs, size):
     """texts x longest ** 2 query-key pairs at most, unless the oldest text alone is over: it runs alone."""
     waiting = items(lengths)
-    limits = BatchLimits(10**9, size, 0.0, 10**6, max_attention_pairs=pairs)
+    limits = BatchLimits(
+        max_batch_tokens=10**9, max_batch_size=size, max_delay=0.0, max_queue=10**6, max_attention_pairs=pairs
+    )
     batch = take_batch(waiting, limits)
     longest = max(len(i.ids) for i in batch)
     assert waiting[0] in batch and len(batch) <= size
@@ -49,7 +51,9 @@ def test_the_attention_budget_keeps_long_texts_in_small_batches(lengths, pairs, 
 
 def test_one_long_text_runs_alone_and_short_ones_batch_beside_each_other():
     waiting = items([4096, 16, 16, 16])
-    limits = BatchLimits(10**6, 32, 0.0, 100, max_attention_pairs=4096**2)  # one 4,096-token text's worth
+    limits = BatchLimits(
+        max_batch_tokens=10**6, max_batch_size=32, max_delay=0.0, max_queue=100, max_attention_pairs=4096**2
+    )  # one 4,096-token text's worth
     assert [len(i.ids) for i in take_batch(waiting, limits)] == [4096]
     assert [len(i.ids) for i in take_batch(waiting[1:], limits)] == [16, 16, 16]
 

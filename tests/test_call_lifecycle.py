@@ -1,4 +1,4 @@
-"""One call lifecycle for every front door (service/core/calls.py): each call, refused or answered, before
+"""One call lifecycle for every front door (service/core/calls/lifecycle.py): each call, refused or answered, before
 admission or after, gets one record (counted, timed, logged), and every door refuses the same request with
 the same message, its fields named as its callers name them."""
 
@@ -12,15 +12,15 @@ import httpx
 import openai
 import pytest
 
-from service.core.admission import Admission
-from service.core.calls import Refused, run_call
+from service.core.calls.admission import Admission
+from service.core.calls.lifecycle import Refused, run_call
 from service.errors import InvalidArgument, Overloaded, ServiceError
-from service.grpc_api.call_handling import STATUSES as GRPC
+from service.grpc_api.call_handling import GRPC_STATUSES as GRPC
 from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
 from service.grpc_api.pb import open_inference_pb2 as oip
 from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
-from service.http_api.call_handling import STATUSES as HTTP
+from service.http_api.call_handling import HTTP_STATUSES as HTTP
 from service.ops.call_record import AccessLog
 from service.ops.metrics import Metrics
 from testing.server_thread import ServerThread

@@ -93,7 +93,7 @@ def test_bucketed_steps_give_the_tokens_and_the_cache_of_eager_steps(numbers_dir
     got, filled = drive(runner, cache, tokenizer, bucketed)
     assert got == expected
     assert any(len(set(step.values())) > 1 for step in got)  # the rows differ, so a mix-up would show
-    assert used == {1, 2, 4, 8} and buckets.steps == 18
+    assert used == {1, 2, 4, 8} and buckets.bucketed_steps == 18
     assert buckets.capacities == [16, 32] and cache.source_capacity == 32
     assert len(graphs) == 4 + 1  # one id per bucket and capacity: 4 buckets at 16, then 4 rows at 32
     assert filled.keys() == expected_filled.keys() == {"123456789", "4" * 30}
@@ -142,7 +142,7 @@ def test_a_server_with_graphs_on_answers_as_one_without(served, numbers_dir):
     try:
         got = answers(graphed)
         scheduler = graphed.server.core.registry.models["numbers"].scheduler
-        assert scheduler.buckets is not None and 0 < scheduler.buckets.steps < scheduler.steps_run
+        assert scheduler.buckets is not None and 0 < scheduler.buckets.bucketed_steps < scheduler.steps_run
     finally:
         graphed.close()
     assert got == answers(served)

@@ -96,7 +96,13 @@ def test_random_marian_int8_greedy_agrees_with_fp32(tmp_path, shape):
     for precision in ("fp32", "int8"):
         files = open_model_dir(ours, precision=precision)
         outputs[precision], _ = greedy_decode_onnx(
-            session(files.encoder), session(files.decoder), ids, mask, c.bos_id, 24, c.n_decoder_layers
+            session(files.encoder),
+            session(files.decoder),
+            ids,
+            mask,
+            start_id=c.bos_id,
+            max_steps=24,
+            n_layers=c.n_decoder_layers,
         )
     same = sum(a == b for a, b in zip(outputs["fp32"].tolist(), outputs["int8"].tolist()))
     assert same >= MARIAN_BAR, same

@@ -36,7 +36,7 @@ def test_cached_onnx_greedy_equals_uncached_pytorch_for_50_prompts(exported):
     # All 50 at once through ONNX Runtime: padded sources, one cache per sequence.
     ids, mask = pad_batch(prompts, c.pad_id)
     onnx_tokens, onnx_logits = greedy_decode_onnx(
-        model.encoder, model.decoder, ids, mask, c.bos_id, STEPS, c.n_decoder_layers
+        model.encoder, model.decoder, ids, mask, start_id=c.bos_id, max_steps=STEPS, n_layers=c.n_decoder_layers
     )
 
     for row, prompt in enumerate(prompts):

@@ -77,7 +77,7 @@ def test_random_seq2seq_fp16_greedy_agrees_with_fp32(tmp_path, name):
     for precision in ("fp32", "fp16"):
         _, encoder, decoder = sessions(model_dir, precision)
         tokens[precision], logits = greedy_decode_onnx(
-            encoder, decoder, ids, mask, config.bos_id, 16, config.n_decoder_layers
+            encoder, decoder, ids, mask, start_id=config.bos_id, max_steps=16, n_layers=config.n_decoder_layers
         )
     same = sum(a == b for a, b in zip(tokens["fp32"].tolist(), tokens["fp16"].tolist()))
     assert same >= 98, same

@@ -23,7 +23,13 @@ FRONT_DOOR_LIBRARIES = (
     "uvicorn",
     "pydantic",
     "service.http_api",
+    "service.kserve_protocol",  # the Open Inference Protocol's wire packing, shared by its two doors
 )
+# What stays behind the facade (service/core/serving.py): a door asks ServingCore and gets core types
+# (core/info.py's ModelInfo, the capabilities' request and result types), never a served model, the
+# registry, the routing or the core's settings.
+BEHIND_THE_FACADE = ("service.core.models", "service.core.translation.routing", "service.core.serving.CoreSettings")
+DOORS = ("service/grpc_api", "service/http_api", "service/kserve_protocol.py")
 
 # (files, forbidden module prefixes, why)
 RULES = [
@@ -39,6 +45,9 @@ RULES = [
     ("service/http_api", ("service.grpc_api", "grpc", "google.protobuf"), "one front door, not the other"),
     ("service/grpc_api", ("service.engine", "service.runner"), "a front door sees the core's types only"),
     ("service/http_api", ("service.engine", "service.runner"), "a front door sees the core's types only"),
+    ("service/kserve_protocol.py", ("service.engine", "service.runner"), "a front door sees the core's types only"),
+    ("service/kserve_protocol.py", ("grpc", "google.protobuf", "fastapi", "starlette"), "shared by both doors"),
+    *((door, BEHIND_THE_FACADE, "a front door asks the facade, ServingCore") for door in DOORS),
     ("cli", ("service.engine", "service.runner", "service.core"), "the CLI starts servers; it is no front door"),
 ]
 # onnxruntime: the runner is the only serving module that knows the device.
@@ -91,6 +100,119 @@ def test_import_rule(where, forbidden, why):
     assert violations(files, forbidden) == [], why
 
 
+def test_doors_read_nothing_behind_the_facade():
+    """No door reads the core's registry, routing or settings: it asks ServingCore (models(), model_for(),
+    translation_languages(), detect_languages(), limits())."""
+    found = []
+    for door in DOORS:
+        for path in python_files(door):
+            _, attributes = uses(path)
+            found += [
+                f"{path.relative_to(ROOT)} reads .{a}" for a in ("registry", "routing", "settings") if a in attributes
+            ]
+    assert found == []
+
+
+def import_graph(tops: tuple[str, ...]) -> dict[str, set[str]]:
+    """module -> the project modules it imports (at the top, inside functions or for type checking alike);
+    a package's __init__ is left out, as importing a module through its package is no arrow back."""
+    files = {module_name(p): p for top in tops for p in python_files(top) if p.name != "__init__.py"}
+    return {m: {i for i in imports_of(p) if i in files and i != m} for m, p in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of the graph: its strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle():
+    """No module reaches itself through imports, type-checking ones included: each room's arrows point one
+    way, so that a family or a capability can be read (and moved) without the rest."""
+    assert cycles(import_graph(("service", "model", "modeldir", "cli"))) == []
+
+
+def test_the_circle_check_finds_a_circle_through_type_checking(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    core = tmp_path / "service" / "core"
+    core.mkdir(parents=True)
+    (core / "a.py").write_text("from .b import B\n")
+    (core / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import C\n")
+    (core / "c.py").write_text("def later():\n    from service.core import a\n")
+    assert cycles(import_graph(("service",))) == [["service.core.a", "service.core.b", "service.core.c"]]
+
+
+# Dataclasses that carry what a caller asks for or sets: read by name at every call site.
+KEYWORD_ONLY = ("Request", "Options", "Settings", "Limits", "Params")
+MAX_POSITIONAL = 6
+
+
+def dataclass_keywords(node: ast.ClassDef) -> dict[str, bool] | None:
+    for decorator in node.decorator_list:
+        call = decorator if isinstance(decorator, ast.Call) else None
+        name = ast.unparse(call.func if call else decorator)
+        if name.endswith("dataclass"):
+            return {k.arg: ast.literal_eval(k.value) for k in (call.keywords if call else [])}
+    return None
+
+
+def test_requests_options_and_settings_take_keywords_only():
+    found = []
+    for path in [*python_files("service"), *python_files("modeldir")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and node.name.endswith(KEYWORD_ONLY):
+                keywords = dataclass_keywords(node)
+                if keywords is not None and not keywords.get("kw_only"):
+                    found.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert found == []
+
+
+def test_no_function_takes_more_than_six_positional_parameters():
+    """Past six, a call site cannot be read without the signature beside it: the rest go after `*`. (The
+    build side's graph modules are left out: torch passes a graph's inputs to forward() by position.)"""
+    found = []
+    for path in [*python_files("service"), *python_files("modeldir"), *python_files("cli")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                positional = [a for a in [*node.args.posonlyargs, *node.args.args] if a.arg not in ("self", "cls")]
+                if len(positional) > MAX_POSITIONAL:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {len(positional)}")
+    assert found == []
+
+
+def test_one_name_per_class():
+    """Where two classes share a name, one of them is misnamed (the serving side's served models are
+    Served*, the build side's are the Transformer's own)."""
+    defined: dict[str, list[str]] = {}
+    for path in [*python_files("service"), *python_files("model"), *python_files("modeldir"), *python_files("cli")]:
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in defined.items() if len(paths) > 1} == {}
+
+
 def uses(path: Path) -> tuple[set[str], set[str]]:
     """(names called, attributes read) in a file."""
     called, attributes = set(), set()
@@ -103,13 +225,13 @@ def uses(path: Path) -> tuple[set[str], set[str]]:
 
 
 def test_one_call_lifecycle():
-    """A call's record is opened and admission asked in one place (core/calls.py): no door makes a
+    """A call's record is opened and admission asked in one place (core/calls/lifecycle.py): no door makes a
     CallRecord, counts a request in the metrics itself, or touches admission."""
     found = []
     for path in python_files("service"):
         where = str(path.relative_to(ROOT))
         called, attributes = uses(path)
-        if "CallRecord" in called and where != "service/core/calls.py":
+        if "CallRecord" in called and where != "service/core/calls/lifecycle.py":
             found.append(f"{where} makes a CallRecord")
         if where.startswith(("service/grpc_api", "service/http_api")):
             found += [f"{where} reads .{name}" for name in ("admission", "requests") if name in attributes]

@@ -175,7 +175,9 @@ def test_logits_match_transformers_at_every_step(checkpoints, name):
     batch = checkpoint.hf_tokenizer(INPUTS[:16], return_tensors="pt", padding=True)
     ids, mask = batch["input_ids"].numpy(), batch["attention_mask"].numpy()
     c = files.config
-    tokens, logits = greedy_decode_onnx(encoder, decoder, ids, mask, c.bos_id, MAX_NEW, c.n_decoder_layers)
+    tokens, logits = greedy_decode_onnx(
+        encoder, decoder, ids, mask, start_id=c.bos_id, max_steps=MAX_NEW, n_layers=c.n_decoder_layers
+    )
     with torch.no_grad():
         expected = checkpoint.hf(**batch, decoder_input_ids=torch.from_numpy(tokens[:, :-1])).logits.numpy()
     assert logits.shape == expected.shape == (16, MAX_NEW, c.vocab_size)

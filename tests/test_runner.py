@@ -103,8 +103,8 @@ def test_cuda_sessions_get_the_memory_settings_and_the_cpu_gets_none():
 
 def test_the_default_cache_and_rows_follow_the_device():
     """The defaults (0): 1 GiB and 64 rows on the CPU; on CUDA what the device has left, up to 1,024 rows."""
-    from service.core.model_opening import CPU_CACHE_BYTES, CacheSettings
-    from service.core.served_models import Architecture
+    from service.core.models.opening import CPU_CACHE_BYTES, CacheSettings
+    from service.core.models.served_models import Architecture
     from service.ops.config import ServerConfig
     from service.runner.sessions import CPU, CUDA
 
@@ -119,7 +119,7 @@ def test_the_default_cache_and_rows_follow_the_device():
     assert auto.rows(fp16, CUDA, auto_bytes=10 * fp16.bytes_per_row) == 10  # what the device has left
     assert auto.rows(fp16, CUDA, auto_bytes=700 * fp16.bytes_per_row) == 700
     assert auto.rows(fp16, CUDA, auto_bytes=5000 * fp16.bytes_per_row) == 1024
-    capped = CacheSettings(256, 0, 0, max_running=4, max_waiting=10)
+    capped = CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=0, max_running=4, max_waiting=10)
     assert capped.rows(fp16, CUDA) == 4
 
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from model.bundled.numbers import pair
-from service.grpc_api.client import AttentionMaps, Client
+from service.grpc_api.client import AttentionMapsReply, Client
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
@@ -46,7 +46,7 @@ def attention_server(minilm_dir, numbers_dir):
     server.close()
 
 
-def attention(server, text: str, **fields) -> AttentionMaps:
+def attention(server, text: str, **fields) -> AttentionMapsReply:
     with Client(server.target) as client:
         return client.attention(text, **fields)
 

@@ -1,4 +1,4 @@
-"""Documents cut into sentences and put back together (service/core/documents.py), languages detected
+"""Documents cut into sentences and put back together (service/core/translation/documents.py), languages detected
 (py3langid) and spelled as DeepL and LibreTranslate spell them: no model, no server."""
 
 from __future__ import annotations
@@ -9,8 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.core.documents import SPLIT_ALL, SPLIT_MODES, SPLIT_NO_NEWLINES, SPLIT_NONE, fit_pieces, split_document
-from service.core.language_detection import LanguageDetector
+from service.core.translation.detection import LanguageDetector
+from service.core.translation.documents import (
+    SPLIT_ALL,
+    SPLIT_MODES,
+    SPLIT_NO_NEWLINES,
+    SPLIT_NONE,
+    fit_pieces,
+    split_document,
+)
 from service.http_api.deepl_api import deepl_codes, language_in, language_out
 from service.http_api.libretranslate_api import language_code
 
@@ -170,7 +177,7 @@ def test_deepl_and_libretranslate_spell_languages_their_own_way():
 
 
 def test_tokens_group_into_words_by_their_marks():
-    from service.core.alignment import words_of
+    from service.core.translation.alignment import words_of
 
     pieces = ["fra_Latn", "\u2581trois", "\u2581cent", "\u2581quar", "ante", "-", "deux", "</s>"]
     special = [True, False, False, False, False, False, False, True]
@@ -182,7 +189,7 @@ def test_tokens_group_into_words_by_their_marks():
 def test_each_target_word_aligns_with_what_its_generating_step_attended_to_most():
     import numpy as np
 
-    from service.core.alignment import align
+    from service.core.translation.alignment import align
 
     # Decoder positions: start, code, t1, t2, t3 (target words 0, 0, 1); source positions: code, s1, s2, s3,
     # eos (source words 0, 1, 1). Position p's attention is what generated the token at p + 1.

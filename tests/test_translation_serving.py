@@ -188,7 +188,7 @@ def aligning(multilingual_numbers_dir):
     ],
 )
 def test_word_alignments_are_the_cross_attention_transformers_computes(aligning, text, source, target):
-    from service.core.alignment import align, words_of
+    from service.core.translation.alignment import align, words_of
 
     (t,) = translate(aligning.stub(), [text], target, source=source, return_alignment=True)
     (a,) = t.alignments

@@ -36,7 +36,14 @@ class NumbersModel:
             encoded = self.tokenizer.encode(texts[start : start + batch_size])
             ids, mask = pad_batch([e.ids for e in encoded], c.pad_id)
             tokens, _ = greedy_decode_onnx(
-                self.encoder, self.decoder, ids, mask, c.bos_id, MAX_NEW_TOKENS, c.n_decoder_layers, c.eos_id
+                self.encoder,
+                self.decoder,
+                ids,
+                mask,
+                start_id=c.bos_id,
+                max_steps=MAX_NEW_TOKENS,
+                n_layers=c.n_decoder_layers,
+                eos_id=c.eos_id,
             )
             for row in tokens[:, 1:].tolist():
                 ended = row.index(c.eos_id) if c.eos_id in row else len(row)

@@ -50,8 +50,8 @@ def hf_config(settings: MultilingualTrainSettings, vocab_size: int):
     )
 
 
-class Batches:
-    """Batches of every direction in turn, grouped by target length to cut padding: source ids framed as
+class MultilingualBatches:
+    """MultilingualBatches of every direction in turn, grouped by target length to cut padding: source ids framed as
     NLLB frames them ([code] text </s>), labels [target code] text </s>, decoder inputs </s> + labels."""
 
     def __init__(self, tokenizer, settings: MultilingualTrainSettings, rng: random.Random, group: int = 8):
@@ -87,7 +87,7 @@ def train(settings: MultilingualTrainSettings, out_dir: Path, log=sys.stderr) ->
     n_params = sum(p.numel() for p in model.parameters())
     print(f"numbers (multilingual): {n_params / 1e6:.2f} M parameters, {settings.steps} steps", file=log)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, betas=(0.9, 0.98), weight_decay=0.01)
-    batches = Batches(tokenizer, settings, rng)
+    batches = MultilingualBatches(tokenizer, settings, rng)
     started = time.perf_counter()
     loss_sum = hits = sequences = 0.0
     for step in range(settings.steps):

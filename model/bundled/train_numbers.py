@@ -49,8 +49,8 @@ def padded(rows: list[list[int]], pad_id: int = 0) -> torch.Tensor:
     return torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
 
 
-class Batches:
-    """Batches of both directions, half each, grouped by target length to cut padding."""
+class NumberBatches:
+    """NumberBatches of both directions, half each, grouped by target length to cut padding."""
 
     def __init__(self, tokenizer, settings: TrainSettings, rng: random.Random, group: int = 8):
         self.tokenizer, self.settings, self.rng, self.group = tokenizer, settings, rng, group
@@ -119,7 +119,7 @@ def train(settings: TrainSettings, out_dir: Path, name: str = "numbers", log=sys
     n_params = sum(p.numel() for p in model.parameters())
     print(f"numbers: {n_params / 1e6:.2f} M parameters, {settings.steps} steps of {settings.batch_size}", file=log)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, betas=(0.9, 0.98), weight_decay=0.01)
-    batches = Batches(tokenizer, settings, rng)
+    batches = NumberBatches(tokenizer, settings, rng)
     started = time.perf_counter()
     loss_sum = token_hits = tokens = sequence_hits = sequences = 0.0
     for step in range(settings.steps):

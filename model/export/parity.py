@@ -43,7 +43,13 @@ def measure_decoder_parity(model: Seq2SeqModel, encoder_path: Path, decoder_path
     encoder, decoder = cpu_session(encoder_path), cpu_session(decoder_path)
     ids, mask = example_encoder_inputs(model.config, batch=3, length=11)
     tokens, onnx_logits = greedy_decode_onnx(
-        encoder, decoder, ids.numpy(), mask.numpy(), model.config.bos_id, steps, model.config.n_decoder_layers
+        encoder,
+        decoder,
+        ids.numpy(),
+        mask.numpy(),
+        start_id=model.config.bos_id,
+        max_steps=steps,
+        n_layers=model.config.n_decoder_layers,
     )
     torch_logits = greedy_logits_torch(model, ids, mask, torch.from_numpy(tokens))
     return float(np.abs(onnx_logits - torch_logits.numpy()).max())
@@ -124,7 +130,13 @@ def measure_against_half(model, model_dir: Path, files: dict[str, str], steps: i
     if model.config.task == "seq2seq":
         decoder = cpu_session(model_dir / files["decoder"])
         tokens, graph_logits = greedy_decode_onnx(
-            encoder, decoder, ids.numpy(), mask.numpy(), model.config.bos_id, steps, model.config.n_decoder_layers
+            encoder,
+            decoder,
+            ids.numpy(),
+            mask.numpy(),
+            start_id=model.config.bos_id,
+            max_steps=steps,
+            n_layers=model.config.n_decoder_layers,
         )
         torch_logits = greedy_logits_torch(half, ids, mask, torch.from_numpy(tokens)).float().numpy()
         differs = (graph_logits.argmax(-1) != torch_logits.argmax(-1)).any(axis=0)  # (steps,)

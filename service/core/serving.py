@@ -16,25 +16,26 @@ from pathlib import Path
 from ..errors import ServiceError, Unavailable, invalid
 from ..ops.call_record import AccessLog
 from ..ops.metrics import Metrics
-from .admission import Admission
-from .attention_maps import AttentionLimits, AttentionMaps
-from .calls import Call, Refusal, Status, StatusTable, refused, run_call
-from .cross_encoding import CrossEncoding
-from .embeddings import Embeddings
-from .generation import Generation
-from .health import probe
-from .loader import load_models
-from .model_opening import LoadSettings
-from .registry import ModelInfo, ModelRegistry
-from .routing import LanguageRouter
-from .streaming import StreamPolicy
-from .tokenization import Tokenization
-from .translation import TranslationLimits, TranslationService
+from .attention.maps import AttentionLimits, AttentionMaps
+from .calls.admission import Admission
+from .calls.lifecycle import Call, Refusal, Status, StatusTable, refused, run_call
+from .calls.tokenization import Tokenization
+from .embedding.embeddings import EmbeddingService
+from .generation.generation import Generation
+from .generation.streaming import StreamPolicy
+from .info import ModelInfo, ServerLimits, TranslationLanguages
+from .models.loader import load_models
+from .models.opening import LoadSettings
+from .models.registry import ModelRegistry
+from .ranking.cross_encoding import CrossEncoding
+from .translation.detection import Detected
+from .translation.routing import LanguageRouter
+from .translation.translation import TranslationLimits, TranslationService
 
 log = logging.getLogger("attnserve.core")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CoreSettings:
     model_dirs: tuple[Path, ...]
     load: LoadSettings
@@ -64,7 +65,7 @@ class ServingCore:
         self.admission = Admission(settings.max_concurrent_requests)
         self.streams = StreamPolicy(settings.stream_write_timeout, metrics)
         self.registry: ModelRegistry | None = None  # once the models are loaded and warm
-        self.embeddings: Embeddings | None = None
+        self.embeddings: EmbeddingService | None = None
         self.generation: Generation | None = None
         self.tokenization: Tokenization | None = None
         self.attention_maps: AttentionMaps | None = None
@@ -103,14 +104,18 @@ class ServingCore:
             list(s.model_dirs), s.load, self.model_executor, self.metrics, self._health_changed
         )
         self.tokenization = Tokenization(registry, self.tokenize_executor, s.max_client_batch_size)
-        self.embeddings = Embeddings(registry, self.tokenization, s.max_client_batch_size)
+        self.embeddings = EmbeddingService(registry, self.tokenization, s.max_client_batch_size)
         self.routing = LanguageRouter(registry, s.translation_characters)
         self.generation = Generation(
             registry, self.tokenization, s.max_beams, s.max_client_batch_size, s.stream_messages, self.routing
         )
         self.attention_maps = AttentionMaps(registry, self.tokenization, s.attention)
         self.cross_encoding = CrossEncoding(registry, self.tokenization, s.rerank_documents, s.max_client_batch_size)
-        limits = TranslationLimits(s.max_client_batch_size, s.translation_characters, s.translation_sentences)
+        limits = TranslationLimits(
+            max_texts=s.max_client_batch_size,
+            max_characters=s.translation_characters,
+            max_sentences=s.translation_sentences,
+        )
         self.translation = TranslationService(self.routing, self.tokenization, limits, s.max_beams)
         self.registry = registry
         self.admission.loaded = True
@@ -128,7 +133,16 @@ class ServingCore:
     ) -> AbstractAsyncContextManager[Call[Status]]:
         """`async with core.call(...) as call:` one call of a front door, admitted and recorded; a refusal
         leaves the block as calls.Refused, in the door's statuses, its fields named by `names`."""
-        return run_call(self.admission, self.metrics, rpc, request_id, table, names or {}, cancelled, self.access_log)
+        return run_call(
+            self.admission,
+            self.metrics,
+            rpc,
+            request_id,
+            table,
+            names or {},
+            cancelled=cancelled,
+            access=self.access_log,
+        )
 
     def refuse(
         self,
@@ -139,10 +153,44 @@ class ServingCore:
         names: Mapping[str, str] | None = None,
     ) -> Refusal[Status]:
         """A call a door turns away before admission, recorded like any other."""
-        return refused(self.metrics, rpc, request_id, table, error, names, self.access_log)
+        return refused(self.metrics, rpc, request_id, table, error, names, access=self.access_log)
 
     def models(self) -> list[ModelInfo]:
         return self.registry.infos()
+
+    def model_for(self, name: str, task: str, rpc: str) -> ModelInfo:
+        """The model a call of `rpc` goes to: the one named, which must be of `task` (empty: the task's
+        default; NotFound where none is served)."""
+        return self.registry.info(self.registry.get(name, task, rpc))
+
+    def default_model(self, tasks: tuple[str, ...]) -> ModelInfo:
+        """The default model of the first of `tasks` served; else the first model loaded."""
+        for task in tasks:
+            if task in self.registry.defaults:
+                return self.registry.info(self.registry.defaults[task])
+        return self.registry.info(self.registry.find(""))
+
+    def translation_languages(self) -> list[TranslationLanguages]:
+        """Each translating model's languages, in the order the models were loaded."""
+        router = self.routing
+        return [
+            TranslationLanguages(m.name, router.source_codes(m), router.target_codes(m))
+            for m in router.seq2seq_models()
+        ]
+
+    def detect_languages(self, text: str) -> list[Detected]:
+        """The languages `text` may be in, among those the served models read, the likeliest first."""
+        return self.routing.rank(text)
+
+    def limits(self) -> ServerLimits:
+        s, batching = self.settings, self.settings.load.batching
+        return ServerLimits(
+            max_concurrent_requests=s.max_concurrent_requests,
+            max_client_batch_size=s.max_client_batch_size,
+            max_batch_tokens=batching.max_batch_tokens,
+            max_batch_size=batching.max_batch_size,
+            tokenize_threads=TOKENIZE_THREADS,
+        )
 
     def model(self, name: str, stream: bool = False) -> ModelInfo:
         """One served model by name (NotFound names the served ones); with `stream`, one whose answers
@@ -167,7 +215,7 @@ class ServingCore:
                 if model.health.healthy:
                     continue
                 try:
-                    await probe(model, self.model_executor)
+                    await model.probe(self.model_executor)
                 except Exception as error:
                     log.warning("model %s: probe failed: %s", model.name, error)
                 else:

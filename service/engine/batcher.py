@@ -37,7 +37,7 @@ RELEASE_AFTER_TOKENS = 4096
 RELEASE_IDLE_SECONDS = 1.0  # and the memory goes back once no text has come for this long
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchLimits:
     max_batch_tokens: int
     max_batch_size: int
@@ -137,6 +137,7 @@ class EmbeddingBatcher:
         pad_id: int,
         limits: BatchLimits,
         executor: Executor,
+        *,
         name: str = "",
         metrics: ModelMetrics | None = None,
         make_run_options: Callable[[], object] | None = None,

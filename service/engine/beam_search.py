@@ -40,7 +40,7 @@ def top(values: np.ndarray, k: int) -> np.ndarray:
     return candidates[order][:k]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BeamSettings:
     num_beams: int
     length_penalty: float = 1.0
@@ -49,10 +49,10 @@ class BeamSettings:
 
 
 class BeamSearch:
-    def __init__(self, settings: BeamSettings, eos_id: int, max_new_tokens: int):
+    def __init__(self, settings: BeamSettings, eos_id: int, max_steps: int):
         k = self.k = settings.num_beams
         self.settings, self.eos_id = settings, eos_id
-        self.max_length = 1 + max_new_tokens  # the decoder's start token counts, as there
+        self.max_length = 1 + max_steps  # the decoder's start token counts, as in transformers
         self.length = 1  # tokens so far in every running beam, the start token included
         # Only the first beam starts live, so that the first step does not pick one token k times.
         self.running_scores = np.full(k, NEG, np.float32)

@@ -26,7 +26,7 @@ class RowState:
         self.kind = books(np.int8)
         self.next_input = books(np.int64)  # the token each row's next step reads
         self.count = books(np.int32)  # tokens generated so far (greedy and sampled rows)
-        self.max_new = books(np.int32)
+        self.max_steps = books(np.int32)
         self.eos_ends = books(np.bool_)  # eos ends the sequence (not ignore_eos)
         self.forced_eos = books(np.bool_)  # eos comes at the last position allowed
         self.per_token = books(np.bool_)  # text followed token by token: streamed, or stop sequences
@@ -61,7 +61,7 @@ class RowState:
         self.kind[row] = BEAM if isinstance(holder, BeamRow) else GREEDY if params.greedy else SAMPLED
         self.next_input[row] = self.bos_id
         self.count[row] = 0
-        self.max_new[row] = params.steps
+        self.max_steps[row] = params.max_steps
         self.eos_ends[row] = not params.ignore_eos
         self.forced_eos[row] = self.checkpoint_forces_eos and not params.ignore_eos
         self.per_token[row] = params.events_per_token

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingParams:
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: all tokens

@@ -46,6 +46,7 @@ class Scheduler:
         cache: GenerationCache,
         detokenizer: Detokenizer,
         choice: TokenChoice,
+        *,
         executor: Executor,
         metrics: ModelMetrics | None = None,
         health: HealthReport | None = None,
@@ -106,7 +107,7 @@ class Scheduler:
         text = TextStream(self.detokenizer.stream_decoder(), params.stop)
         sequence = Sequence(prompt, params, text, np.random.default_rng(seed))
         if params.beams:
-            sequence.search = BeamSearch(params.beams, self.eos_id, params.steps)
+            sequence.search = BeamSearch(params.beams, self.eos_id, params.max_steps)
         self.waiting.append(sequence)
         self._wake.set()
         loop = asyncio.get_running_loop()
@@ -184,7 +185,7 @@ class Scheduler:
             if sequence.search:
                 sequence.beam_rows = [BeamRow(sequence, beam) for beam in range(sequence.params.width)]
             for holder in sequence.holders:
-                self.cache.allocate(holder, len(sequence.prompt), sequence.params.steps)
+                self.cache.allocate(holder, len(sequence.prompt), sequence.params.max_steps)
                 self.rows.admit(holder)
             sequence.admitted = time.perf_counter()
             if self.metrics and not sequence.params.probe:
@@ -252,7 +253,7 @@ class Scheduler:
         state.count[grown] += 1
         state.next_input[grown] = tokens[grown]
         at_limit = np.zeros(count, np.bool_)
-        at_limit[grown] = state.count[grown] >= state.max_new[grown]
+        at_limit[grown] = state.count[grown] >= state.max_steps[grown]
         news = ended | at_limit
         news[grown] |= state.per_token[grown]
         if forced is None:
@@ -281,7 +282,7 @@ class Scheduler:
         if not per_token:  # the text is decoded once, at the end
             sequence.unsent = list(sequence.generated)
         if ended:
-            forced = bool(state.forced_eos[row]) and int(state.count[row]) == int(state.max_new[row]) - 1
+            forced = bool(state.forced_eos[row]) and int(state.count[row]) == int(state.max_steps[row]) - 1
             last_text = sequence.text.end() if per_token else self.decode(sequence.generated)
             reason = STOP if sequence.text.stopped else LENGTH if forced else EOS
             sequence.finish(reason, last_text, mean_log_prob=state.mean_log_prob(row))

@@ -17,7 +17,7 @@ from .text_stream import TextStream
 LENGTH, EOS, STOP, CANCELLED = "length", "eos", "stop", "cancelled"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenerationParams:
     max_new_tokens: int
     sampling: SamplingParams = SamplingParams()
@@ -37,7 +37,7 @@ class GenerationParams:
     scores: bool = False
 
     @property
-    def steps(self) -> int:
+    def max_steps(self) -> int:
         """Decoder steps the sequence may take: its new tokens, and the forced first token."""
         return self.max_new_tokens + (self.first_token is not None)
 

@@ -15,14 +15,14 @@ BEAM_ROW = -1  # in StepResult.tokens: a beam search's row, whose tokens its sea
 
 
 class HealthReport(Protocol):
-    """What a model loop tells of its model calls (core/health.py ModelHealth)."""
+    """What a model loop tells of its model calls (core/models/health.py ModelHealth)."""
 
     def failed(self) -> None: ...
 
     def succeeded(self) -> None: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SchedulerSettings:
     bos_id: int  # the decoder's start token
     pad_id: int

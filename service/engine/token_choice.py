@@ -38,7 +38,7 @@ class TokenChoice:
     def forced_eos_at(self, sequence: Sequence, generated: int) -> bool:
         """Whether the checkpoint forces eos after `generated` tokens: at the last position allowed."""
         params = sequence.params
-        return self.rules.forced_eos and not params.ignore_eos and generated == params.steps - 1
+        return self.rules.forced_eos and not params.ignore_eos and generated == params.max_steps - 1
 
     @staticmethod
     def logit_rows(rows: RowState, count: int) -> list[int]:
@@ -60,7 +60,7 @@ class TokenChoice:
             return step.next_tokens[:count]  # the device's argmax, as it is
         kind = rows.kind[:count]
         tokens = np.array(step.next_tokens[:count], np.int64)
-        forced = rows.forced_eos[:count] & (rows.count[:count] == rows.max_new[:count] - 1) & (kind != BEAM)
+        forced = rows.forced_eos[:count] & (rows.count[:count] == rows.max_steps[:count] - 1) & (kind != BEAM)
         sampled_rows = kind == SAMPLED
         if first is not None:  # the forced first token (a target language's code), whatever the logits say
             tokens[first] = rows.forced_first[:count][first]

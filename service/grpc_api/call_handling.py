@@ -1,6 +1,6 @@
 """The gRPC port's part of every call (attnserve.v1 and the Open Inference Protocol): its table of status
 codes, requests that do not parse refused with INVALID_ARGUMENT (not grpcio's INTERNAL), and a refusal
-sent as the call's status, or as a message on a stream. The lifecycle itself is the core's (core/calls.py)."""
+sent as the call's status, or as a message on a stream. The lifecycle itself is the core's (core/calls/lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import grpc
 
-from ..core.calls import Call, Refused, StatusTable
+from ..core.calls.lifecycle import Call, Refused, StatusTable
 from ..core.serving import ServingCore
 from ..errors import (
     DeadlineExceeded,
@@ -23,7 +23,7 @@ from ..errors import (
 )
 from ..ops.call_record import request_id
 
-STATUSES = StatusTable(
+GRPC_STATUSES = StatusTable(
     ok="OK",
     cancelled="CANCELLED",
     statuses={
@@ -42,7 +42,7 @@ STATUSES = StatusTable(
 
 
 def status_code(error: ServiceError) -> grpc.StatusCode:
-    return STATUSES.status(error)
+    return GRPC_STATUSES.status(error)
 
 
 class UnparsedRequest:
@@ -87,7 +87,7 @@ def call_of(core: ServingCore, context: grpc.aio.ServicerContext, rpc: str, name
         remaining = context.time_remaining()
         return "DEADLINE_EXCEEDED" if remaining is not None and remaining <= 0 else "CANCELLED"
 
-    return core.call(rpc, request_id(context.invocation_metadata()), STATUSES, names, cancelled)
+    return core.call(rpc, request_id(context.invocation_metadata()), GRPC_STATUSES, names, cancelled)
 
 
 def handler(method):

@@ -28,14 +28,14 @@ ATTENTION_KIND_NAMES = {
 
 
 @dataclass(frozen=True)
-class Embeddings:
+class EmbeddingsReply:
     model: str
     vectors: np.ndarray  # (n, d) float32, in the order of the inputs
     usage: pb.EmbedUsage
 
 
 @dataclass(frozen=True)
-class AttentionMaps:
+class AttentionMapsReply:
     """One input's attention weights. weights[kind]: (layers, heads, queries, keys) float32, kind one of
     encoder_self (queries and keys: source tokens), decoder_self (target x target), cross (target x source);
     layers[kind]: the model layer of each index of the first axis."""
@@ -51,13 +51,13 @@ class AttentionMaps:
     layers: dict[str, list[int]]
 
     @staticmethod
-    def from_response(response: pb.AttentionResponse) -> AttentionMaps:
+    def from_response(response: pb.AttentionResponse) -> AttentionMapsReply:
         weights, layers = {}, {}
         for a in response.attentions:
             kind = ATTENTION_KIND_NAMES[a.kind]
             weights[kind] = np.frombuffer(a.data, dtype="<f4").reshape(tuple(a.shape))
             layers[kind] = list(a.layers)
-        return AttentionMaps(
+        return AttentionMapsReply(
             response.model,
             list(response.source_tokens),
             list(response.source_special),
@@ -76,6 +76,7 @@ class Client:
         target: str = "localhost:50051",
         timeout: float | None = 60.0,
         options=(),
+        *,
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
@@ -109,13 +110,13 @@ class Client:
 
     def embed(
         self, texts: list[str], model: str = "", normalize: bool | None = None, truncate: bool | None = None
-    ) -> Embeddings:
+    ) -> EmbeddingsReply:
         request = pb.EmbedRequest(
             model=model, inputs=texts, normalize=normalize, truncate=truncate, outputs=[pb.EMBEDDING_OUTPUT_DENSE]
         )
         response = self.stub.Embed(request, timeout=self.timeout)
         vectors = np.array([e.values for e in response.embeddings], dtype=np.float32)
-        return Embeddings(response.model, vectors, response.usage)
+        return EmbeddingsReply(response.model, vectors, response.usage)
 
     @staticmethod
     def _generate_request(text: str, model: str, source_language: str, target_language: str, params: dict):
@@ -143,12 +144,12 @@ class Client:
 
     def attention(
         self, text: str, model: str = "", target: str | None = None, max_new_tokens: int = 0, layers=()
-    ) -> AttentionMaps:
+    ) -> AttentionMapsReply:
         """target: seq2seq only, the decoder's text instead of a greedy generation; layers: a subset."""
         request = pb.AttentionRequest(
             model=model, input=text, target=target, max_new_tokens=max_new_tokens, layers=list(layers)
         )
-        return AttentionMaps.from_response(self.stub.Attention(request, timeout=self.timeout))
+        return AttentionMapsReply.from_response(self.stub.Attention(request, timeout=self.timeout))
 
     def rerank(self, query: str, documents: list[str], model: str = "", **fields) -> pb.RerankResponse:
         """fields: RerankRequest's others (top_n, return_documents, raw_scores, truncation)."""

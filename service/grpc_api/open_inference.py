@@ -10,8 +10,12 @@ from importlib.metadata import PackageNotFoundError, version
 import grpc
 import numpy as np
 
-from ..core.calls import Call
-from ..core.open_inference import (
+from ..core.calls.lifecycle import Call
+from ..core.generation.streaming import StreamStalled
+from ..core.info import ModelInfo
+from ..core.serving import ServingCore
+from ..errors import invalid
+from ..kserve_protocol import (
     FIELD_NAMES,
     GENERATION_PARAMETERS,
     PARAMETERS,
@@ -26,10 +30,6 @@ from ..core.open_inference import (
     requested,
     tensor_metadata,
 )
-from ..core.registry import ModelInfo
-from ..core.serving import ServingCore
-from ..core.streaming import StreamStalled
-from ..errors import invalid
 from ..ops.call_record import CallRecord
 from .call_handling import UnparsedRequest, answer_on_stream, handler, status_code
 from .open_inference_wire import TextInput, infer_response, read_parameters, read_text_input

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.open_inference import CLIENT_PARAMETERS, TEXT, Tensor, pack_bytes, unpack_bytes
 from ..errors import invalid
+from ..kserve_protocol import CLIENT_PARAMETERS, TEXT, Tensor, pack_bytes, unpack_bytes
 from .pb import open_inference_pb2 as pb
 
 

@@ -12,7 +12,7 @@ from ..errors import Unauthenticated
 from ..ops.auth import REQUIRED, bearer_allowed
 from ..ops.call_record import request_id
 from ..ops.config import ServerConfig
-from .call_handling import STATUSES
+from .call_handling import GRPC_STATUSES
 
 OPEN_SERVICES = ("/grpc.health.v1.Health/",)
 
@@ -44,7 +44,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         rpc, metadata = details.method.rsplit("/", 1)[-1], details.invocation_metadata
 
         async def refuse(request, context):
-            refusal = self.core.refuse(rpc, request_id(metadata), STATUSES, Unauthenticated(REQUIRED))
+            refusal = self.core.refuse(rpc, request_id(metadata), GRPC_STATUSES, Unauthenticated(REQUIRED))
             await context.abort(refusal.status, refusal.message)
 
         async def refuse_stream(request, context):

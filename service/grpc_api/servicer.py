@@ -7,16 +7,16 @@ import dataclasses
 
 import numpy as np
 
-from ..core.attention_maps import CROSS, DECODER_SELF, ENCODER_SELF, AttentionRequest, AttentionResult
-from ..core.calls import Call
-from ..core.cross_encoding import ClassifyRequest, RerankRequest
-from ..core.documents import SPLIT_ALL, SPLIT_NO_NEWLINES, SPLIT_NONE
-from ..core.embeddings import EmbedRequest
-from ..core.generation import CANCELLED, EOS, LENGTH, STOP, GenerateRequest, GenerationUsage
-from ..core.registry import ModelInfo
+from ..core.attention.maps import CROSS, DECODER_SELF, ENCODER_SELF, AttentionRequest, AttentionResult
+from ..core.calls.lifecycle import Call
+from ..core.calls.validation import GenerationOptions
+from ..core.embedding.embeddings import EmbedRequest
+from ..core.generation.generation import CANCELLED, EOS, LENGTH, STOP, GenerateRequest, GenerationUsage
+from ..core.info import ModelInfo
+from ..core.ranking.cross_encoding import ClassifyRequest, RerankRequest
 from ..core.serving import ServingCore
-from ..core.translation import TranslateRequest, Translation, TranslationOptions
-from ..core.validation import GenerationOptions
+from ..core.translation.documents import SPLIT_ALL, SPLIT_NO_NEWLINES, SPLIT_NONE
+from ..core.translation.translation import TranslateRequest, Translation, TranslationOptions
 from .call_handling import handler
 from .pb import inference_pb2 as pb
 from .pb import inference_pb2_grpc as pb_grpc
@@ -89,7 +89,7 @@ def generate_request(request: pb.GenerateRequest) -> GenerateRequest:
         source_language=request.source_language or None,
         target_language=request.target_language or None,
     )
-    return GenerateRequest(request.model, request.input, options)
+    return GenerateRequest(model=request.model, input=request.input, options=options)
 
 
 def translate_request(request: pb.TranslateRequest) -> TranslateRequest:
@@ -102,7 +102,11 @@ def translate_request(request: pb.TranslateRequest) -> TranslateRequest:
         alignment=request.return_alignment,
     )
     return TranslateRequest(
-        list(request.texts), request.target_language, request.source_language or None, request.model, options
+        texts=list(request.texts),
+        target_language=request.target_language,
+        source_language=request.source_language or None,
+        model=request.model,
+        options=options,
     )
 
 
@@ -207,10 +211,10 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         normalize = request.normalize if request.HasField("normalize") else None
         truncate = request.truncate if request.HasField("truncate") else True
         embed = EmbedRequest(
-            request.model,
-            list(request.inputs),
-            normalize,
-            truncate,
+            model=request.model,
+            inputs=list(request.inputs),
+            normalize=normalize,
+            truncate=truncate,
             prompt_name=request.prompt_name if request.HasField("prompt_name") else None,
             input_type=request.input_type if request.HasField("input_type") else None,
             truncation_direction=TRUNCATION_DIRECTIONS.get(
@@ -286,7 +290,11 @@ class InferenceServicer(pb_grpc.InferenceServicer):
     async def Attention(self, request: pb.AttentionRequest, context, call: Call) -> pb.AttentionResponse:
         target = request.target if request.HasField("target") else None
         attention = AttentionRequest(
-            request.model, request.input, target, request.max_new_tokens, tuple(request.layers)
+            model=request.model,
+            input=request.input,
+            target=target,
+            max_new_tokens=request.max_new_tokens,
+            layers=tuple(request.layers),
         )
         return attention_response(await self.core.attention_maps.maps(attention, call.record))
 
@@ -298,9 +306,9 @@ class InferenceServicer(pb_grpc.InferenceServicer):
     @handler
     async def Rerank(self, request: pb.RerankRequest, context, call: Call) -> pb.RerankResponse:
         rerank = RerankRequest(
-            request.model,
-            request.query,
-            list(request.documents),
+            model=request.model,
+            query=request.query,
+            documents=list(request.documents),
             top_n=request.top_n if request.HasField("top_n") else None,
             return_documents=request.return_documents,
             raw_scores=request.raw_scores,
@@ -312,7 +320,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
 
     @handler
     async def Classify(self, request: pb.ClassifyRequest, context, call: Call) -> pb.ClassifyResponse:
-        classify = ClassifyRequest(request.model, list(request.inputs), request.raw_scores)
+        classify = ClassifyRequest(model=request.model, inputs=list(request.inputs), raw_scores=request.raw_scores)
         r = await self.core.cross_encoding.classify(classify, call.record)
         results = [pb.LabelScores(scores=row.tolist(), label=r.labels[int(row.argmax())]) for row in r.scores]
         return pb.ClassifyResponse(model=r.model, labels=r.labels, results=results, prompt_tokens=r.prompt_tokens)

@@ -1,6 +1,6 @@
 """The HTTP port's part of every call: each API's statuses and error shape (OpenAI's here; DeepL's and
 LibreTranslate's in their modules), and a refusal sent as that. The lifecycle itself is the core's
-(core/calls.py). The core names fields as the gRPC API does ("params.max_new_tokens"); a refusal here
+(core/calls/lifecycle.py). The core names fields as the gRPC API does ("params.max_new_tokens"); a refusal here
 names the field as this front door's caller sent it ("max_tokens")."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..core.calls import Call, Refusal, Refused, StatusTable
+from ..core.calls.lifecycle import Call, Refusal, Refused, StatusTable
 from ..core.serving import ServingCore
 from ..errors import (
     DeadlineExceeded,
@@ -30,7 +30,7 @@ from ..ops.auth import BEARER
 from ..ops.call_record import REQUEST_ID_HEADER, request_id
 
 # HTTP status and OpenAI's error type for each kind of domain error.
-STATUSES = StatusTable(
+HTTP_STATUSES = StatusTable(
     ok="200",
     cancelled="499",  # the client closed the connection (nginx's code)
     statuses={
@@ -110,7 +110,7 @@ class HttpApi:
         return response
 
 
-OPENAI = HttpApi("http", STATUSES, openai_error)
+OPENAI = HttpApi("http", HTTP_STATUSES, openai_error)
 
 
 class BodyTooLarge(Exception):

@@ -14,9 +14,9 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
-from ..core.calls import Call
-from ..core.cross_encoding import RerankRequest
-from ..core.embeddings import EmbedRequest
+from ..core.calls.lifecycle import Call
+from ..core.embedding.embeddings import EmbedRequest
+from ..core.ranking.cross_encoding import RerankRequest
 from ..core.serving import ServingCore
 from ..errors import invalid
 from .call_handling import BEARER_STATUSES, FastJSONResponse, HttpApi, body_error, handle
@@ -45,7 +45,7 @@ class Content(BaseModel):
     content: list[TextContent]
 
 
-class EmbedBody(CohereBody):
+class CohereEmbedBody(CohereBody):
     texts: list[str] | None = None
     inputs: list[Content] | None = Field(None, description="text content only")
     images: list[str] | None = None
@@ -56,19 +56,19 @@ class EmbedBody(CohereBody):
     truncate: Literal["NONE", "START", "END"] | None = None
 
 
-class Document(BaseModel):
+class CohereDocument(BaseModel):
     text: str
 
 
-class RerankBody(CohereBody):
+class CohereRerankBody(CohereBody):
     query: str
-    documents: list[str | Document]
+    documents: list[str | CohereDocument]
     top_n: int | None = None
     max_tokens_per_doc: int | None = None
     return_documents: bool = False  # the SDKs before 5.14 send it
 
 
-def texts_of(body: EmbedBody) -> list[str]:
+def texts_of(body: CohereEmbedBody) -> list[str]:
     """texts, or inputs of one text part each."""
     if body.images:
         raise invalid("images", "not served: text models only")
@@ -100,7 +100,7 @@ def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
     @app.post("/v2/embed")
     async def embed(request: Request) -> Response:
         async def work(call: Call) -> Response:
-            body = await parsed(request, EmbedBody)
+            body = await parsed(request, CohereEmbedBody)
             if body.input_type is None:  # Cohere's embed models need it; so do prompts and ColBERT's sides
                 raise invalid("input_type", "required: search_document, search_query, classification or clustering")
             if body.input_type == "image":
@@ -112,8 +112,8 @@ def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
             cut, direction = TRUNCATE[body.truncate or "END"]
             texts = texts_of(body)
             embedded = EmbedRequest(
-                body.model,
-                texts,
+                model=body.model,
+                inputs=texts,
                 truncate=cut,
                 truncation_direction=direction,
                 dimensions=body.output_dimension,
@@ -139,8 +139,8 @@ def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
     @app.post("/v2/rerank")
     async def rerank(request: Request) -> Response:
         async def work(call: Call) -> Response:
-            body = await parsed(request, RerankBody)
-            model = core.registry.get(body.model, "classification", call.record.rpc)
+            body = await parsed(request, CohereRerankBody)
+            model = core.model_for(body.model, "classification", call.record.rpc)
             if body.max_tokens_per_doc is not None and body.max_tokens_per_doc < model.max_input_tokens:
                 raise invalid(
                     "max_tokens_per_doc",
@@ -149,7 +149,11 @@ def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
                 )
             documents = [d if isinstance(d, str) else d.text for d in body.documents]
             ranked = RerankRequest(
-                model.name, body.query, documents, top_n=body.top_n, return_documents=body.return_documents
+                model=model.name,
+                query=body.query,
+                documents=documents,
+                top_n=body.top_n,
+                return_documents=body.return_documents,
             )
             result = await core.cross_encoding.rerank(ranked, call.record)
             results = []

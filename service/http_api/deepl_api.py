@@ -10,10 +10,10 @@ from starlette.responses import JSONResponse, Response
 
 from modeldir.languages import language_name, language_tag
 
-from ..core.calls import Call, Refusal
-from ..core.documents import SPLIT_MODES
+from ..core.calls.lifecycle import Call, Refusal
 from ..core.serving import ServingCore
-from ..core.translation import TranslateRequest, TranslationOptions
+from ..core.translation.documents import SPLIT_MODES
+from ..core.translation.translation import TranslateRequest, TranslationOptions
 from ..errors import invalid
 from ..ops.auth import BEARER
 from .call_handling import KEY_STATUSES, HttpApi, handle
@@ -94,10 +94,9 @@ def deepl_codes(code: str, target: bool) -> list[str]:
 
 def language_listing(core: ServingCore, target: bool) -> list[dict]:
     """Every language some served model translates from (or into), as DeepL lists them, sorted."""
-    router = core.routing
     found = {}
-    for model in router.seq2seq_models():
-        for code in router.target_codes(model) if target else router.source_codes(model):
+    for model in core.translation_languages():
+        for code in model.targets if target else model.sources:
             for deepl in deepl_codes(code, target):
                 found.setdefault(deepl, language_name(language_in(deepl, target)))
     entries = []
@@ -129,11 +128,11 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
     if formality not in FORMALITY:
         raise invalid("formality", f"{formality!r}: no served model has a formality; one of {', '.join(FORMALITY)}")
     request = TranslateRequest(
-        texts,
-        language_in(target, target=True),
-        language_in(source, target=False) if source else None,
-        string_field(fields, "model", "") or "",
-        TranslationOptions(split_sentences=split),
+        texts=texts,
+        target_language=language_in(target, target=True),
+        source_language=language_in(source, target=False) if source else None,
+        model=string_field(fields, "model", "") or "",
+        options=TranslationOptions(split_sentences=split),
     )
     return request, bool_field(fields, "show_billed_characters")
 

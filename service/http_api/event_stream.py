@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from starlette.responses import StreamingResponse
 from starlette.types import Scope, Send
 
-from ..core.calls import Call
-from ..core.streaming import StreamPolicy, StreamStalled
+from ..core.calls.lifecycle import Call
+from ..core.generation.streaming import StreamPolicy, StreamStalled
 
 # Drops a request's connection at once, unsent bytes and all (HttpServer.abort_connection): a client that
 # stopped reading would otherwise keep the socket, and what waits in it, until it goes.

@@ -1,7 +1,7 @@
 """KServe v2 (the Open Inference Protocol) over REST on the HTTP port, as tritonclient.http and KServe's own
 examples call it: /v2, /v2/health/live and /ready, /v2/models/{model}[/versions/{version}] with /ready,
 /config and /infer, JSON tensors and the binary tensor data extension (a JSON header, then the tensors'
-bytes). The tensors, parameters and infer are the core's (core/open_inference.py), as for the gRPC door.
+bytes). The tensors, parameters and infer are the core's (kserve_protocol.py), as for the gRPC door.
 Errors as Triton's, {"error"}."""
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import numpy as np
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from ..core.calls import Call
-from ..core.open_inference import (
+from ..core.calls.lifecycle import Call
+from ..core.serving import ServingCore
+from ..errors import invalid
+from ..kserve_protocol import (
     CLIENT_PARAMETERS,
     FIELD_NAMES,
     OUTPUTS,
@@ -29,8 +31,6 @@ from ..core.open_inference import (
     tensor_metadata,
     unpack_bytes,
 )
-from ..core.serving import ServingCore
-from ..errors import invalid
 from .call_handling import BEARER_STATUSES, BodyTooLarge, FastJSONResponse, HttpApi, handle
 
 HEADER_LENGTH = "inference-header-content-length"

@@ -14,10 +14,10 @@ from starlette.responses import JSONResponse, Response
 
 from modeldir.languages import language_name, language_tag
 
-from ..core.calls import Call, Refusal
-from ..core.routing import AUTO
+from ..core.calls.lifecycle import Call, Refusal
 from ..core.serving import ServingCore
-from ..core.translation import TranslateRequest, TranslationOptions
+from ..core.translation.languages import AUTO
+from ..core.translation.translation import TranslateRequest, TranslationOptions
 from ..errors import Unauthenticated, invalid
 from ..ops.auth import REQUIRED, bearer_allowed
 from .call_handling import KEY_STATUSES, HttpApi, handle
@@ -57,11 +57,10 @@ def confidence(value: float | None) -> float:
 
 def languages_listing(core: ServingCore) -> list[dict]:
     """Each language some served model reads, with the languages it can be translated into."""
-    router = core.routing
     targets: dict[str, set[str]] = {}
-    for model in router.seq2seq_models():
-        into = {language_code(c) for c in router.target_codes(model)}
-        for code in router.source_codes(model):
+    for model in core.translation_languages():
+        into = {language_code(c) for c in model.targets}
+        for code in model.sources:
             source = language_code(code)
             targets.setdefault(source, set()).update(into - {source})
     return [{"code": code, "name": language_name(code), "targets": sorted(targets[code])} for code in sorted(targets)]
@@ -98,7 +97,9 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
     alternatives = int_field(fields, "alternatives", 0, 0, MAX_ALTERNATIVES)
     options = TranslationOptions(alternatives=alternatives)
     model = string_field(fields, "model", "") or ""
-    return TranslateRequest(texts, target, source, model, options), several
+    return TranslateRequest(
+        texts=texts, target_language=target, source_language=source, model=model, options=options
+    ), several
 
 
 def add_libretranslate_routes(app: FastAPI, core: ServingCore, tokens: list[bytes] | None) -> None:
@@ -139,7 +140,7 @@ def add_libretranslate_routes(app: FastAPI, core: ServingCore, tokens: list[byte
             texts, several = texts_field(fields, "q")
             if several:
                 raise invalid("q", "one text")
-            ranked = core.routing.rank(texts[0])
+            ranked = core.detect_languages(texts[0])
             return JSONResponse(
                 [{"confidence": confidence(d.confidence), "language": language_code(d.code)} for d in ranked]
             )

@@ -17,15 +17,24 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.responses import JSONResponse, Response
 
-from ..core.calls import Call, failure
-from ..core.embeddings import EmbedRequest
-from ..core.generation import LENGTH
-from ..core.registry import ModelInfo
+from ..core.calls.lifecycle import Call, failure
+from ..core.calls.validation import GenerationOptions
+from ..core.embedding.embeddings import EmbedRequest
+from ..core.generation.generation import LENGTH
+from ..core.generation.streaming import merged
+from ..core.info import ModelInfo
 from ..core.serving import ServingCore
-from ..core.streaming import merged
-from ..core.validation import GenerationOptions
 from ..errors import ServiceError, invalid
-from .call_handling import OPENAI, BodyTooLarge, FastJSONResponse, HttpApi, field_of, handle, openai_error, refuse
+from .call_handling import (
+    OPENAI,
+    BodyTooLarge,
+    FastJSONResponse,
+    HttpApi,
+    field_of,
+    handle,
+    openai_error,
+    refuse,
+)
 from .event_stream import AbortConnection, PacedEventStream, sse
 from .openai_types import CompletionsRequest, EmbeddingsRequest
 
@@ -133,8 +142,8 @@ def create_app(
         async def embed(call: Call) -> Response:
             one = isinstance(body.input, str) or (body.input and all(isinstance(t, int) for t in body.input))
             embed = EmbedRequest(
-                body.model,
-                [body.input] if one else body.input,  # texts, or token-id arrays: the model's own ids
+                model=body.model,
+                inputs=[body.input] if one else body.input,  # texts, or token-id arrays: the model's own ids
                 dimensions=body.dimensions,
                 prompt_name=body.prompt_name,
                 input_type=body.input_type,

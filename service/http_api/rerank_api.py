@@ -10,14 +10,14 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse, Response
 
-from ..core.calls import Call
-from ..core.cross_encoding import RerankRequest
+from ..core.calls.lifecycle import Call
+from ..core.ranking.cross_encoding import RerankRequest
 from ..core.serving import ServingCore
 from ..errors import invalid
 from .call_handling import handle
 
 
-class Document(BaseModel):
+class RerankDocument(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str
@@ -27,7 +27,7 @@ class RerankBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str
-    documents: list[str | Document] = Field(description="texts, or objects with a text (Cohere's, Jina's)")
+    documents: list[str | RerankDocument] = Field(description="texts, or objects with a text (Cohere's, Jina's)")
     model: str = Field("", description="a served cross-encoder; empty: the default one")
     top_n: int | None = Field(None, description="only the best n")
     return_documents: bool = False
@@ -44,9 +44,9 @@ def add_rerank_routes(app: FastAPI, core: ServingCore) -> None:
                 raise invalid("max_chunks_per_doc", "not served: documents are not chunked; send shorter ones")
             documents = [d if isinstance(d, str) else d.text for d in body.documents]
             ranked = RerankRequest(
-                body.model,
-                body.query,
-                documents,
+                model=body.model,
+                query=body.query,
+                documents=documents,
                 top_n=body.top_n,
                 return_documents=body.return_documents,
                 raw_scores=body.raw_scores,

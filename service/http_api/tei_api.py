@@ -14,10 +14,9 @@ from fastapi import FastAPI, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from ..core.calls import Call, StatusTable
-from ..core.cross_encoding import ClassifyRequest, RerankRequest
-from ..core.embeddings import EmbedRequest, EmbedResult
-from ..core.served_models import CrossEncoderModel
+from ..core.calls.lifecycle import Call, StatusTable
+from ..core.embedding.embeddings import EmbedRequest, EmbedResult
+from ..core.ranking.cross_encoding import ClassifyRequest, RerankRequest
 from ..core.serving import ServingCore
 from ..errors import (
     DeadlineExceeded,
@@ -37,16 +36,16 @@ from .tei_types import (
     ClassificationBody,
     DecodeBody,
     EmbedAllBody,
-    EmbedBody,
     PredictBody,
-    RerankBody,
     SimilarityBody,
     SimilarityParameters,
+    TeiEmbedBody,
+    TeiRerankBody,
     TokenizeBody,
     predict_inputs,
 )
 
-STATUSES = StatusTable(
+TEI_STATUSES = StatusTable(
     ok="200",
     cancelled="499",
     statuses={
@@ -62,7 +61,7 @@ STATUSES = StatusTable(
     internal=(500, "Backend"),
     code=lambda status: str(status[0]),
 )
-TEI = HttpApi("tei", STATUSES, lambda refusal: {"error": refusal.message, "error_type": refusal.status[1]})
+TEI = HttpApi("tei", TEI_STATUSES, lambda refusal: {"error": refusal.message, "error_type": refusal.status[1]})
 PATHS = (
     "/",
     "/embed",
@@ -111,8 +110,8 @@ def classifier(core: ServingCore, name: str, labels: str) -> str:
     labels "one") or of several (a classifier), as TEI tells them apart; else the default one."""
     if name:
         return name
-    for model in core.registry.models.values():
-        if isinstance(model, CrossEncoderModel) and (len(model.labels) == 1) == (labels == "one"):
+    for model in core.models():
+        if model.task == "classification" and (len(model.labels) == 1) == (labels == "one"):
             return model.name
     return ""
 
@@ -138,8 +137,8 @@ def labelled(labels: tuple[str, ...], scores: np.ndarray, top_k: int | None = No
 def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
     async def embed(body: EmbedAllBody, output: str, call: Call, **fields) -> tuple[EmbedResult, dict]:
         request = EmbedRequest(
-            body.model,
-            [body.inputs]
+            model=body.model,
+            inputs=[body.inputs]
             if isinstance(body.inputs, str) or (body.inputs and isinstance(body.inputs[0], int))
             else body.inputs,
             truncate=body.cut,
@@ -152,7 +151,7 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
         result = await core.embeddings.embed(request, call.record)
         return result, timing_headers(result, started, result.usage.prompt_tokens, characters(body.inputs))
 
-    async def dense(body: EmbedBody, call: Call) -> Response:
+    async def dense(body: TeiEmbedBody, call: Call) -> Response:
         result, headers = await embed(body, "dense", call, normalize=body.normalize, dimensions=body.dimensions)
         return FastJSONResponse(result.vectors.tolist(), headers=headers)
 
@@ -165,12 +164,12 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
         result, headers = await embed(body, "token_embeddings", call)
         return FastJSONResponse([states.tolist() for states in result.token_embeddings], headers=headers)
 
-    async def rerank(body: RerankBody, call: Call) -> Response:
+    async def rerank(body: TeiRerankBody, call: Call) -> Response:
         started = time.perf_counter()
         request = RerankRequest(
-            classifier(core, body.model, "one"),
-            body.query,
-            body.texts,
+            model=classifier(core, body.model, "one"),
+            query=body.query,
+            documents=body.texts,
             return_documents=body.return_text,
             raw_scores=True,
             truncate=body.cut,
@@ -188,8 +187,8 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
 
     async def classified(body, inputs, call: Call, function: str | None = None):
         request = ClassifyRequest(
-            classifier(core, body.model, "several"),
-            inputs,
+            model=classifier(core, body.model, "several"),
+            inputs=inputs,
             raw_scores=True,
             truncate=body.cut,
             truncation_direction=body.direction,
@@ -241,10 +240,10 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
         return FastJSONResponse(await core.tokenization.decode(body.model, ids, body.skip_special_tokens, call.record))
 
     routes = {
-        "/embed": (EmbedBody, dense),
+        "/embed": (TeiEmbedBody, dense),
         "/embed_sparse": (EmbedAllBody, sparse),
         "/embed_all": (EmbedAllBody, every_token),
-        "/rerank": (RerankBody, rerank),
+        "/rerank": (TeiRerankBody, rerank),
         "/predict": (PredictBody, predict),
         "/similarity": (SimilarityBody, similarity),
         "/tokenize": (TokenizeBody, tokenize),
@@ -286,11 +285,11 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
         if "parameters" in fields:
             return await answer(request, ClassificationBody, text_classification)
         if "query" in fields and "texts" in fields:
-            return await answer(request, RerankBody, rerank)
-        return await answer(request, EmbedBody, embedding)
+            return await answer(request, TeiRerankBody, rerank)
+        return await answer(request, TeiEmbedBody, embedding)
 
-    async def embedding(body: EmbedBody, call: Call) -> Response:
-        model = core.registry.get(body.model, "embedding", call.record.rpc)
+    async def embedding(body: TeiEmbedBody, call: Call) -> Response:
+        model = core.model_for(body.model, "embedding", call.record.rpc)
         return await (sparse if model.outputs[0] == "sparse" else dense)(body, call)
 
     @app.get("/info")

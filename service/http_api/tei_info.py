@@ -5,20 +5,14 @@ from __future__ import annotations
 
 from importlib.metadata import version
 
-from ..core.served_models import CrossEncoderModel
-from ..core.serving import TOKENIZE_THREADS, ServingCore
+from ..core.serving import ServingCore
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
 
 
 def tei_info(core: ServingCore, name: str = "") -> dict:
-    registry = core.registry
-    if name:
-        model = registry.find(name)
-    else:
-        kinds = [task for task in ("embedding", "classification") if task in registry.defaults]
-        model = registry.defaults[kinds[0]] if kinds else registry.find("")
-    if isinstance(model, CrossEncoderModel):
+    model = core.model(name) if name else core.default_model(("embedding", "classification"))
+    if model.task == "classification":
         labels = {
             "id2label": {str(i): n for i, n in enumerate(model.labels)},
             "label2id": {n: i for i, n in enumerate(model.labels)},
@@ -28,20 +22,20 @@ def tei_info(core: ServingCore, name: str = "") -> dict:
         model_type = {"embedding": {"pooling": model.pooling}}
     else:
         model_type = {model.task: {}}
-    s, batching = core.settings, core.settings.load.batching
+    limits = core.limits()
     return {
         "model_id": model.name,
         "model_sha": None,
-        "model_dtype": DTYPES.get(s.load.precision_on(model.provider), "float32"),
+        "model_dtype": DTYPES.get(model.precision, "float32"),
         "served_model_name": model.name,
         "model_type": model_type,
-        "max_concurrent_requests": s.max_concurrent_requests,
+        "max_concurrent_requests": limits.max_concurrent_requests,
         "max_input_length": model.max_input_tokens,
-        "max_batch_tokens": batching.max_batch_tokens,
-        "max_batch_requests": batching.max_batch_size,
-        "max_client_batch_size": s.max_client_batch_size,
+        "max_batch_tokens": limits.max_batch_tokens,
+        "max_batch_requests": limits.max_batch_size,
+        "max_client_batch_size": limits.max_client_batch_size,
         "auto_truncate": True,
-        "tokenization_workers": TOKENIZE_THREADS,
+        "tokenization_workers": limits.tokenize_threads,
         "version": version("attnserve"),
         "sha": None,
         "docker_label": None,

@@ -41,7 +41,7 @@ class EmbedAllBody(Truncation):
     prompt_name: str | None = None
 
 
-class EmbedBody(EmbedAllBody):
+class TeiEmbedBody(EmbedAllBody):
     normalize: bool = True
     dimensions: int | None = None
 
@@ -51,7 +51,7 @@ class PredictBody(Truncation):
     raw_scores: bool = False
 
 
-class RerankBody(Truncation):
+class TeiRerankBody(Truncation):
     query: str
     texts: list[str]
     raw_scores: bool = False

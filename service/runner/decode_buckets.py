@@ -86,7 +86,7 @@ class DecodeBuckets:
         self.total_length = ort.OrtValue.ortvalue_from_numpy(np.array([memory.geometry.target_tokens], np.int32))
         self.capacities: list[int] = []  # the cross capacities seen, in order: their index names graphs
         self.run_options: dict[int, ort.RunOptions] = {}  # by graph id
-        self.steps = 0  # steps run in a bucket (for the tests and the GPU check)
+        self.bucketed_steps = 0  # steps run in a bucket (for the tests and the GPU check)
         self.failed: Exception | None = None  # why bucketed steps stopped, if they did
 
     @property
@@ -147,7 +147,7 @@ class DecodeBuckets:
         sent = bucket.fill(input_ids, past_lengths, source_lengths)
         binding = self._binding(bucket)
         self.runner.decoder.run_with_iobinding(binding, self._run_options(self.graph_id(bucket)))
-        self.steps += 1
+        self.bucketed_steps += 1
         next_tokens = bucket.next_token.numpy()[:rows].copy()  # the buffer is the next step's
         return StepOutput(next_tokens, np.zeros((0, 0), np.float32), [], sent, bucket.next_token.tensor_size_in_bytes())
 

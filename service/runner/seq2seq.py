@@ -96,6 +96,7 @@ class Seq2SeqRunner:
         logit_rows: list[int],
         memory: CacheMemory,
         rows: int,
+        *,
         run_options: ort.RunOptions | None = None,
     ) -> StepOutput:
         """One decoder step for the first `rows` rows of the cache: input_ids (rows, 1) int64, past_lengths

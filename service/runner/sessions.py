@@ -64,7 +64,7 @@ class ProviderError(RuntimeError):
     """The execution provider asked for cannot be had, or does not run the whole graph."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SessionSettings:
     device: str = "auto"  # auto | cuda | cpu
     intra_op_threads: int = 0  # 0: by the thread rule (threads_for)

@@ -12,17 +12,17 @@ import numpy as np
 
 from modeldir.tokenizer import Encoded
 
-from ..errors import QueueFull, invalid
-from ..ops.call_record import CallRecord
-from .registry import ModelRegistry
-from .served_models import CrossEncoderModel
-from .tokenization import INLINE_CHARACTERS, Tokenization
-from .validation import check_text, check_texts
+from ...errors import QueueFull, invalid
+from ...ops.call_record import CallRecord
+from ..calls.tokenization import INLINE_CHARACTERS, Tokenization
+from ..calls.validation import check_text, check_texts
+from ..models.registry import ModelRegistry
+from ..models.served_models import ServedCrossEncoder
 
 TRUNCATIONS = ("longest_first", "only_document")  # CrossEncoder's default; or the query kept whole
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RerankRequest:
     model: str
     query: str
@@ -49,7 +49,7 @@ class RerankResult:
     prompt_tokens: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClassifyRequest:
     model: str
     inputs: list[str | tuple[str, str]]  # texts, or pairs of texts framed as the checkpoint frames a pair
@@ -99,7 +99,7 @@ class CrossEncoding:
         self.registry, self.tokenization = registry, tokenization
         self.max_documents, self.max_inputs = max_documents, max_inputs
 
-    async def _logits(self, model: CrossEncoderModel, ids: list[list[int]]) -> np.ndarray:
+    async def _logits(self, model: ServedCrossEncoder, ids: list[list[int]]) -> np.ndarray:
         try:
             results = await model.batcher.submit(ids)
         except QueueFull as error:
@@ -108,7 +108,7 @@ class CrossEncoding:
         return np.stack([r.vector for r in results])
 
     async def _pairs(
-        self, model: CrossEncoderModel, pairs: list[tuple[str, str]], only_second: bool = False, left: bool = False
+        self, model: ServedCrossEncoder, pairs: list[tuple[str, str]], only_second: bool = False, left: bool = False
     ) -> list[Encoded]:
         encode = functools.partial(model.tokenizer.encode_pairs, only_second=only_second, truncate_left=left)
         try:
@@ -123,7 +123,7 @@ class CrossEncoding:
             ) from None
 
     @staticmethod
-    def _check_length(model: CrossEncoderModel, encoded: list[Encoded], truncate: bool, field: str) -> None:
+    def _check_length(model: ServedCrossEncoder, encoded: list[Encoded], truncate: bool, field: str) -> None:
         if truncate:
             return
         for i, e in enumerate(encoded):
@@ -134,7 +134,7 @@ class CrossEncoding:
                     "shorten it or set truncate to true",
                 )
 
-    def check_rerank(self, model: CrossEncoderModel, request: RerankRequest) -> None:
+    def check_rerank(self, model: ServedCrossEncoder, request: RerankRequest) -> None:
         if len(model.labels) != 1:
             raise invalid(
                 "model", f"{model.name!r} is a classifier of {len(model.labels)} labels; Rerank needs one of one label"

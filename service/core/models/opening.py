@@ -12,13 +12,13 @@ from pathlib import Path
 from modeldir.files import CACHE_GRAPHS, ModelFiles, extra_outputs, open_model_dir, pooled_output
 from modeldir.language_tokenizer import load_model_tokenizer
 
-from ..engine.batcher import BatchLimits
-from ..runner.attention_maps import AttentionMapsRunner
-from ..runner.cache_memory import CacheGeometry
-from ..runner.device_memory import cuda_memory
-from ..runner.embedding import EmbeddingRunner
-from ..runner.seq2seq import Seq2SeqRunner
-from ..runner.sessions import CPU, CUDA, ProviderError, SessionSettings, create_session, provider_of, threads_for
+from ...engine.batcher import BatchLimits
+from ...runner.attention_maps import AttentionMapsRunner
+from ...runner.cache_memory import CacheGeometry
+from ...runner.device_memory import cuda_memory
+from ...runner.embedding import EmbeddingRunner
+from ...runner.seq2seq import Seq2SeqRunner
+from ...runner.sessions import CPU, CUDA, ProviderError, SessionSettings, create_session, provider_of, threads_for
 from .served_models import Architecture, SpecialTokens
 
 log = logging.getLogger("attnserve.loader")
@@ -32,7 +32,7 @@ DEFAULT_MAX_RUNNING = {CPU: 64, CUDA: 1024}
 DEVICE_SHARE = 0.9  # of the device memory left once every session is loaded, that auto gives the caches
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CacheSettings:
     """How big each seq2seq model's generation cache is, and how many may wait for it."""
 
@@ -66,7 +66,7 @@ class CacheSettings:
         return min(rows, self.max_running or DEFAULT_MAX_RUNNING[provider])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoadSettings:
     sessions: SessionSettings
     precision: str  # auto | fp32 | fp16 | int8: auto is fp16 on CUDA, fp32 on the CPU

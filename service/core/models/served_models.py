@@ -1,28 +1,31 @@
-"""The served models, typed: an embedding model and a seq2seq model, each with what the core needs of it
-read once from its directory into frozen dataclasses (core/loader.py builds them; nothing else reads a
-model's config)."""
+"""The served models, typed: an embedding model, a cross-encoder and a seq2seq model, each with what the core
+needs of it read once from its directory into frozen dataclasses (core/models/loader.py builds them; nothing
+else reads a model's config), and its loop's start, stop, warm-up and health probe."""
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from modeldir.language_tokenizer import LanguageTokenizer
 from modeldir.languages import Languages
 from modeldir.late_interaction import ColbertSettings
-from modeldir.tokenizer import MarianTokenizer, TextTokenizer
+from modeldir.tokenizer import MarianTokenizer, TextTokenizer, pad_batch
 
-from ..engine.batcher import EmbeddingBatcher
-from ..engine.scheduler import Scheduler
-from ..ops.metrics import ModelMetrics
-from ..runner.embedding import EmbeddingRunner
-from ..runner.seq2seq import Seq2SeqRunner
+from ...engine.batcher import EmbeddingBatcher
+from ...engine.scheduler import Scheduler
+from ...engine.sequence import GenerationParams
+from ...ops.metrics import ModelMetrics
+from ...runner.embedding import EmbeddingRunner
+from ...runner.seq2seq import Seq2SeqRunner
+from .attention_graph import AttentionGraphCalls
 from .health import ModelHealth
 
-if TYPE_CHECKING:
-    from .attention_maps import AttentionGraph
+PROBE_TEXT = "1"  # a token or two in every tokenizer
 
 
 # An embedding graph's extra outputs (modeldir.files.extra_outputs) -> what a request names them.
@@ -69,7 +72,7 @@ class GenerationDefaults:
     early_stopping: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenerationLimits:
     max_new_tokens: int  # the most a request may ask for: what a cache row holds after the start token
     cache_rows: int  # a beam search takes one per beam
@@ -79,6 +82,7 @@ class GenerationLimits:
 class ServedModel:
     name: str
     provider: str  # the execution provider its sessions got
+    precision: str  # of the graphs it runs there: fp32, fp16 or int8
     opset: int
     architecture: Architecture
     max_input_tokens: int
@@ -88,18 +92,36 @@ class ServedModel:
     language_pair: tuple[str, ...]  # (source, target) of a model of one pair that names it; else ()
     health: ModelHealth
     metrics: ModelMetrics
-    attention: AttentionGraph | None  # with attention maps on
+    attention: AttentionGraphCalls | None  # with attention maps on
 
     task: ClassVar[str]
-    batched: ClassVar[bool]  # its inputs run through a batcher (embeddings, cross-encoders); else a scheduler
 
     @property
     def dimensions(self) -> int:
         return self.architecture.d_model
 
+    def warm_up(self) -> None:
+        """First calls allocate and plan: make them before the first request does (in the model thread)."""
+
+    def start(self) -> None:
+        """Start the model's loop (on the event loop that serves it)."""
+        raise NotImplementedError
+
+    async def stop(self, error: Exception) -> None:
+        """Stop the model's loop; calls still waiting on it get `error`."""
+        raise NotImplementedError
+
+    async def probe(self, executor: Executor) -> None:
+        """A small real call through the model's serving path; raises if it fails."""
+        raise NotImplementedError
+
+    def holding(self) -> dict[str, int]:
+        """What its loop holds now, by kind (all 0 when idle): what a test checks a call left behind."""
+        raise NotImplementedError
+
 
 @dataclass(eq=False)
-class EmbeddingModel(ServedModel):
+class ServedEmbeddingModel(ServedModel):
     runner: EmbeddingRunner
     batcher: EmbeddingBatcher
     normalize_by_default: bool
@@ -111,7 +133,6 @@ class EmbeddingModel(ServedModel):
     pooling: str = "mean"  # how its dense vector is made: mean, cls; splade (a SPLADE model's weights)
 
     task: ClassVar[str] = "embedding"
-    batched: ClassVar[bool] = True
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -120,9 +141,34 @@ class EmbeddingModel(ServedModel):
         dense = () if any(name in NO_DENSE for name in self.runner.extra) else ("dense",)
         return (*dense, *(OUTPUT_OF_GRAPH[name] for name in self.runner.extra))
 
+    def run_encoder(self, texts: list[str]) -> None:
+        """One call of the runner, as the batcher makes it (blocking: run it in the model thread)."""
+        ids, mask = pad_batch([e.ids for e in self.tokenizer.encode(texts)], self.special.pad)
+        (vectors,) = self.runner.run(ids, mask)
+        if not np.isfinite(vectors).all():
+            raise RuntimeError(f"model {self.name}: the encoder gave non-finite embeddings")
+
+    def warm_up(self) -> None:
+        """The runner at the shortest and the longest input."""
+        self.run_encoder(["warm up"])
+        self.run_encoder(["warm up " * self.max_input_tokens] * 2)
+
+    def start(self) -> None:
+        self.batcher.start()
+
+    async def stop(self, error: Exception) -> None:
+        await self.batcher.stop(error)
+
+    async def probe(self, executor: Executor) -> None:
+        """One runner call in the model thread."""
+        await asyncio.get_running_loop().run_in_executor(executor, self.run_encoder, [PROBE_TEXT])
+
+    def holding(self) -> dict[str, int]:
+        return {"queued": self.batcher.queue_depth + len(self.batcher.running)}
+
 
 @dataclass(eq=False)
-class CrossEncoderModel(EmbeddingModel):
+class ServedCrossEncoder(ServedEmbeddingModel):
     """An encoder with a classification head, batched as embeddings are: its runner gives each input's
     logits (one per label), for Rerank (one label: a pair's relevance) and Classify."""
 
@@ -133,11 +179,35 @@ class CrossEncoderModel(EmbeddingModel):
 
 
 @dataclass(eq=False)
-class Seq2SeqModel(ServedModel):
+class ServedSeq2SeqModel(ServedModel):
     runner: Seq2SeqRunner
     scheduler: Scheduler
     defaults: GenerationDefaults
     limits: GenerationLimits
 
     task: ClassVar[str] = "seq2seq"
-    batched: ClassVar[bool] = False
+
+    def start(self) -> None:
+        self.scheduler.start()
+
+    async def stop(self, error: Exception) -> None:
+        await self.scheduler.stop(error)
+
+    async def probe(self, executor: Executor) -> None:
+        """A one-token generation through the scheduler (the cache, the runner's encoder and decoder step,
+        token choice), counted in no metric."""
+        (encoded,) = self.tokenizer.encode([PROBE_TEXT])
+        params = GenerationParams(max_new_tokens=1, ignore_eos=True, stream=False, probe=True)
+        async for event in self.scheduler.generate(encoded.ids, params):
+            last = event
+        if last.finish_reason is None or len(last.token_ids) != 1:
+            raise RuntimeError(f"model {self.name}: the probe generation gave {last}")
+
+    def holding(self) -> dict[str, int]:
+        s, rows = self.scheduler, self.scheduler.rows
+        return {
+            "sequences": len(s.waiting) + s.running + s.cache.used,
+            "reserved": s.cache.reserved_tokens,
+            # its counts of rows by kind, back to none
+            "rows counted": rows.beams + rows.sampled + rows.ignoring_eos + rows.awaiting_first + rows.scoring,
+        }

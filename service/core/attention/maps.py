@@ -6,25 +6,22 @@ its longest possible length); and at most a few calls run at once."""
 from __future__ import annotations
 
 import asyncio
-import time
-from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
 
 from modeldir.tokenizer import Encoded
 
-from ..engine.sequence import GenerationParams
-from ..errors import FailedPrecondition, Overloaded, invalid
-from ..ops.call_record import CallRecord
-from ..ops.metrics import ModelMetrics
-from ..runner import attention_maps
-from ..runner.attention_maps import AttentionMapsRunner, Maps
-from .generation import whole_answer
-from .registry import ModelRegistry
-from .served_models import Architecture, ServedModel
-from .tokenization import Tokenization
-from .validation import check_text
+from ...engine.sequence import GenerationParams
+from ...errors import FailedPrecondition, Overloaded, invalid
+from ...ops.call_record import CallRecord
+from ...runner import attention_maps
+from ...runner.attention_maps import Maps
+from ..calls.tokenization import Tokenization
+from ..calls.validation import check_text
+from ..generation.generation import whole_answer
+from ..models.registry import ModelRegistry
+from ..models.served_models import Architecture, ServedModel
 
 # The kinds of attention a model has, as every front door names them (the runner's names for them).
 ENCODER_SELF, DECODER_SELF, CROSS = attention_maps.ENCODER_SELF, attention_maps.DECODER_SELF, attention_maps.CROSS
@@ -65,36 +62,7 @@ def weights_bytes(n_heads: int, layers: dict[str, list[int]], source: int, targe
     return sum(BYTES_PER_WEIGHT * len(chosen) * n_heads * positions[kind] for kind, chosen in layers.items())
 
 
-class AttentionGraph:
-    """One model's attention-map graph, run in the model thread between (never alongside) the batches
-    and decode steps of its serving graphs."""
-
-    def __init__(self, runner: AttentionMapsRunner, executor: Executor, metrics: ModelMetrics | None = None):
-        self.runner, self.executor, self.metrics = runner, executor, metrics
-        self.calls = 0  # graph runs completed
-
-    def submit(self, source_ids: list[int], target_ids: list[int] | None, layers: dict[str, list[int]]):
-        """Queue one run -> a future of its Maps. The run goes ahead even if the caller stops waiting (a
-        model call cannot be taken back from the thread's queue): await it shielded, and count it as
-        running until the future is done."""
-        started = time.perf_counter()
-        future = asyncio.get_running_loop().run_in_executor(
-            self.executor, self.runner.run, source_ids, target_ids, layers
-        )
-
-        def ran(done: asyncio.Future) -> None:
-            if done.cancelled() or done.exception() is not None:
-                return
-            self.calls += 1
-            if self.metrics:
-                positions = len(source_ids) + len(target_ids or ())
-                self.metrics.model_call("attention", 1, positions, time.perf_counter() - started)
-
-        future.add_done_callback(ran)
-        return future
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AttentionLimits:
     enabled: bool  # attention_maps
     max_input_tokens: int  # attention_max_input_tokens: and most decoder positions
@@ -102,7 +70,7 @@ class AttentionLimits:
     max_concurrent: int  # attention_max_concurrent
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AttentionRequest:
     model: str
     input: str

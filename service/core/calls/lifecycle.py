@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ..errors import Internal, ServiceError, renamed
-from ..ops.call_record import EVERY_CALL, AccessLog, CallRecord
-from ..ops.metrics import Metrics
+from ...errors import Internal, ServiceError, renamed
+from ...ops.call_record import EVERY_CALL, AccessLog, CallRecord
+from ...ops.metrics import Metrics
 from .admission import Admission
 
 log = logging.getLogger("attnserve.calls")
@@ -108,6 +108,7 @@ async def run_call(
     request_id: str,
     table: StatusTable[Status],
     names: Mapping[str, str],
+    *,
     cancelled: Callable[[], str] | None = None,
     access: AccessLog = EVERY_CALL,
 ) -> AsyncIterator[Call[Status]]:
@@ -153,6 +154,7 @@ def refused(
     table: StatusTable[Status],
     error: ServiceError,
     names: Mapping[str, str] | None = None,
+    *,
     access: AccessLog = EVERY_CALL,
 ) -> Refusal[Status]:
     """A call refused before admission (no valid credentials, a body that does not parse or is too large):

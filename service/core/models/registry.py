@@ -1,30 +1,10 @@
-"""The served models by name, with one default per task, and what a listing of them says."""
+"""The served models by name, with one default per task, and what a listing of them says (core/info.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ..errors import NotFound, invalid
-from .served_models import CrossEncoderModel, EmbeddingModel, ServedModel
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    task: str
-    dimensions: int
-    max_input_tokens: int
-    provider: str
-    opset: int
-    is_default: bool
-    languages: tuple[str, ...] = ()  # a multilingual model's, as the checkpoint names them
-    needs_source_language: bool = False
-    needs_target_language: bool = False
-    language_pair: tuple[str, ...] = ()  # (source, target) of a model of one pair that names it
-    prompt_names: tuple[str, ...] = ()  # an embedding model's prompts
-    default_prompt_name: str = ""
-    labels: tuple[str, ...] = ()  # a classification model's
-    outputs: tuple[str, ...] = ()  # an embedding model's: dense, and sparse or multi_vector where it has them
+from ...errors import NotFound, invalid
+from ..info import ModelInfo
+from .served_models import ServedCrossEncoder, ServedEmbeddingModel, ServedModel
 
 
 class ModelRegistry:
@@ -75,10 +55,12 @@ class ModelRegistry:
             needs_source_language=bool(languages and languages.needs_source),
             needs_target_language=bool(languages and languages.target != "none"),
             language_pair=m.language_pair,
-            prompt_names=tuple(m.prompts) if isinstance(m, EmbeddingModel) else (),
-            default_prompt_name=(m.default_prompt or "") if isinstance(m, EmbeddingModel) else "",
-            labels=m.labels if isinstance(m, CrossEncoderModel) else (),
+            prompt_names=tuple(m.prompts) if isinstance(m, ServedEmbeddingModel) else (),
+            default_prompt_name=(m.default_prompt or "") if isinstance(m, ServedEmbeddingModel) else "",
+            labels=m.labels if isinstance(m, ServedCrossEncoder) else (),
             outputs=m.outputs if m.task == "embedding" else (),
+            pooling=m.pooling if isinstance(m, ServedEmbeddingModel) else "",
+            precision=m.precision,
         )
 
     @property
@@ -88,7 +70,4 @@ class ModelRegistry:
     async def stop(self, error: Exception) -> None:
         """Stop the batching and scheduling loops; calls still waiting on them get `error`."""
         for model in self.models.values():
-            if model.batched:  # embeddings and cross-encoders
-                await model.batcher.stop(error)
-            else:
-                await model.scheduler.stop(error)
+            await model.stop(error)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import invalid
-from .served_models import OUTPUT_OF_GRAPH
+from ...errors import invalid
+from ..models.served_models import OUTPUT_OF_GRAPH
 
 OUTPUTS = ("dense", "sparse", "multi_vector", "token_embeddings")
 EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary")

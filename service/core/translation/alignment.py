@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import FailedPrecondition
-from .attention_maps import CROSS
-from .served_models import ServedModel
+from ...errors import FailedPrecondition
+from ..attention.maps import CROSS
+from ..models.served_models import ServedModel
 
 WORD_STARTS = ("\u2581", "\u0120")  # SentencePiece's and byte-level BPE's marks of a word's first token
 CONTINUES = "##"  # WordPiece's mark of a word's later token

@@ -4,7 +4,7 @@ maximum_concurrent_rpcs would turn away health checks too)."""
 
 from __future__ import annotations
 
-from ..errors import Overloaded, Unavailable
+from ...errors import Overloaded, Unavailable
 
 
 class Admission:

@@ -9,9 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import QueueFull, invalid
-from ..ops.call_record import CallRecord
-from .embedding_outputs import (
+from ...errors import QueueFull, invalid
+from ...ops.call_record import CallRecord
+from ..calls.tokenization import Tokenization
+from ..calls.validation import check_dimensions, check_inputs
+from ..models.registry import ModelRegistry
+from .outputs import (
     SparseVector,
     check_embedding_type,
     check_outputs,
@@ -20,12 +23,9 @@ from .embedding_outputs import (
     quantized,
     sparse_of,
 )
-from .registry import ModelRegistry
-from .tokenization import Tokenization
-from .validation import check_dimensions, check_inputs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EmbedRequest:
     model: str
     inputs: list[str | list[int]]  # texts, or the model's token ids (special tokens included as given)
@@ -109,7 +109,7 @@ class EmbedResult:
     dense_typed: dict[str, np.ndarray] = field(default_factory=dict)  # the dense vectors in each of dense_types
 
 
-class Embeddings:
+class EmbeddingService:
     def __init__(self, registry: ModelRegistry, tokenization: Tokenization, max_client_batch_size: int):
         self.registry, self.tokenization, self.max_client_batch_size = registry, tokenization, max_client_batch_size
 

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 from modeldir.languages import language_tag
 
-from ..engine.sequence import GenerationParams
-from ..errors import FailedPrecondition, InvalidArgument, RequestTooLarge, invalid, renamed
-from ..ops.call_record import CallRecord
+from ...engine.sequence import GenerationParams
+from ...errors import FailedPrecondition, InvalidArgument, RequestTooLarge, invalid, renamed
+from ...ops.call_record import CallRecord
+from ..calls.tokenization import Tokenization
+from ..calls.validation import GenerationOptions, check_text, generation_params
+from ..generation.generation import GenerateResult, answer, whole_answer
 from .alignment import SentenceAlignment, sentence_alignment
 from .documents import SPLIT_ALL, SPLIT_MODES, Document, fit_pieces, split_document
-from .generation import GenerateResult, answer, whole_answer
 from .routing import LanguageRouter, Route
-from .tokenization import Tokenization
-from .validation import GenerationOptions, check_text, generation_params
 
 # The generation options' names as a translation call has them.
 OPTION_NAMES = {
@@ -32,14 +32,14 @@ OPTION_NAMES = {
 SEGMENTER_FALLBACK = "en"  # sentence rules for a language without a two-letter code
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TranslationLimits:
     max_texts: int  # texts per call (max_client_batch_size)
     max_characters: int  # all texts of a call together
     max_sentences: int  # pieces a call's texts are cut into, together
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TranslationOptions:
     num_beams: int = 0  # 0: the checkpoint's default
     alternatives: int = 0  # more translations of each text, next best first (a beam search)
@@ -49,7 +49,7 @@ class TranslationOptions:
     alignment: bool = False  # each sentence's word alignment, from cross-attention (needs --attention-maps)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TranslateRequest:
     texts: list[str]
     target_language: str

@@ -7,11 +7,11 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..engine.beam_search import BeamSettings
-from ..engine.sampling import SamplingParams
-from ..engine.sequence import GenerationParams
-from ..errors import invalid
-from .served_models import Seq2SeqModel
+from ...engine.beam_search import BeamSettings
+from ...engine.sampling import SamplingParams
+from ...engine.sequence import GenerationParams
+from ...errors import invalid
+from ..models.served_models import ServedSeq2SeqModel
 
 MAX_LENGTH_PENALTY = 10.0
 MAX_STOP_SEQUENCES = 8
@@ -71,7 +71,7 @@ def check_dimensions(dimensions: int | None, model_dimensions: int, model_name: 
     return dimensions
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenerationOptions:
     """A request's generation options as the caller set them: 0, None and empty mean unset."""
 
@@ -88,7 +88,7 @@ class GenerationOptions:
     early_stopping: str | None = None  # one of EARLY_STOPPING_VALUES, else refused
     num_return_sequences: int = 0
     answers: int | None = None  # answers per input (OpenAI's n): more than 1 are the best beams of as many
-    source_language: str | None = None  # multilingual models (core/languages.py)
+    source_language: str | None = None  # multilingual models (core/translation/languages.py)
     target_language: str | None = None
     scores: bool = False  # each answer's mean log-probability per token (translation confidence)
 
@@ -116,7 +116,7 @@ def check_counts(p: GenerationOptions) -> None:
 
 
 def generation_params(
-    model: Seq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int, first_token: int | None = None
+    model: ServedSeq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int, first_token: int | None = None
 ) -> GenerationParams:
     """The options checked against the model's limits, unset ones filled from its defaults. first_token:
     the forced first token (a target language's code), which takes a cache position of its own."""
@@ -152,7 +152,7 @@ def generation_params(
                 raise invalid(f"params.{name}", "only with sampling (temperature > 0); temperature 0 is greedy")
     return GenerationParams(
         max_new_tokens=max_new_tokens,
-        sampling=SamplingParams(p.temperature, p.top_k, top_p, penalty),
+        sampling=SamplingParams(temperature=p.temperature, top_k=p.top_k, top_p=top_p, repetition_penalty=penalty),
         seed=p.seed,
         stop=tuple(p.stop),
         ignore_eos=p.ignore_eos,
@@ -163,7 +163,9 @@ def generation_params(
     )
 
 
-def beam_settings(model: Seq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int) -> BeamSettings | None:
+def beam_settings(
+    model: ServedSeq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int
+) -> BeamSettings | None:
     """Beam search settings, or None for greedy/sampling. An unset num_beams is the model's default,
     unless the request asks for what beam search cannot do (stream, sample, stop sequences, ...)."""
     greedy_only = [
@@ -215,4 +217,6 @@ def beam_settings(model: Seq2SeqModel, p: GenerationOptions, streaming: bool, ma
     returned = p.num_return_sequences or 1
     if returned > num_beams:
         raise invalid("params.num_return_sequences", f"{returned}; at most num_beams ({num_beams})")
-    return BeamSettings(num_beams, length_penalty, early, returned)
+    return BeamSettings(
+        num_beams=num_beams, length_penalty=length_penalty, early_stopping=early, num_return_sequences=returned
+    )

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from modeldir.languages import UnknownLanguage, language_tag
 
-from ..errors import invalid
-from .served_models import ServedModel
+from ...errors import invalid
+from ..models.served_models import ServedModel
 
 SOURCE, TARGET = "source_language", "target_language"  # the field names on every door
+AUTO = "auto"  # a source language to detect, as LibreTranslate (and an unset one) asks
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Loading the served models: each model directory opened (core/model_opening.py), its config read once
+"""Loading the served models: each model directory opened (core/models/opening.py), its config read once
 into frozen dataclasses, its batcher or scheduler started, and the whole model warmed up through its
 serving path before it is served. With model_opening.py, the only reader of a model's config."""
 
@@ -14,26 +14,27 @@ import numpy as np
 from modeldir.files import read_manifest
 from modeldir.language_tokenizer import languages_of
 
-from ..engine.batcher import EmbeddingBatcher
-from ..engine.generation_cache import MIN_SOURCE_CAPACITY, GenerationCache
-from ..engine.scheduler import Scheduler
-from ..engine.steps import SchedulerSettings
-from ..engine.token_choice import GenerationRules, TokenChoice
-from ..ops.metrics import Metrics
-from ..runner.decode_buckets import DecodeBuckets
-from ..runner.device_memory import cuda_memory_used
-from ..runner.sessions import CUDA, resolve_device
-from .attention_maps import AttentionGraph, select_layers
-from .health import ModelHealth, probe, run_encoder
-from .model_opening import LoadSettings, OpenedModel, open_model
+from ...engine.batcher import EmbeddingBatcher
+from ...engine.generation_cache import MIN_SOURCE_CAPACITY, GenerationCache
+from ...engine.scheduler import Scheduler
+from ...engine.steps import SchedulerSettings
+from ...engine.token_choice import GenerationRules, TokenChoice
+from ...ops.metrics import Metrics
+from ...runner.decode_buckets import DecodeBuckets
+from ...runner.device_memory import cuda_memory_used
+from ...runner.sessions import CUDA, resolve_device
+from ..attention.maps import select_layers
+from .attention_graph import AttentionGraphCalls
+from .health import ModelHealth
+from .opening import LoadSettings, OpenedModel, open_model
 from .registry import ModelRegistry
 from .served_models import (
-    CrossEncoderModel,
-    EmbeddingModel,
     GenerationDefaults,
     GenerationLimits,
-    Seq2SeqModel,
+    ServedCrossEncoder,
+    ServedEmbeddingModel,
     ServedModel,
+    ServedSeq2SeqModel,
 )
 
 log = logging.getLogger("attnserve.loader")
@@ -43,9 +44,7 @@ def _warm_up_in_thread(model: ServedModel) -> None:
     """First calls allocate and plan: run them before the first request does (in the model thread). An
     embedding model's runner at the shortest and longest input; the attention-map graph once, checking
     that its rows are distributions."""
-    if model.batched:
-        run_encoder(model, ["warm up"])
-        run_encoder(model, ["warm up " * model.max_input_tokens] * 2)
+    model.warm_up()
     if model.attention is not None:
         ids = model.tokenizer.encode(["warm up"])[0].ids
         target = [model.special.bos] if model.task == "seq2seq" else None
@@ -63,6 +62,7 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
     common = dict(
         name=files.name,
         provider=opened.provider,
+        precision=settings.precision_on(opened.provider),
         opset=files.manifest["opset"],
         architecture=opened.architecture,
         max_input_tokens=c.max_input_tokens,
@@ -72,7 +72,7 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
         languages=languages_of(c),
         language_pair=c.language_pair,
         metrics=model_metrics,
-        attention=AttentionGraph(opened.attention, executor, model_metrics) if opened.attention else None,
+        attention=AttentionGraphCalls(opened.attention, executor, model_metrics) if opened.attention else None,
     )
     metrics.model_info.labels(files.name, files.task, opened.provider, str(files.manifest["opset"])).set(1)
     if files.task == "embedding":
@@ -83,8 +83,8 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
             c.pad_id,
             limits,
             executor,
-            files.name,
-            model_metrics,
+            name=files.name,
+            metrics=model_metrics,
             make_run_options=opened.runner.run_options,
             health=health,
             release_memory=opened.runner.release_memory
@@ -93,7 +93,7 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
         )
         model_metrics.watch_queue(lambda: batcher.queue_depth)
         if c.head == "classifier":
-            return CrossEncoderModel(
+            return ServedCrossEncoder(
                 **common,
                 runner=opened.runner,
                 batcher=batcher,
@@ -103,7 +103,7 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
                 labels=c.labels,
                 score_activation=c.score_activation,
             )
-        return EmbeddingModel(
+        return ServedEmbeddingModel(
             **common,
             runner=opened.runner,
             batcher=batcher,
@@ -146,11 +146,11 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
         cache,
         opened.tokenizer,
         TokenChoice(rules),
-        executor,
-        model_metrics,
-        health,
-        opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
-        buckets,
+        executor=executor,
+        metrics=model_metrics,
+        health=health,
+        release_memory=opened.runner.release_memory if settings.sessions.cpu_arena or opened.provider == CUDA else None,
+        buckets=buckets,
     )
     model_metrics.watch_queue(lambda: len(scheduler.waiting))
     model_metrics.watch_cache(lambda: cache.usage_ratio, cache.capacity_tokens)
@@ -166,7 +166,7 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
         g.target_tokens - 1,
         g.source_tokens,
     )
-    return Seq2SeqModel(**common, runner=opened.runner, scheduler=scheduler, defaults=defaults, limits=limits)
+    return ServedSeq2SeqModel(**common, runner=opened.runner, scheduler=scheduler, defaults=defaults, limits=limits)
 
 
 def _task(model_dir: Path) -> str | None:
@@ -203,9 +203,6 @@ async def load_models(
     registry = ModelRegistry([_build(o, settings, executor, metrics, on_health_change) for o in opened])
     for model in registry.models.values():
         await loop.run_in_executor(executor, _warm_up_in_thread, model)
-        if model.batched:
-            model.batcher.start()
-        else:
-            model.scheduler.start()
-            await probe(model, executor)  # a first generation through the serving path
+        model.start()
+        await model.probe(executor)  # a first call through the serving path
     return registry

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InvalidArgument, RequestTooLarge, invalid
-from .language_detection import Detected, LanguageDetector
-from .languages import SOURCE, LanguageChoice, check_languages, serves_target
-from .registry import ModelRegistry
-from .served_models import Seq2SeqModel
-from .validation import check_text
+from ...errors import InvalidArgument, RequestTooLarge, invalid
+from ..calls.validation import check_text
+from ..models.registry import ModelRegistry
+from ..models.served_models import ServedSeq2SeqModel
+from .detection import Detected, LanguageDetector
+from .languages import AUTO, SOURCE, LanguageChoice, check_languages, serves_target
 
-AUTO = "auto"  # a source language to detect, as LibreTranslate (and an unset one) asks
 MIN_LISTED = 0.01  # a detection's candidates less likely than this are not listed
 
 
@@ -22,7 +21,7 @@ class Route:
     """Where one text goes: its model, its languages as that model names them, and how sure the
     detection was (None: the source was given)."""
 
-    model: Seq2SeqModel
+    model: ServedSeq2SeqModel
     languages: LanguageChoice
     source: str | None
     confidence: float | None
@@ -34,17 +33,17 @@ class LanguageRouter:
         self.registry, self.max_characters = registry, max_characters
         self.detector = LanguageDetector()
 
-    def seq2seq_models(self) -> list[Seq2SeqModel]:
+    def seq2seq_models(self) -> list[ServedSeq2SeqModel]:
         return [m for m in self.registry.models.values() if m.task == "seq2seq"]
 
     @staticmethod
-    def source_codes(model: Seq2SeqModel) -> tuple[str, ...]:
+    def source_codes(model: ServedSeq2SeqModel) -> tuple[str, ...]:
         """The languages a model reads, as it names them (none named: ())."""
         if model.languages is not None and model.languages.needs_source:
             return model.languages.codes
         return model.language_pair[:1]
 
-    def candidates(self, model_name: str, target: str) -> list[Seq2SeqModel]:
+    def candidates(self, model_name: str, target: str) -> list[ServedSeq2SeqModel]:
         """The models a call may go to: the one named, or every served one that translates into `target`
         (InvalidArgument naming the target where none does)."""
         if model_name:
@@ -58,12 +57,12 @@ class LanguageRouter:
         return found
 
     @staticmethod
-    def target_codes(model: Seq2SeqModel) -> tuple[str, ...]:
+    def target_codes(model: ServedSeq2SeqModel) -> tuple[str, ...]:
         if model.languages is not None and model.languages.target != "none":
             return model.languages.codes
         return model.language_pair[1:]
 
-    def detect(self, text: str, models: list[Seq2SeqModel]) -> Detected | None:
+    def detect(self, text: str, models: list[ServedSeq2SeqModel]) -> Detected | None:
         """The text's language among those the models read -> Detected, or None where none can be told."""
         codes = [code for m in models for code in self.source_codes(m)]
         return self.detector.detect(text, codes) if codes else None
@@ -78,7 +77,7 @@ class LanguageRouter:
         ranked = self.detector.rank(text, [code for m in self.seq2seq_models() for code in self.source_codes(m)])
         return ranked[:1] + [d for d in ranked[1:] if d.confidence >= MIN_LISTED]
 
-    def route(self, text: str, source: str | None, target: str, candidates: list[Seq2SeqModel]) -> Route:
+    def route(self, text: str, source: str | None, target: str, candidates: list[ServedSeq2SeqModel]) -> Route:
         """The first candidate that translates the text's source (detected where unset) into target."""
         confidence = None
         if not source or source.lower() == AUTO:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Iterable
 
-from ..errors import DeadlineExceeded
-from ..ops.call_record import CallRecord
-from ..ops.metrics import Metrics
+from ...errors import DeadlineExceeded
+from ...ops.call_record import CallRecord
+from ...ops.metrics import Metrics
 from .generation import GenerationStream, StreamEvent
 
 # Events merged ahead of a writer that waits for its client. Beyond, the sequences' own events wait in

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 from modeldir.tokenizer import Encoded, Span
 
-from ..errors import invalid
-from ..ops.call_record import CallRecord
-from .languages import NO_LANGUAGES, LanguageChoice
-from .registry import ModelRegistry
-from .served_models import ServedModel
+from ...errors import invalid
+from ...ops.call_record import CallRecord
+from ..models.registry import ModelRegistry
+from ..models.served_models import ServedModel
+from ..translation.languages import NO_LANGUAGES, LanguageChoice
 from .validation import check_inputs, check_texts
 
 # Texts this short are tokenized on the event loop (a sentence: ~65 us); longer ones in the threads.

@@ -8,15 +8,15 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from ..engine import sequence
-from ..errors import QueueFull, ServiceError, invalid
-from ..ops.call_record import CallRecord
-from .languages import check_languages
-from .registry import ModelRegistry
-from .routing import LanguageRouter
-from .served_models import Seq2SeqModel
-from .tokenization import Tokenization
-from .validation import GenerationOptions, check_text, generation_params
+from ...engine import sequence
+from ...errors import QueueFull, ServiceError, invalid
+from ...ops.call_record import CallRecord
+from ..calls.tokenization import Tokenization
+from ..calls.validation import GenerationOptions, check_text, generation_params
+from ..models.registry import ModelRegistry
+from ..models.served_models import ServedSeq2SeqModel
+from ..translation.languages import check_languages
+from ..translation.routing import LanguageRouter
 
 # Why a generation ended, as every front door reports it (the engine's names for them).
 LENGTH, EOS, STOP, CANCELLED = sequence.LENGTH, sequence.EOS, sequence.STOP, sequence.CANCELLED
@@ -62,7 +62,7 @@ class StreamEvent:
     usage: GenerationUsage | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenerateRequest:
     model: str
     input: str
@@ -86,12 +86,12 @@ class GenerationStream:
     events: AsyncIterator[StreamEvent]  # the last one has finish_reason and usage
 
 
-def queue_full(model: Seq2SeqModel, error: QueueFull) -> QueueFull:
+def queue_full(model: ServedSeq2SeqModel, error: QueueFull) -> QueueFull:
     """The scheduler's queue-full refusal (which comes when the first event is asked for), naming the model."""
     return QueueFull(f"model {model.name!r}: {error}; retry later")
 
 
-async def whole_answer(model: Seq2SeqModel, ids: list[int], params: sequence.GenerationParams):
+async def whole_answer(model: ServedSeq2SeqModel, ids: list[int], params: sequence.GenerationParams):
     """A generation's whole text and token ids, and its last event (finish reason, usage, hypotheses)."""
     text, token_ids = [], []
     try:
@@ -225,7 +225,7 @@ class Generation:
 
         async def one(i: int, text: str) -> GenerateResult:
             try:
-                return await self.generate(GenerateRequest(model, text, options), call)
+                return await self.generate(GenerateRequest(model=model, input=text, options=options), call)
             except ServiceError as error:
                 raise indexed(error, i, len(inputs)) from None
 
@@ -261,7 +261,7 @@ class Generation:
         try:
             for i, text in enumerate(inputs):
                 try:
-                    streams.append(await self.stream(GenerateRequest(model, text, options), call))
+                    streams.append(await self.stream(GenerateRequest(model=model, input=text, options=options), call))
                 except ServiceError as error:
                     raise indexed(error, i, len(inputs)) from None
         except BaseException:

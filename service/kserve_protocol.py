@@ -9,13 +9,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import NotFound, invalid
-from ..ops.call_record import CallRecord
-from .cross_encoding import ClassifyRequest
-from .embeddings import EmbedRequest
-from .generation import GenerateResult
-from .registry import ModelInfo
-from .validation import GenerationOptions
+from .core.calls.validation import GenerationOptions
+from .core.embedding.embeddings import EmbedRequest
+from .core.generation.generation import GenerateResult
+from .core.info import ModelInfo
+from .core.ranking.cross_encoding import ClassifyRequest
+from .errors import NotFound, invalid
+from .ops.call_record import CallRecord
 
 TEXT = "text"
 # The parameters Triton's clients may add to any request (perf_analyzer always sends the last): they carry
@@ -171,20 +171,20 @@ async def infer(core, model: ModelInfo, texts: list[str], options: dict, record:
     tensors, the usage a response's parameters report)."""
     if model.task == "embedding":
         embed = EmbedRequest(
-            model.name,
-            texts,
-            options.get("normalize"),
-            options.get("truncate", True),
-            options.get("dimensions"),
-            options.get("prompt_name"),
-            options.get("input_type"),
-            options.get("truncation_direction", "right"),
+            model=model.name,
+            inputs=texts,
+            normalize=options.get("normalize"),
+            truncate=options.get("truncate", True),
+            dimensions=options.get("dimensions"),
+            prompt_name=options.get("prompt_name"),
+            input_type=options.get("input_type"),
+            truncation_direction=options.get("truncation_direction", "right"),
             outputs=("dense",),  # the "embedding" output tensor: a model without one refuses
         )
         result = await core.embeddings.embed(embed, record)
         return [numbers_tensor("embedding", "FP32", result.vectors)], {"prompt_tokens": result.usage.prompt_tokens}
     if model.task == "classification":
-        classify = ClassifyRequest(model.name, texts, options.get("raw_scores", False))
+        classify = ClassifyRequest(model=model.name, inputs=texts, raw_scores=options.get("raw_scores", False))
         result = await core.cross_encoding.classify(classify, record)
         return [numbers_tensor("scores", "FP32", result.scores)], {"prompt_tokens": result.prompt_tokens}
     generation = generation_options(options)

@@ -1,0 +1,1 @@
+"""The embedding capability: dense, sparse and multi-vector outputs, prompts, truncation and embedding types."""

@@ -1,0 +1,1 @@
+"""The generation capability: Generate and its streams."""

@@ -1,0 +1,1 @@
+"""The ranking capability: Rerank and Classify through cross-encoders."""

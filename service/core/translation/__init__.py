@@ -1,0 +1,1 @@
+"""The translation capability: documents, languages, detection, routing by pair, and word alignment."""
