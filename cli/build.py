@@ -40,35 +40,18 @@ def cmd_export(args) -> None:
 
 
 def cmd_import(args) -> None:
-    """A Hugging Face MarianMT checkpoint (config.json says model_type "marian"), an M2M100, NLLB-200 or
-    mBART-50 one ("m2m_100", "mbart"), a sentence-transformers BERT or XLM-RoBERTa checkpoint (bge-m3's
-    heads included), a cross-encoder (*ForSequenceClassification), a SPLADE SparseEncoder, or a PyLate
-    ColBERT model."""
+    """A checkpoint of any family model/families/choice.py knows: MarianMT, M2M100, NLLB-200, mBART-50, a
+    sentence-transformers BERT or XLM-RoBERTa (bge-m3's heads included), a cross-encoder, a SPLADE
+    SparseEncoder, or a PyLate ColBERT model."""
     _needs_torch()
-    import json
+    from model.families.choice import family_of
 
-    from model.families.bert.importer import import_sentence_transformer
-    from model.families.colbert.importer import import_colbert, is_colbert
-    from model.families.cross_encoder.importer import import_cross_encoder
-    from model.families.marian.importer import MarianImportError, import_marian
-    from model.families.multilingual.importer import FAMILIES, import_multilingual
-    from model.families.splade.importer import import_splade, is_splade
-
-    config = Path(args.source) / "config.json"
-    hf = json.loads(config.read_text()) if config.is_file() else {}
-    kind = hf.get("model_type")
-    importer = import_marian if kind == "marian" else import_multilingual if kind in FAMILIES else None
-    if any(a.endswith("ForSequenceClassification") for a in hf.get("architectures") or ()):
-        importer, kind = import_cross_encoder, f"{kind} cross-encoder"
-    if is_splade(Path(args.source)):
-        importer, kind = import_splade, f"{kind} SPLADE"
-    if is_colbert(Path(args.source)):
-        importer, kind = import_colbert, f"{kind} ColBERT"
+    family, kind = family_of(Path(args.source))
     try:
-        out = (importer or import_sentence_transformer)(args.source, args.out, args.name)
-    except (MarianImportError, FileNotFoundError, ValueError) as error:
+        out = family.importer(args.source, args.out, args.name)
+    except (FileNotFoundError, ValueError) as error:  # an importer's refusal says which file or field, and why
         sys.exit(f"attnserve import: {error}")
-    print(f"{out}: imported {args.source} ({kind or 'bert'}) as {args.name!r}; next: attnserve export {out}")
+    print(f"{out}: imported {args.source} ({kind}) as {args.name!r}; next: attnserve export {out}")
 
 
 def cmd_build(args) -> None:

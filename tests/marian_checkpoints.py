@@ -36,11 +36,17 @@ SHAPES = {
 MAX_NEW = 24  # new tokens the tests generate
 
 
+def build_checkpoint(root: Path, name: str, shape: MarianShape, seed: int) -> None:
+    """transformers' random checkpoint under root/<name>-hf, imported and exported under root/<name>."""
+    source = random_marian_checkpoint(root / f"{name}-hf", shape, seed=seed)
+    export_model_dir(import_marian(source, root / name, name), progress_stream=io.StringIO())
+
+
 class Checkpoint:
-    def __init__(self, root: Path, name: str, shape: MarianShape, seed: int):
-        self.source = random_marian_checkpoint(root / f"{name}-hf", shape, seed=seed)
-        self.dir = import_marian(self.source, root / name, name)
-        export_model_dir(self.dir, progress_stream=io.StringIO())
+    """A checkpoint build_checkpoint made, with transformers' model and tokenizer of it beside ours."""
+
+    def __init__(self, root: Path, name: str, shape: MarianShape):
+        self.source, self.dir = root / f"{name}-hf", root / name
         self.name, self.shape = name, shape
         self.hf = transformers.MarianMTModel.from_pretrained(self.source).eval()
         self.hf_tokenizer = transformers.MarianTokenizer.from_pretrained(self.source)

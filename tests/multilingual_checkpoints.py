@@ -36,12 +36,19 @@ SHAPES = {
 MAX_NEW = 16  # new tokens the tests ask for (transformers counts the forced language code as one more)
 
 
+def build_checkpoint(root: Path, name: str, seed: int) -> None:
+    """transformers' random checkpoint of SHAPES[name] under root/<name>-hf, imported and exported under
+    root/<name>."""
+    source = random_multilingual_checkpoint(root / f"{name}-hf", SHAPES[name][0], seed=seed)
+    export_model_dir(import_multilingual(source, root / name, name), progress_stream=io.StringIO())
+
+
 class Checkpoint:
-    def __init__(self, root: Path, name: str, seed: int):
+    """A checkpoint build_checkpoint made, with transformers' model and tokenizer of it beside ours."""
+
+    def __init__(self, root: Path, name: str):
         shape, self.targets, self.source_language = SHAPES[name]
-        self.source = random_multilingual_checkpoint(root / f"{name}-hf", shape, seed=seed)
-        self.dir = import_multilingual(self.source, root / name, name)
-        export_model_dir(self.dir, progress_stream=io.StringIO())
+        self.source, self.dir = root / f"{name}-hf", root / name
         self.name = name
         mbart = shape.family == "mbart50"
         model_class = (

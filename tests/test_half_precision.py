@@ -112,6 +112,7 @@ def test_fp16_graphs_serve_through_the_device_buffer_runner(minilm_dir, numbers_
         server.close()
 
 
+@pytest.mark.slow
 def test_a_precision_that_was_not_exported_is_refused_with_the_command(tmp_path):
     model_dir = random_model_dir(SEQ2SEQ_CONFIGS["h1-d8-post"], tmp_path / "m", "m")
     export_model_dir(model_dir, progress_stream=io.StringIO())

@@ -24,6 +24,8 @@ from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
+from .slow_tests import slow_fixture
+
 sentence_transformers = pytest.importorskip("sentence_transformers")
 E5_PROMPTS = (("query", "query: "), ("passage", "passage: "))  # multilingual-e5's
 SHAPES = {
@@ -40,7 +42,7 @@ SHAPES = {
 }
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """name -> (the sentence-transformers directory, our exported model directory)."""
     root = tmp_path_factory.mktemp("xlm-roberta")

@@ -23,6 +23,8 @@ from model.families.splade.random_checkpoint import random_splade_checkpoint
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
+from .slow_tests import slow_fixture
+
 sentence_transformers = pytest.importorskip("sentence_transformers")
 # name -> (pooling, activation, saved as sentence-transformers 6 saves a new one)
 SHAPES = {
@@ -33,7 +35,7 @@ SHAPES = {
 TEXTS = stdlib_sentences(8, 3, 40) + ["Hi", " ".join(stdlib_sentences(4, 20, 40))]  # the last is over-long
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("splade")
     out = {}

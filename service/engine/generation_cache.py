@@ -23,6 +23,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..errors import invalid
 from ..runner.cache_memory import CacheMemory
 
 MIN_SOURCE_CAPACITY = 16
@@ -102,6 +103,16 @@ class GenerationCache:
         """Whether a request could ever run here (else it is too large for the whole cache)."""
         g = self.geometry
         return source_tokens <= g.source_tokens and 1 + new_tokens <= g.target_tokens
+
+    def refuse_unless_fits(self, source_tokens: int, new_tokens: int, model: str) -> None:
+        """InvalidArgument naming the input, for a request that could never run here."""
+        if not self.fits(source_tokens, new_tokens):
+            g = self.geometry
+            raise invalid(
+                "input",
+                f"{source_tokens} tokens and {new_tokens} decoder steps never fit the cache of model {model!r} "
+                f"(at most {g.source_tokens} tokens and {g.target_tokens - 1} steps)",
+            )
 
     def allocate(self, holder, source_tokens: int, new_tokens: int) -> int:
         """The next row, for a holder whose sequence has this source and may generate `new_tokens`;

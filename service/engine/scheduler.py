@@ -91,6 +91,8 @@ class Scheduler:
                 await self._task
             except asyncio.CancelledError:
                 pass
+            except Exception:  # the loop died of its own fault: its callers still get `error` below
+                log.exception("model %s: the scheduling loop had failed", self.name)
         for sequence in list(self.waiting) + self._sequences():
             sequence.fail(error)
         self.waiting.clear()
@@ -103,6 +105,7 @@ class Scheduler:
         rows before the next step."""
         if len(self.waiting) >= self.max_waiting:
             raise QueueFull(f"{len(self.waiting)} requests are waiting; the queue holds {self.max_waiting}")
+        self.cache.refuse_unless_fits(len(prompt), params.max_steps, self.name)  # the core's limits did already
         seed = params.seed if params.seed is not None else secrets.randbits(64)
         text = TextStream(self.detokenizer.stream_decoder(), params.stop)
         sequence = Sequence(prompt, params, text, np.random.default_rng(seed))

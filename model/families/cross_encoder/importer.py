@@ -33,6 +33,11 @@ ACTIVATIONS = {
 }
 
 
+def is_cross_encoder(hf: dict) -> bool:
+    """config.json names a *ForSequenceClassification architecture."""
+    return any(a.endswith("ForSequenceClassification") for a in hf.get("architectures") or ())
+
+
 def head_rename(name: str) -> str | None:
     """Our name for a classification checkpoint's parameter (None: one we do not use)."""
     match = HEAD.match(name)

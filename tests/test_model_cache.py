@@ -1,0 +1,59 @@
+"""The test models' cache under build/test-models: reused while intact and current, built again otherwise."""
+
+from __future__ import annotations
+
+import pytest
+
+from . import model_cache
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_cache, "CACHE", tmp_path / "cache")
+    builds = []
+
+    def build(root):
+        builds.append(root)
+        (root / "model").mkdir()
+        (root / "model" / "weights.bin").write_bytes(b"\x01\x02")
+
+    return build, builds
+
+
+def test_a_model_is_built_once_and_reused(cache):
+    build, builds = cache
+    first = model_cache.built("m", build)
+    assert model_cache.built("m", build) == first and len(builds) == 1
+    assert (first / "model" / "weights.bin").read_bytes() == b"\x01\x02"
+    assert first.name == f"m-{model_cache.sources_hash()}"
+
+
+def test_a_model_changed_after_its_build_is_built_again(cache):
+    build, builds = cache
+    first = model_cache.built("m", build)
+    (first / "model" / "weights.bin").write_bytes(b"\x09")  # as a test that wrote into it would
+    assert model_cache.built("m", build) == first and len(builds) == 2
+    assert (first / "model" / "weights.bin").read_bytes() == b"\x01\x02"
+
+
+def test_a_build_that_stopped_half_way_is_built_again(cache):
+    build, builds = cache
+
+    def fails(root):
+        (root / "partial").write_text("half")
+        raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError):
+        model_cache.built("m", fails)
+    target = model_cache.built("m", build)
+    assert len(builds) == 1 and not (target / "partial").exists()
+
+
+def test_other_sources_make_another_key(cache, monkeypatch):
+    build, builds = cache
+    first = model_cache.built("m", build)
+    model_cache.sources_hash.cache_clear()
+    monkeypatch.setattr(model_cache, "SOURCES", (*model_cache.SOURCES, "README.md"))
+    second = model_cache.built("m", build)
+    model_cache.sources_hash.cache_clear()
+    assert second != first and not first.exists() and len(builds) == 2
