@@ -8,7 +8,6 @@ import asyncio
 import logging
 
 import grpc
-import httpx
 import openai
 import pytest
 
@@ -24,6 +23,8 @@ from service.http_api.call_handling import HTTP_STATUSES as HTTP
 from service.ops.call_record import AccessLog
 from service.ops.metrics import Metrics
 from testing.server_thread import ServerThread
+
+from .http_client import http
 
 
 def counted(metrics: Metrics, rpc: str, code: str, model: str = "") -> tuple[float, float]:
@@ -196,7 +197,7 @@ def test_unauthenticated_calls_get_a_record_a_duration_and_an_access_line(guarde
             sdk.embeddings.create(model="minilm", input="x", extra_headers={"x-request-id": "http-refused"})
     assert refused.value.response.headers["x-request-id"] == "http-refused"
     assert refused.value.body["code"] == "Unauthenticated"
-    assert httpx.post(f"{url}/not/a/route", json={}).status_code == 401
+    assert http().post(f"{url}/not/a/route", json={}).status_code == 401
     for rpc, code in before:
         calls, timed = counted(metrics, rpc, code)
         assert (calls, timed) == (before[rpc, code][0] + 1, before[rpc, code][1] + 1), rpc
@@ -211,9 +212,9 @@ def test_bodies_refused_before_their_route_runs_are_calls_too(guarded, caplog):
     metrics, url = guarded.server.metrics, f"http://127.0.0.1:{guarded.server.http.port}"
     headers = {"authorization": "Bearer s3cret"}
     before = counted(metrics, "http.embeddings", "400"), counted(metrics, "http.embeddings", "413")
-    not_valid = httpx.post(f"{url}/v1/embeddings", json={"input": 3}, headers=headers)
+    not_valid = http().post(f"{url}/v1/embeddings", json={"input": 3}, headers=headers)
     assert not_valid.status_code == 400 and not_valid.json()["error"]["param"] == "input"
-    too_large = httpx.post(f"{url}/v1/embeddings", content=b"x" * (5 << 20), headers=headers)
+    too_large = http().post(f"{url}/v1/embeddings", content=b"x" * (5 << 20), headers=headers)
     assert too_large.status_code == 413 and "max_message_bytes" in too_large.json()["error"]["message"]
     after = counted(metrics, "http.embeddings", "400"), counted(metrics, "http.embeddings", "413")
     assert [a[0] - b[0] for a, b in zip(after, before)] == [1, 1]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 
 import cohere
-import httpx
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -16,6 +15,8 @@ from hypothesis import strategies as st
 
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
+
+from .http_client import http
 
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill."]
 LONG = " ".join(["a word"] * 300)
@@ -171,8 +172,8 @@ def test_v2_is_shared_with_deepl_each_path_its_own_api(minilm_dir, multilingual_
     try:
         url = f"http://localhost:{server.server.http.port}"
         body = {"model": "minilm", "texts": ["a"], "input_type": "search_query"}
-        assert httpx.post(f"{url}/v2/embed", json=body).status_code == 401
-        assert httpx.post(f"{url}/v2/translate", json={"text": ["a"], "target_lang": "DE"}).status_code == 403
+        assert http().post(f"{url}/v2/embed", json=body).status_code == 401
+        assert http().post(f"{url}/v2/translate", json={"text": ["a"], "target_lang": "DE"}).status_code == 403
         with pytest.raises(cohere.UnauthorizedError):
             cohere.ClientV2(api_key="wrong", base_url=url, max_retries=0).embed(**body)
         right = cohere.ClientV2(api_key="s3cret", base_url=url, max_retries=0).embed(**body)
@@ -213,8 +214,8 @@ FIELDS = st.sampled_from(
 @settings(max_examples=300, deadline=None)
 @given(path=st.sampled_from(["/v2/embed", "/v2/rerank"]), body=st.dictionaries(FIELDS, JSON, max_size=6))
 def test_no_body_gets_a_server_error_and_the_server_serves_on(url, path, body):
-    answer = httpx.post(f"{url}{path}", json=body, timeout=60)
+    answer = http().post(f"{url}{path}", json=body, timeout=60)
     assert answer.status_code in (200, 400, 404, 413), answer.text
     if answer.status_code != 200:
         assert set(answer.json()) == {"message"}
-    assert httpx.get(f"{url}/health").status_code == 200
+    assert http().get(f"{url}/health").status_code == 200

@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 import grpc
-import httpx
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -28,6 +27,7 @@ from testing.colbert_reference import PylateProcess
 from testing.server_thread import ServerThread
 
 from .conftest import COLBERT_SHAPES
+from .http_client import http
 from .waits import wait_until
 
 SHAPES = COLBERT_SHAPES
@@ -173,7 +173,7 @@ def test_input_type_is_needed_and_dense_is_not_given(server):
         with pytest.raises(grpc.RpcError) as error:
             server.stub().Embed(request, timeout=30)
         assert (error.value.code(), error.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, details)
-    answer = httpx.post(
+    answer = http().post(
         f"http://127.0.0.1:{server.server.http.port}/v1/embeddings",
         json={"model": "colbert", "input": ["a"]},
         timeout=30,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 
-import httpx
 import numpy as np
 import openai
 import pytest
@@ -17,6 +16,7 @@ from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
+from .http_client import http
 from .waits import wait_until
 
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill."]
@@ -74,7 +74,7 @@ def test_token_ids_embed_as_the_text_they_are(served, sdk):
 
 def test_raw_base64_is_little_endian_float32(served, base_url):
     # no model: the default embedding model; the caller's request id comes back
-    response = httpx.post(
+    response = http().post(
         f"{base_url}/v1/embeddings",
         json={"input": TEXTS[0], "encoding_format": "base64"},
         headers={"x-request-id": "abc-123"},
@@ -139,7 +139,7 @@ def test_completions_are_the_grpc_answers(served, sdk):
     short = sdk.completions.create(model="numbers", prompt=prompts[0], max_tokens=2)
     assert short.choices[0].finish_reason == "length" and short.usage.completion_tokens == 2
     # one call of five prompts was one running request, and is none now
-    metrics = httpx.get(f"http://127.0.0.1:{served.server.metrics_server.port}/metrics").text
+    metrics = http().get(f"http://127.0.0.1:{served.server.metrics_server.port}/metrics").text
     assert 'attnserve_requests_running{model="numbers"} 0.0' in metrics
     assert 'attnserve_requests_total{code="200",model="numbers",rpc="http.completions"} 3.0' in metrics
 
@@ -163,7 +163,7 @@ def test_streamed_completions_add_up_to_the_whole_answer(sdk):
 
 
 def test_raw_stream_is_server_sent_events_ending_with_done(base_url):
-    with httpx.stream(
+    with http().stream(
         "POST",
         f"{base_url}/v1/completions",
         json={"prompt": "5", "stream": True, "stream_options": {"include_usage": True}},
@@ -200,9 +200,9 @@ def test_completion_refusals_name_the_field_and_the_limit(sdk, kwargs, param, wo
 
 def test_unknown_fields_and_wrong_types_are_refused_by_name(base_url):
     for body, param in (({"input": "x", "color": "red"}, "color"), ({"input": 5}, "input"), ({}, "input")):
-        response = httpx.post(f"{base_url}/v1/embeddings", json=body)
+        response = http().post(f"{base_url}/v1/embeddings", json=body)
         assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
-    response = httpx.post(
+    response = http().post(
         f"{base_url}/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"}
     )
     assert response.status_code == 400
@@ -210,14 +210,14 @@ def test_unknown_fields_and_wrong_types_are_refused_by_name(base_url):
 
 def test_a_body_over_the_limit_is_413_and_the_server_serves_on(base_url, sdk):
     big = json.dumps({"input": ["word " * 1000] * 1000}).encode()  # about 5 MB, over the 4 MiB default
-    response = httpx.post(f"{base_url}/v1/embeddings", content=big, headers={"content-type": "application/json"})
+    response = http().post(f"{base_url}/v1/embeddings", content=big, headers={"content-type": "application/json"})
     assert response.status_code == 413 and "at most 4194304" in response.json()["error"]["message"]
     assert len(sdk.embeddings.create(model="minilm", input="still serving").data) == 1
 
 
 def test_health_and_openapi(base_url):
-    assert httpx.get(f"{base_url}/health").json() == {"status": "ok"}
-    paths = httpx.get(f"{base_url}/openapi.json").json()["paths"]
+    assert http().get(f"{base_url}/health").json() == {"status": "ok"}
+    paths = http().get(f"{base_url}/openapi.json").json()["paths"]
     assert {"/v1/embeddings", "/v1/completions", "/v1/models"} <= set(paths)
 
 
@@ -256,12 +256,12 @@ FIELDS = st.sampled_from(
 
 @given(path=st.sampled_from(["/v1/embeddings", "/v1/completions"]), body=st.dictionaries(FIELDS, JSON, max_size=5))
 def test_no_body_gets_a_server_error_and_the_server_serves_on(base_url, path, body):
-    response = httpx.post(f"{base_url}{path}", json=body, timeout=60)
+    response = http().post(f"{base_url}{path}", json=body, timeout=60)
     assert response.status_code in (200, 400, 404), response.text
     if response.status_code != 200:
         error = response.json()["error"]
         assert error["message"] and error["type"] == "invalid_request_error"
-    assert httpx.get(f"{base_url}/health").status_code == 200
+    assert http().get(f"{base_url}/health").status_code == 200
 
 
 def test_bearer_tokens_guard_the_api_but_not_health(minilm_dir, tmp_path):
@@ -273,10 +273,10 @@ def test_bearer_tokens_guard_the_api_but_not_health(minilm_dir, tmp_path):
         with openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0) as wrong:
             code, body = refusal(lambda: wrong.embeddings.create(model="minilm", input="x"))
         assert code == 401 and "Bearer" in body["message"] and body["type"] == "authentication_error"
-        assert httpx.post(f"{url}/v1/embeddings", json={"input": "x"}).status_code == 401
+        assert http().post(f"{url}/v1/embeddings", json={"input": "x"}).status_code == 401
         with openai.OpenAI(base_url=f"{url}/v1", api_key="s3cret", max_retries=0) as right:
             assert len(right.embeddings.create(model="minilm", input="x").data[0].embedding) > 0
-        assert httpx.get(f"{url}/health").status_code == 200
+        assert http().get(f"{url}/health").status_code == 200
     finally:
         server.close()
 
@@ -285,10 +285,10 @@ def test_draining_turns_calls_away_with_503(minilm_dir):
     server = ServerThread([minilm_dir])
     try:
         url = f"http://127.0.0.1:{server.server.http.port}"
-        assert httpx.post(f"{url}/v1/embeddings", json={"input": "before"}).status_code == 200
+        assert http().post(f"{url}/v1/embeddings", json={"input": "before"}).status_code == 200
         server.loop.call_soon_threadsafe(server.server.core.start_draining)
-        wait_until(lambda: httpx.get(f"{url}/health").status_code == 503, what="health to turn 503")
-        response = httpx.post(f"{url}/v1/embeddings", json={"input": "after"})
+        wait_until(lambda: http().get(f"{url}/health").status_code == 503, what="health to turn 503")
+        response = http().post(f"{url}/v1/embeddings", json={"input": "after"})
         assert response.status_code == 503 and "shutting down" in response.json()["error"]["message"]
         assert response.json()["error"]["type"] == "server_error"
     finally:

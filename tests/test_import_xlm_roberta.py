@@ -9,7 +9,6 @@ import io
 import json
 
 import grpc
-import httpx
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -24,6 +23,7 @@ from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
+from .http_client import http
 from .slow_tests import slow_fixture
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
@@ -153,8 +153,8 @@ def test_prompts_on_the_openai_door_and_refusals_by_name(server):
     texts = ["A cat sleeps.", "The delivery truck blocked the street."]
     grpc_vectors, _ = embed(server, "xlmr-mean", texts, prompt_name="passage")
     url = f"http://localhost:{server.server.http.port}/v1/embeddings"
-    http = httpx.post(url, json={"model": "xlmr-mean", "input": texts, "prompt_name": "passage"}).json()
-    np.testing.assert_allclose([d["embedding"] for d in http["data"]], grpc_vectors, atol=1e-6)
+    answer = http().post(url, json={"model": "xlmr-mean", "input": texts, "prompt_name": "passage"}).json()
+    np.testing.assert_allclose([d["embedding"] for d in answer["data"]], grpc_vectors, atol=1e-6)
     cases = [
         (
             dict(prompt_name="instruct"),
@@ -168,5 +168,5 @@ def test_prompts_on_the_openai_door_and_refusals_by_name(server):
         with pytest.raises(grpc.RpcError) as raised:
             embed(server, "xlmr-mean", texts, **fields)
         assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in raised.value.details()
-    refused = httpx.post(url, json={"model": "xlmr-mean", "input": "x", "prompt_name": "nope"})
+    refused = http().post(url, json={"model": "xlmr-mean", "input": "x", "prompt_name": "nope"})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "prompt_name"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import struct
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton
@@ -18,6 +17,8 @@ from tritonclient.utils import InferenceServerException
 
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
+
+from .http_client import http
 
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill."]
 
@@ -88,7 +89,7 @@ def test_raw_json_and_binary_requests(server, url):
         "id": "r1",
         "inputs": [{"name": "text", "shape": [2, 1], "datatype": "BYTES", "data": [[TEXTS[0]], [TEXTS[1]]]}],
     }
-    answer = httpx.post(f"{url}/v2/models/minilm/versions/1/infer", json=body).json()
+    answer = http().post(f"{url}/v2/models/minilm/versions/1/infer", json=body).json()
     assert answer["id"] == "r1" and answer["model_version"] == "1" and answer["outputs"][0]["shape"] == [2, 384]
     np.testing.assert_allclose(
         np.reshape(answer["outputs"][0]["data"], (2, 384)), grpc_vectors(server, TEXTS), atol=1e-6
@@ -103,7 +104,7 @@ def test_raw_json_and_binary_requests(server, url):
             "parameters": {"binary_data_output": True},
         }
     ).encode()
-    raw = httpx.post(
+    raw = http().post(
         f"{url}/v2/models/minilm/infer",
         content=header + data,
         headers={"inference-header-content-length": str(len(header))},
@@ -169,7 +170,7 @@ def test_raw_json_and_binary_requests(server, url):
     ],
 )
 def test_refusals_in_tritons_shape(url, path, body, status, message):
-    answer = httpx.post(f"{url}{path}", json=body)
+    answer = http().post(f"{url}{path}", json=body)
     assert answer.status_code == status and set(answer.json()) == {"error"}, answer.text
     assert answer.json()["error"].startswith(message), answer.json()
 
@@ -186,9 +187,9 @@ def test_probes_are_open_and_the_rest_wants_a_token(minilm_dir, tmp_path):
     server = ServerThread([minilm_dir], auth_token_file=str(tokens))
     try:
         url = f"http://localhost:{server.server.http.port}"
-        assert httpx.get(f"{url}/v2/health/live").status_code == 200
-        assert httpx.get(f"{url}/v2/health/ready").json() == {"ready": True}
-        refused = httpx.get(f"{url}/v2/models/minilm")
+        assert http().get(f"{url}/v2/health/live").status_code == 200
+        assert http().get(f"{url}/v2/health/ready").json() == {"ready": True}
+        refused = http().get(f"{url}/v2/models/minilm")
         assert refused.status_code == 401 and set(refused.json()) == {"error"}
         with triton.InferenceServerClient(url.removeprefix("http://")) as client:
             meta = client.get_model_metadata("minilm", headers={"authorization": "Bearer s3cret"})
@@ -235,11 +236,11 @@ BODIES = st.fixed_dictionaries(
 def test_no_body_gets_a_server_error_and_the_server_serves_on(url, model, body, tail):
     header = json.dumps(body).encode()
     headers = {"inference-header-content-length": str(len(header))} if tail else {}
-    answer = httpx.post(f"{url}/v2/models/{model}/infer", content=header + tail, headers=headers, timeout=60)
+    answer = http().post(f"{url}/v2/models/{model}/infer", content=header + tail, headers=headers, timeout=60)
     assert answer.status_code in (200, 400, 404, 413), answer.text
     if answer.status_code != 200:
         assert set(answer.json()) == {"error"}
-    assert httpx.get(f"{url}/v2/health/ready").status_code == 200
+    assert http().get(f"{url}/v2/health/ready").status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -254,6 +255,6 @@ def test_no_body_gets_a_server_error_and_the_server_serves_on(url, model, body, 
 )
 def test_json_nested_too_deep_is_refused_in_each_apis_shape(url, path, shape):
     deep = b"[" * 100_000 + b"]" * 100_000  # past Python's recursion limit, within the body limit
-    answer = httpx.post(f"{url}{path}", content=deep, headers={"content-type": "application/json"})
+    answer = http().post(f"{url}{path}", content=deep, headers={"content-type": "application/json"})
     assert answer.status_code in (400, 422) and set(answer.json()) == shape, answer.text
     assert "nested" in answer.text or "recursion" in answer.text

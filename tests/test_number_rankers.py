@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 
-import httpx
 import numpy as np
 import pytest
 
@@ -15,6 +14,8 @@ from cli.build import CHECKPOINTS_DIR
 from model.bundled.number_rankers import CLASSES, EVAL_SEED, RankerSettings, classify_example, rerank_example
 from service.grpc_api.client import Client
 from testing.server_thread import ServerThread
+
+from .http_client import http
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 pytest.importorskip("num2words")
@@ -61,7 +62,7 @@ def test_the_classifier_names_the_language(server):
 
 def test_http_rerank_answers_in_cohere_shape(server):
     documents = ["four thousand, seven hundred and twelve", "quatre mille sept cent onze", "vierzig"]
-    response = httpx.post(
+    response = http().post(
         f"http://127.0.0.1:{server.server.http.port}/v1/rerank",
         json={"model": "numbers-reranker", "query": "4711", "documents": documents, "return_documents": True},
         timeout=30,

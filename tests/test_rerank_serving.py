@@ -6,7 +6,6 @@ name on every door."""
 from __future__ import annotations
 
 import grpc
-import httpx
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,6 +16,8 @@ from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import open_inference_pb2 as oip
 from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
 from testing.server_thread import ServerThread
+
+from .http_client import http
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 QUERY = "How does the module parse its command line arguments?"
@@ -136,7 +137,7 @@ def test_v1_rerank_in_cohere_and_jina_shape(server, references):
         "top_n": 4,
         "return_documents": True,
     }
-    answer = httpx.post(url, json=body, timeout=60).json()
+    answer = http().post(url, json=body, timeout=60).json()
     grpc_answer = rerank(server, model="bert-reranker", query=QUERY, documents=docs, top_n=4)
     assert [r["index"] for r in answer["results"]] == [r.index for r in grpc_answer.results]
     np.testing.assert_allclose(
@@ -144,7 +145,7 @@ def test_v1_rerank_in_cohere_and_jina_shape(server, references):
     )
     assert answer["results"][0]["document"] == {"text": docs[answer["results"][0]["index"]]}
     assert answer["model"] == "bert-reranker" and answer["usage"]["total_tokens"] > 0
-    plain = httpx.post(url, json={"query": QUERY, "documents": docs}, timeout=60).json()  # the default model
+    plain = http().post(url, json={"query": QUERY, "documents": docs}, timeout=60).json()  # the default model
     assert "document" not in plain["results"][0] and len(plain["results"]) == len(docs)
 
 
@@ -195,7 +196,7 @@ def test_bad_input_is_refused_by_name_on_every_door(server):
         ({"query": "q", "documents": ["x"], "max_chunks_per_doc": 2}, "max_chunks_per_doc"),
         ({"query": "q", "documents": [{"txt": "x"}]}, "documents[0]"),
     ]:
-        response = httpx.post(url, json=body)
+        response = http().post(url, json=body)
         assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
     with pytest.raises(grpc.RpcError) as raised:
         server.stub().Embed(pb.EmbedRequest(model="bert-reranker", inputs=["x"]), timeout=10)

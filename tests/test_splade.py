@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 
 import grpc
-import httpx
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -23,6 +22,7 @@ from model.families.splade.random_checkpoint import random_splade_checkpoint
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
+from .http_client import http
 from .slow_tests import slow_fixture
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
@@ -100,7 +100,7 @@ def test_no_dense_output_on_any_door(server):
     assert (
         error.value.details() == "outputs: model 'splade-max' gives no dense output; it gives sparse, token_embeddings"
     )
-    answer = httpx.post(
+    answer = http().post(
         f"http://127.0.0.1:{server.server.http.port}/v1/embeddings",
         json={"model": "splade-max", "input": ["a"]},
         timeout=30,

@@ -23,6 +23,8 @@ from model.families.splade.random_checkpoint import random_splade_checkpoint
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
+from .http_client import http
+
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill."]
 NUMBERS = ["three hundred and twelve", "trois cent douze", "dreihundertzwölf", "four"]
 
@@ -57,7 +59,7 @@ def url(server):
 
 
 def post(url: str, path: str, body: dict) -> httpx.Response:
-    return httpx.post(f"{url}{path}", json=body, timeout=60)
+    return http().post(f"{url}{path}", json=body, timeout=60)
 
 
 def grpc_embed(server, inputs, **fields) -> pb.EmbedResponse:
@@ -177,10 +179,10 @@ def test_tokenize_decode_and_info(server, url):
     ids = [t["id"] for t in tokens]
     assert post(url, "/decode", {"ids": ids}).json() == ["hello world, 312!"]
     assert post(url, "/decode", {"ids": [ids, ids[:3]], "skip_special_tokens": False}).json()[1] == "[CLS] hello world"
-    info = httpx.get(f"{url}/info").json()
+    info = http().get(f"{url}/info").json()
     assert info["model_id"] == "minilm" and info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert (info["max_input_length"], info["max_client_batch_size"], info["auto_truncate"]) == (256, 32, True)
-    reranker = httpx.get(f"{url}/info", params={"model": "numbers-reranker"}).json()["model_type"]
+    reranker = http().get(f"{url}/info", params={"model": "numbers-reranker"}).json()["model_type"]
     assert reranker == {"reranker": {"id2label": {"0": "relevance"}, "label2id": {"relevance": 0}}}
 
 
@@ -215,7 +217,7 @@ def test_refusals_in_teis_shape(url, path, body, status, message):
 
 def test_a_body_over_the_limit_is_413_in_teis_shape(url):
     big = json.dumps({"inputs": ["word " * 1000] * 1000}).encode()
-    answer = httpx.post(f"{url}/embed", content=big, headers={"content-type": "application/json"}, timeout=60)
+    answer = http().post(f"{url}/embed", content=big, headers={"content-type": "application/json"}, timeout=60)
     assert answer.status_code == 413 and answer.json()["error_type"] == "Validation"
     assert post(url, "/embed", {"inputs": "still serving"}).status_code == 200
 
@@ -258,4 +260,4 @@ def test_no_body_gets_a_server_error_and_the_server_serves_on(url, path, body):
     assert answer.status_code in (200, 404, 413, 422), answer.text
     if answer.status_code != 200:
         assert set(answer.json()) == {"error", "error_type"}
-    assert httpx.get(f"{url}/health").status_code == 200
+    assert http().get(f"{url}/health").status_code == 200

@@ -16,6 +16,8 @@ from model.bundled.multilingual_numbers import DIGITS, example
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
+from .http_client import http
+
 JSON_TYPE = {"content-type": "application/json"}
 deepl.http_client.max_network_retries = 0  # a 429 or 5xx is the test's to see, not the client's to retry
 
@@ -82,10 +84,10 @@ def test_deepl_refuses_in_its_own_shape(translator, options, message):
 
 
 def test_deepl_refusals_by_raw_requests_and_form_bodies(base_url):
-    form = httpx.post(f"{base_url}/v2/translate", data={"text": ["5", "6"], "target_lang": "EN-GB"})
+    form = http().post(f"{base_url}/v2/translate", data={"text": ["5", "6"], "target_lang": "EN-GB"})
     assert [t["text"] for t in form.json()["translations"]] == ["five", "six"]
     assert "billed_characters" not in form.json()["translations"][0]  # only when asked for
-    listed = httpx.post(f"{base_url}/v2/languages", data={"type": "target"}).json()
+    listed = http().post(f"{base_url}/v2/languages", data={"type": "target"}).json()
     assert {"language": "EN-GB", "name": "English (United Kingdom)", "supports_formality": False} in listed
     cases = [
         (dict(json={"target_lang": "FR"}), 400, "text: required"),
@@ -98,15 +100,15 @@ def test_deepl_refusals_by_raw_requests_and_form_bodies(base_url):
         (dict(json={"text": "5 " * 3001, "target_lang": "FR"}), 413, "at most 6000 per call"),
     ]
     for request, status, message in cases:
-        response = httpx.post(f"{base_url}/v2/translate", **request)
+        response = http().post(f"{base_url}/v2/translate", **request)
         assert (response.status_code, message in response.json()["message"]) == (status, True), response.text
-    wrong = httpx.get(f"{base_url}/v2/languages", params={"type": "both"})
+    wrong = http().get(f"{base_url}/v2/languages", params={"type": "both"})
     assert wrong.status_code == 400 and wrong.json() == {"message": "type: 'both'; source or target"}
 
 
 def test_libretranslate_translates_in_every_shape(base_url):
     def post(body: dict) -> httpx.Response:
-        return httpx.post(f"{base_url}/translate", json=body, timeout=60)
+        return http().post(f"{base_url}/translate", json=body, timeout=60)
 
     assert post({"q": "21", "source": "zxx", "target": "es"}).json() == {"translatedText": words(21, "spa_Latn")}
     detected = post({"q": "21", "source": "auto", "target": "fr", "format": "text"}).json()
@@ -120,15 +122,15 @@ def test_libretranslate_translates_in_every_shape(base_url):
     alternatives = post({"q": "312405", "source": "zxx", "target": "en", "alternatives": 2}).json()
     assert len(alternatives["alternatives"]) == 2 and alternatives["translatedText"] == words(312405, "eng_Latn")
     assert len(set(alternatives["alternatives"]) | {alternatives["translatedText"]}) == 3
-    form = httpx.post(f"{base_url}/translate", data={"q": "6", "source": "zxx", "target": "en"}).json()
+    form = http().post(f"{base_url}/translate", data={"q": "6", "source": "zxx", "target": "en"}).json()
     assert form == {"translatedText": "six"}
 
 
 def test_libretranslate_detects_and_lists(base_url):
-    detected = httpx.post(f"{base_url}/detect", json={"q": "trois cent douze mille"}).json()
+    detected = http().post(f"{base_url}/detect", json={"q": "trois cent douze mille"}).json()
     assert detected[0]["language"] == "fr" and detected[0]["confidence"] > 50
     assert all(set(d) == {"confidence", "language"} for d in detected)
-    languages = {entry["code"]: entry for entry in httpx.get(f"{base_url}/languages").json()}
+    languages = {entry["code"]: entry for entry in http().get(f"{base_url}/languages").json()}
     assert languages["fr"] == {"code": "fr", "name": "French", "targets": ["de", "en", "es", "zxx"]}
     assert languages["en"]["targets"] == ["de", "es", "fr", "it", "zxx"]  # Italian by the Marian model
 
@@ -147,7 +149,7 @@ def test_libretranslate_detects_and_lists(base_url):
     ],
 )
 def test_libretranslate_refuses_in_its_own_shape(base_url, body, message):
-    response = httpx.post(f"{base_url}/translate", json=body)
+    response = http().post(f"{base_url}/translate", json=body)
     assert response.status_code == 400 and set(response.json()) == {"error"}
     assert response.json()["error"].startswith(message)
 
@@ -160,7 +162,7 @@ def test_a_lone_surrogate_is_refused_by_name_on_every_door(base_url):
         ("/detect", '{"q": "ab\\ud800"}', "q"),
         ("/v1/completions", '{"prompt": "\\ud800", "model": "numbers"}', "prompt"),
     ]:
-        response = httpx.post(f"{base_url}{path}", content=body.encode(), headers=JSON_TYPE)
+        response = http().post(f"{base_url}{path}", content=body.encode(), headers=JSON_TYPE)
         assert response.status_code == 400 and f"{field}: not valid Unicode: a lone surrogate" in response.text
 
 
@@ -175,12 +177,12 @@ def test_keys_guard_both_apis_in_their_own_ways(multilingual_numbers_dir, tmp_pa
         assert raised.value.http_status_code == 403 and "authorization" in str(raised.value)
         assert deepl.Translator("s3cret", server_url=url).translate_text("5", target_lang="FR").text == "cinq"
         body = {"q": "5", "source": "zxx", "target": "fr"}
-        refused = httpx.post(f"{url}/translate", json=body)
+        refused = http().post(f"{url}/translate", json=body)
         assert refused.status_code == 403 and refused.json()["error"].startswith("api_key: a valid key is required")
-        assert httpx.post(f"{url}/translate", json={**body, "api_key": "s3cret"}).json() == {"translatedText": "cinq"}
-        bearer = httpx.post(f"{url}/translate", json=body, headers={"authorization": "Bearer s3cret"})
+        assert http().post(f"{url}/translate", json={**body, "api_key": "s3cret"}).json() == {"translatedText": "cinq"}
+        bearer = http().post(f"{url}/translate", json=body, headers={"authorization": "Bearer s3cret"})
         assert bearer.json() == {"translatedText": "cinq"}
-        assert httpx.post(f"{url}/detect", json={"q": "cinq", "api_key": "wrong"}).status_code == 403
+        assert http().post(f"{url}/detect", json={"q": "cinq", "api_key": "wrong"}).status_code == 403
     finally:
         server.close()
 
@@ -191,7 +193,7 @@ def test_the_http_doors_translate_as_grpc_does(translating, translator):
     (grpc_answer,) = translating.stub().Translate(request, timeout=60).translations
     assert translator.translate_text(text, source_lang="ZXX", target_lang="ES").text == grpc_answer.text
     base = f"http://localhost:{translating.server.http.port}"
-    libre = httpx.post(f"{base}/translate", json={"q": text, "source": "zxx", "target": "es"}).json()
+    libre = http().post(f"{base}/translate", json={"q": text, "source": "zxx", "target": "es"}).json()
     assert libre["translatedText"] == grpc_answer.text
 
 
@@ -241,10 +243,10 @@ def test_no_body_gets_a_server_error_and_the_server_serves_on(base_url, request,
     if form:  # a form carries strings alone, and UTF-8 alone
         body = {k: v if isinstance(v, list) and all(isinstance(x, str) for x in v) else str(v) for k, v in body.items()}
         body = {k: v.encode(errors="replace").decode() if isinstance(v, str) else v for k, v in body.items()}
-        response = httpx.post(f"{base_url}{path}", data=body, timeout=60)
+        response = http().post(f"{base_url}{path}", data=body, timeout=60)
     else:  # ASCII JSON, its escapes carrying whatever the text holds
         content = json.dumps(body).encode()
-        response = httpx.post(f"{base_url}{path}", content=content, headers=JSON_TYPE, timeout=60)
+        response = http().post(f"{base_url}{path}", content=content, headers=JSON_TYPE, timeout=60)
     assert response.status_code in (200, 400, 404, 413), response.text
     if response.status_code != 200:
         assert set(response.json()) == ({"message"} if path.startswith("/v2") else {"error"})
