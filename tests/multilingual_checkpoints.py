@@ -7,12 +7,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import torch
-import transformers
-
 from model.export.model_dir import export_model_dir
 from model.families.multilingual.importer import import_multilingual
 from model.families.multilingual.random_checkpoint import MultilingualShape, random_multilingual_checkpoint
+from model.families.multilingual.reference import MultilingualReference
 from modeldir.files import open_model_dir
 
 # name -> (shape, the target languages the tests mix, a source language), in the checkpoint's codes
@@ -43,43 +41,13 @@ def build_checkpoint(root: Path, name: str, seed: int) -> None:
     export_model_dir(import_multilingual(source, root / name, name), progress_stream=io.StringIO())
 
 
-class Checkpoint:
+class Checkpoint(MultilingualReference):
     """A checkpoint build_checkpoint made, with transformers' model and tokenizer of it beside ours."""
 
     def __init__(self, root: Path, name: str):
         shape, self.targets, self.source_language = SHAPES[name]
         self.source, self.dir = root / f"{name}-hf", root / name
         self.name = name
-        mbart = shape.family == "mbart50"
-        model_class = (
-            transformers.MBartForConditionalGeneration if mbart else transformers.M2M100ForConditionalGeneration
-        )
-        self.hf = model_class.from_pretrained(self.source).eval()
-        self.hf_tokenizer = transformers.AutoTokenizer.from_pretrained(self.source, src_lang=self.source_language)
+        super().__init__(self.source, shape.family == "mbart50", self.source_language, MAX_NEW)
         self.codes = open_model_dir(self.dir).config.languages
         self.code_ids = {self.language_id(code) for code in self.codes}
-
-    def language_id(self, code: str) -> int:
-        return self.hf_tokenizer.convert_tokens_to_ids(code if "_" in code else f"__{code}__")
-
-    def hf_n_best(self, texts: list[str], target: str, n: int = 1, **kwargs) -> list[list[tuple[list[int], float]]]:
-        """Per text, transformers' n best into `target` (forced_bos_token_id): the ids after the start token
-        and the language code, without eos or padding, and their scores (0.0 for greedy)."""
-        batch = self.hf_tokenizer(texts, return_tensors="pt", padding=True)
-        with torch.no_grad():
-            out = self.hf.generate(
-                **batch,
-                forced_bos_token_id=self.language_id(target),
-                max_new_tokens=MAX_NEW + 1,
-                num_return_sequences=n,
-                output_scores=True,
-                return_dict_in_generate=True,
-                **kwargs,
-            )
-        scores = out.sequences_scores.tolist() if n > 1 or kwargs.get("num_beams", 1) > 1 else [0.0] * len(texts)
-        rows = []
-        for row, score in zip(out.sequences, scores):
-            assert row[1] == self.language_id(target)
-            ids = [t for t in row[2:].tolist() if t != self.hf.config.pad_token_id]
-            rows.append((ids[:-1] if ids and ids[-1] == self.hf.config.eos_token_id else ids, score))
-        return [rows[i : i + n] for i in range(0, len(rows), n)]

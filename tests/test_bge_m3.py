@@ -1,6 +1,6 @@
 """bge-m3's three outputs from one pass: a random checkpoint of its layout (XLM-R, CLS pooling, FlagEmbedding's
 sparse_linear.pt and colbert_linear.pt) imported, exported and served gives FlagEmbedding's dense vectors,
-lexical weights and ColBERT vectors (testing/bge_m3_reference.py) in any combination from one call, the
+lexical weights and ColBERT vectors (model/families/xlm_roberta/bge_m3_reference.py) in any combination from one call, the
 same as one call per output; binary and ubinary as sentence-transformers' quantize_embeddings gives them;
 and what a model cannot give is refused by name."""
 
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from model.architecture.weights import load_model_dir
 from model.export.stdlib_sentences import stdlib_sentences
+from model.families.xlm_roberta.bge_m3_reference import BgeM3Reference
 from service.grpc_api.pb import inference_pb2 as pb
-from testing.bge_m3_reference import BgeM3Reference
 from testing.server_thread import ServerThread
 
 pytest.importorskip("sentence_transformers")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -24,6 +25,7 @@ from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
 from .http_client import http
+from .model_cache import built
 from .slow_tests import slow_fixture
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
@@ -43,16 +45,16 @@ SHAPES = {
 
 
 @slow_fixture(scope="module")
-def checkpoints(tmp_path_factory):
+def checkpoints():
     """name -> (the sentence-transformers directory, our exported model directory)."""
-    root = tmp_path_factory.mktemp("xlm-roberta")
-    out = {}
-    for seed, (name, shape) in enumerate(SHAPES.items()):
-        source = random_xlm_roberta_checkpoint(root / f"{name}-hf", shape, seed=seed)
-        directory = import_sentence_transformer(source, root / name, name)
-        export_model_dir(directory, progress_stream=io.StringIO())
-        out[name] = (source, directory)
-    return out
+
+    def build(root: Path) -> None:
+        for seed, (name, shape) in enumerate(SHAPES.items()):
+            source = random_xlm_roberta_checkpoint(root / f"{name}-hf", shape, seed=seed)
+            export_model_dir(import_sentence_transformer(source, root / name, name), progress_stream=io.StringIO())
+
+    root = built("xlm-roberta", build, extra_sources=("tests/test_import_xlm_roberta.py",))
+    return {name: (root / f"{name}-hf" / "model", root / name) for name in SHAPES}  # the checkpoint's model/
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 
 from model.bundled.number_sentences import sentences
 from model.families.marian.importer import MarianImportError, import_marian
+from model.families.marian.reference import without_eos
 from modeldir.files import open_model_dir
 from modeldir.reference_decoder import greedy_decode_onnx
 from modeldir.tokenizer import MarianTokenizer, load_tokenizer, pad_batch
 
-from .marian_checkpoints import MAX_NEW, SHAPES, Checkpoint, without_eos
+from .marian_checkpoints import MAX_NEW, SHAPES, Checkpoint
 
 transformers = pytest.importorskip("transformers")
 

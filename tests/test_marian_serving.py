@@ -12,12 +12,13 @@ import grpc
 import pytest
 
 from model.bundled.number_sentences import sentences
+from model.families.marian.reference import without_eos
 from service.engine.generation_cache import reorder_beams
 from service.engine.sequence import BeamRow
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
-from .marian_checkpoints import MAX_NEW, SHAPES, Checkpoint, without_eos
+from .marian_checkpoints import MAX_NEW, SHAPES, Checkpoint
 from .waits import wait_until
 
 transformers = pytest.importorskip("transformers")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import openai
@@ -23,6 +24,7 @@ from service.grpc_api.pb import open_inference_pb2 as oip
 from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
 from testing.server_thread import ServerThread
 
+from .model_cache import built
 from .multilingual_checkpoints import MAX_NEW, SHAPES
 
 INPUTS = sentences(24, seed=2027)
@@ -33,14 +35,18 @@ MARIAN_TARGETS = ("fra", "spa", "por")
 
 
 @pytest.fixture(scope="module")
-def several_targets(tmp_path_factory):
+def several_targets():
     """A random Marian checkpoint with several targets (>>fra<< tokens), as opus-mt-en-ROMANCE is."""
-    root = tmp_path_factory.mktemp("marian-targets")
     shape = MarianShape(d_model=32, heads=4, target_codes=MARIAN_TARGETS, pair=("en", "ROMANCE"))
-    source = random_marian_checkpoint(root / "hf", shape, seed=5)
-    directory = import_marian(source, root / "marian-romance", "marian-romance")
-    export_model_dir(directory, progress_stream=io.StringIO())
-    return source, directory
+
+    def build(root: Path) -> None:
+        source = random_marian_checkpoint(root / "hf", shape, seed=5)
+        export_model_dir(
+            import_marian(source, root / "marian-romance", "marian-romance"), progress_stream=io.StringIO()
+        )
+
+    root = built("marian-targets", build, extra_sources=("tests/test_multilingual_serving.py",))
+    return root / "hf", root / "marian-romance"
 
 
 @pytest.fixture(scope="module")

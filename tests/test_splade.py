@@ -7,6 +7,7 @@ and says so on every door."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -23,6 +24,7 @@ from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
 from .http_client import http
+from .model_cache import built
 from .slow_tests import slow_fixture
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
@@ -36,15 +38,14 @@ TEXTS = stdlib_sentences(8, 3, 40) + ["Hi", " ".join(stdlib_sentences(4, 20, 40)
 
 
 @slow_fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("splade")
-    out = {}
-    for seed, (name, (pooling, activation, fill_mask)) in enumerate(SHAPES.items()):
-        source = random_splade_checkpoint(root / f"{name}-hf", pooling, activation, seed=seed, fill_mask=fill_mask)
-        directory = import_splade(source, root / name, name)
-        export_model_dir(directory, progress_stream=io.StringIO())
-        out[name] = (source, directory)
-    return out
+def checkpoints():
+    def build(root: Path) -> None:
+        for seed, (name, (pooling, activation, fill_mask)) in enumerate(SHAPES.items()):
+            source = random_splade_checkpoint(root / f"{name}-hf", pooling, activation, seed=seed, fill_mask=fill_mask)
+            export_model_dir(import_splade(source, root / name, name), progress_stream=io.StringIO())
+
+    root = built("splade", build, extra_sources=("tests/test_splade.py",))
+    return {name: (root / f"{name}-hf" / "model", root / name) for name in SHAPES}  # the checkpoint's model/
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import httpx
 import huggingface_hub.constants
@@ -24,6 +25,7 @@ from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
 from .http_client import http
+from .model_cache import built
 
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill."]
 NUMBERS = ["three hundred and twelve", "trois cent douze", "dreihundertzwölf", "four"]
@@ -37,11 +39,12 @@ def client_may_connect(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def splade_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tei-splade")
-    directory = import_splade(random_splade_checkpoint(root / "hf"), root / "splade", "splade")
-    export_model_dir(directory, progress_stream=io.StringIO())
-    return directory
+def splade_dir():
+    def build(root: Path) -> None:
+        directory = import_splade(random_splade_checkpoint(root / "hf"), root / "splade", "splade")
+        export_model_dir(directory, progress_stream=io.StringIO())
+
+    return built("tei-splade", build, extra_sources=("tests/test_tei_api.py",)) / "splade"
 
 
 @pytest.fixture(scope="module")
