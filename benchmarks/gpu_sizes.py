@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-# The Marian-shaped random checkpoints (model/families/marian/random_checkpoint.py MarianShape's fields: this module is read on
-# the device too, where the check imports no torch). Base-sized, as marian_bench's: d_model 512, 8 heads,
+# The Marian-shaped random checkpoints (model/families/marian/random_checkpoint.py MarianShape's fields: this module
+# is read on the device too, where the check imports no torch). Base-sized, as marian_bench's: d_model 512, 8 heads,
 # 6 + 6 layers, a vocabulary of 32,000.
 # Its pair (en -> de) lets the translation doors route to it.
 MARIAN_BASE = {

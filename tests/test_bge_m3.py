@@ -1,7 +1,7 @@
 """bge-m3's three outputs from one pass: a random checkpoint of its layout (XLM-R, CLS pooling, FlagEmbedding's
 sparse_linear.pt and colbert_linear.pt) imported, exported and served gives FlagEmbedding's dense vectors,
-lexical weights and ColBERT vectors (model/families/xlm_roberta/bge_m3_reference.py) in any combination from one call, the
-same as one call per output; binary and ubinary as sentence-transformers' quantize_embeddings gives them;
+lexical weights and ColBERT vectors (model/families/xlm_roberta/bge_m3_reference.py) in any combination from
+one call, the same as one call per output; binary and ubinary as sentence-transformers' quantize_embeddings gives them;
 and what a model cannot give is refused by name."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """MarianMT checkpoints: import, tokenization and parity with transformers (served over gRPC:
 test_marian_serving.py).
 
-No checkpoint can be downloaded here: transformers builds random MarianMTModels (model/families/marian/random_checkpoint.py)
-with a sentencepiece model trained on the spot, in three shapes, saved as opus-mt directories are."""
+No checkpoint can be downloaded here: transformers builds random MarianMTModels
+(model/families/marian/random_checkpoint.py) with a sentencepiece model trained on the spot, in three shapes,
+saved as opus-mt directories are."""
 
 from __future__ import annotations
 

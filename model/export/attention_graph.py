@@ -103,7 +103,7 @@ def example_inputs(config: ModelConfig, seed: int = 0, batch: int = 2, source: i
 
 
 def export_attention(model: EmbeddingModel | Seq2SeqModel, name: str, to_onnx):
-    """The attention-map graph as an onnx.ModelProto; to_onnx: export.py's exporter."""
+    """The attention-map graph as an onnx.ModelProto; to_onnx: model_dir.py's exporter."""
     config = model.config
     inputs, outputs = attention_inputs(config.task), attention_outputs(config.task)
     axes = {

@@ -1,6 +1,6 @@
 """Import a ColBERT-style checkpoint as PyLate saves one (a sentence-transformers directory: a BERT or
 XLM-RoBERTa Transformer, then one or more Dense layers, and config_sentence_transformers.json's query and
-document settings) into a model directory: the encoder as import_bert.py reads it, the projection stack,
+document settings) into a model directory: the encoder as families/bert/importer.py reads it, the projection stack,
 and the settings resolved to token ids as PyLate resolves them (modeldir/late_interaction.py)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Import a cross-encoder or classifier checkpoint (transformers' BertForSequenceClassification or
 XLMRobertaForSequenceClassification, as sentence-transformers' CrossEncoder saves it) into a model directory:
-the encoder as import_bert.py reads it, and the classification head on the first token's state (BERT's
+the encoder as families/bert/importer.py reads it, and the classification head on the first token's state (BERT's
 pooler and classifier; RoBERTa's dense and out_proj: the same dense, tanh, linear), with the labels and the
 activation CrossEncoder puts on the logits.
 """

@@ -1,5 +1,5 @@
 """Import a SPLADE checkpoint (sentence-transformers' SparseEncoder: a BERT masked-LM and SpladePooling, as
-naver's and opensearch's SPLADE models are saved) into a model directory: the encoder as import_bert.py
+naver's and opensearch's SPLADE models are saved) into a model directory: the encoder as families/bert/importer.py
 reads it, and BERT's MLM head (dense, activation, LayerNorm, a bias, its decoder the token table), with
 SpladePooling's pooling and activation; served as a weight per vocabulary id (EmbedRequest sparse).
 """
