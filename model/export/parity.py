@@ -38,21 +38,22 @@ def measure_encoder_parity(model, path: Path) -> float:
 def measure_decoder_parity(model: Seq2SeqModel, encoder_path: Path, decoder_path: Path, steps: int = 8) -> float:
     """Max abs difference of logits at every step of a greedy decode: ONNX Runtime with the KV cache
     against PyTorch recomputing the whole prefix without one."""
-    from modeldir.reference_decoder import greedy_decode_onnx
-
     encoder, decoder = cpu_session(encoder_path), cpu_session(decoder_path)
     ids, mask = example_encoder_inputs(model.config, batch=3, length=11)
-    tokens, onnx_logits = greedy_decode_onnx(
-        encoder,
-        decoder,
-        ids.numpy(),
-        mask.numpy(),
-        start_id=model.config.bos_id,
-        max_steps=steps,
-        n_layers=model.config.n_decoder_layers,
-    )
+    tokens, onnx_logits = greedy_on_graphs(model, encoder, decoder, ids, mask, steps)
     torch_logits = greedy_logits_torch(model, ids, mask, torch.from_numpy(tokens))
     return float(np.abs(onnx_logits - torch_logits.numpy()).max())
+
+
+def greedy_on_graphs(model: Seq2SeqModel, encoder, decoder, ids, mask, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """`steps` greedy steps of the exported graphs (ONNX Runtime sessions) from the model's start token: ->
+    tokens (B, 1 + steps), logits (B, steps, vocab)."""
+    from modeldir.reference_decoder import greedy_decode_onnx
+
+    c = model.config
+    return greedy_decode_onnx(
+        encoder, decoder, ids.numpy(), mask.numpy(), start_id=c.bos_id, max_steps=steps, n_layers=c.n_decoder_layers
+    )
 
 
 @torch.no_grad()
@@ -115,8 +116,6 @@ def measure_against_half(model, model_dir: Path, files: dict[str, str], steps: i
     the largest logit difference, and the first step at which their argmax differs in some row (None:
     none). ONNX Runtime's CPU kernels compute much of a float16 graph in float32, so these figures bound
     what CUDA, which stays in float16, may show against the CPU's."""
-    from modeldir.reference_decoder import greedy_decode_onnx
-
     half = copy.deepcopy(model).half()
     ids, mask = example_encoder_inputs(model.config, batch=3, length=11)
     encoder = cpu_session(model_dir / files["encoder"])
@@ -129,15 +128,7 @@ def measure_against_half(model, model_dir: Path, files: dict[str, str], steps: i
     }
     if model.config.task == "seq2seq":
         decoder = cpu_session(model_dir / files["decoder"])
-        tokens, graph_logits = greedy_decode_onnx(
-            encoder,
-            decoder,
-            ids.numpy(),
-            mask.numpy(),
-            start_id=model.config.bos_id,
-            max_steps=steps,
-            n_layers=model.config.n_decoder_layers,
-        )
+        tokens, graph_logits = greedy_on_graphs(model, encoder, decoder, ids, mask, steps)
         torch_logits = greedy_logits_torch(half, ids, mask, torch.from_numpy(tokens)).float().numpy()
         differs = (graph_logits.argmax(-1) != torch_logits.argmax(-1)).any(axis=0)  # (steps,)
         figures["decoder_logits_max_abs_diff"] = float(np.abs(graph_logits - torch_logits).max())
