@@ -182,6 +182,7 @@ def test_raw_stream_is_server_sent_events_ending_with_done(base_url):
         ({"max_tokens": 100000}, "max_tokens", "100000; at most"),
         ({"temperature": -1}, "temperature", "must be finite and >= 0"),
         ({"top_p": 0.5}, "top_p", "only with sampling"),
+        ({"seed": -1, "temperature": 0.5}, "seed", "-1; 0 to 18446744073709551615"),
         ({"n": 3, "temperature": 0.7}, "n", "set temperature to 0"),
         ({"n": 99}, "n", "99; at most"),
         ({"n": 2, "stream": True}, "n", "beam search does not stream"),

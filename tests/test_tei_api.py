@@ -132,6 +132,8 @@ def test_embed_sparse_and_embed_all(server, url):
         assert [x["index"] for x in g] == list(w.indices)
         np.testing.assert_allclose([x["value"] for x in g], list(w.values), atol=1e-6)
     assert post(url, "/", {"inputs": TEXTS, "model": "splade"}).json() == got  # a SPLADE model's first output
+    # Unnamed, /embed_sparse takes the first model that gives sparse vectors (the default one, minilm, does not)
+    assert post(url, "/embed_sparse", {"inputs": TEXTS}).json() == got
     states = grpc_embed(server, TEXTS, outputs=[pb.EMBEDDING_OUTPUT_TOKEN_EMBEDDINGS]).token_embeddings
     every = post(url, "/embed_all", {"inputs": TEXTS}).json()
     for g, w in zip(every, states):
@@ -202,7 +204,7 @@ def test_tokenize_decode_and_info(server, url):
         ("/embed", {"inputs": "x " * 300, "truncate": False}, 422, "inputs[0]: more than 256 tokens"),
         ("/embed", {"inputs": "x", "truncation_direction": "Up"}, 422, "truncation_direction: Input should be"),
         ("/embed", {"inputs": "x", "prompt_name": "query"}, 422, "prompt_name: 'query' is not a prompt"),
-        ("/embed_sparse", {"inputs": "x"}, 422, "outputs: model 'minilm' gives no sparse output"),
+        ("/embed_sparse", {"inputs": "x", "model": "minilm"}, 422, "outputs: model 'minilm' gives no sparse output"),
         ("/rerank", {"query": "q", "texts": []}, 422, "texts: empty; send 1 to"),
         ("/rerank", {"query": "q"}, 422, "texts: Field required"),
         ("/predict", {"inputs": ["a", "b", "c"]}, 422, "inputs: 3 texts; one text, a pair of two"),

@@ -25,6 +25,9 @@ class ModelInfo:
     outputs: tuple[str, ...] = ()  # an embedding model's: dense, and sparse or multi_vector where it has them
     pooling: str = ""  # an embedding model's: mean, cls, splade
     precision: str = "fp32"  # of the graphs it runs: fp32, fp16 or int8
+    vocab_size: int = 0  # token ids sent as input are below it
+    max_new_tokens: int = 0  # a seq2seq model's: the most a request may ask for
+    token_offsets: bool = False  # its tokenizer gives each token's place in the text (a tokenizer.json)
 
 
 @dataclass(frozen=True)
@@ -43,3 +46,6 @@ class ServerLimits:
     max_batch_tokens: int  # of one embedding batch
     max_batch_size: int  # inputs of one embedding batch
     tokenize_threads: int
+    max_beams: int  # of one generation (each beam takes a cache row)
+    rerank_max_documents: int  # of one rerank call
+    translation_max_characters: int  # of all the texts of one translation call

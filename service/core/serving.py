@@ -190,6 +190,9 @@ class ServingCore:
             max_batch_tokens=batching.max_batch_tokens,
             max_batch_size=batching.max_batch_size,
             tokenize_threads=TOKENIZE_THREADS,
+            max_beams=s.max_beams,
+            rerank_max_documents=s.rerank_documents,
+            translation_max_characters=s.translation_characters,
         )
 
     def model(self, name: str, stream: bool = False) -> ModelInfo:

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import pydantic_core
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -18,6 +18,7 @@ from ..core.serving import ServingCore
 from ..errors import (
     DeadlineExceeded,
     FailedPrecondition,
+    Internal,
     InvalidArgument,
     NotFound,
     Overloaded,
@@ -78,6 +79,45 @@ BEARER_STATUSES = StatusTable(
 )
 
 
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIError(BaseModel):
+    """OpenAI's error body."""
+
+    error: OpenAIErrorDetail
+
+
+class MessageError(BaseModel):
+    """DeepL's and Cohere's error body."""
+
+    message: str
+
+
+class TextError(BaseModel):
+    """LibreTranslate's and Triton's (KServe REST's) error body."""
+
+    error: str
+
+
+# What each kind of domain error means to a caller, for the OpenAPI document's responses.
+MEANINGS = {
+    InvalidArgument: "a field not valid: the message names it and its limit",
+    RequestTooLarge: "the body over max_message_bytes, or inputs over a limit",
+    NotFound: "no served model of that name",
+    Overloaded: "the server's queue or concurrency limit is full: the same request may succeed later",
+    Unavailable: "the server is starting or shutting down",
+    FailedPrecondition: "the server is not set up for this request",
+    DeadlineExceeded: "the call ran out of time on the server's side",
+    Unauthenticated: "no valid token, where the server requires one",
+    Internal: "the server failed (what failed is in its log)",
+}
+
+
 def openai_error(refusal: Refusal) -> dict:
     return {
         "error": {"message": refusal.message, "type": refusal.status[1], "param": refusal.field, "code": refusal.kind}
@@ -92,6 +132,7 @@ class HttpApi:
     name: str  # the records' prefix: http (OpenAI's), deepl, libretranslate
     statuses: StatusTable  # each an HTTP status, or a tuple of one and the API's error type
     error_body: Callable[[Refusal], dict]
+    error_model: type[BaseModel]  # error_body's shape, for the OpenAPI document
     auth_schemes: tuple[str, ...] = (BEARER,)  # how its clients send a token in the authorization header
     key_in_body: bool = False  # its clients may send the token in the body instead: the route checks it
     route_name: Callable[[str], str] | None = None  # for paths with a model's name in them (KServe's)
@@ -102,6 +143,18 @@ class HttpApi:
             return self.route_name(path)
         return f"{self.name}.{path.rsplit('/', 1)[-1] or 'root'}"
 
+    def error_responses(self) -> dict[int, dict]:
+        """The error statuses any of its routes may answer, each with the error body and what it means (for
+        FastAPI's `responses`)."""
+        meanings: dict[int, list[str]] = {}
+        for kind, status in [*self.statuses.statuses.items(), (Internal, self.statuses.internal)]:
+            code = status[0] if isinstance(status, tuple) else status
+            meanings.setdefault(code, []).append(MEANINGS[kind])
+        return {
+            code: {"model": self.error_model, "description": "; or ".join(meanings[code]).capitalize()}
+            for code in sorted(meanings)
+        }
+
     def error_response(self, refusal: Refusal, call_id: str | None = None) -> JSONResponse:
         status = refusal.status[0] if isinstance(refusal.status, tuple) else refusal.status  # (status, type)
         response = JSONResponse(self.error_body(refusal), status_code=status)
@@ -110,7 +163,7 @@ class HttpApi:
         return response
 
 
-OPENAI = HttpApi("http", HTTP_STATUSES, openai_error)
+OPENAI = HttpApi("http", HTTP_STATUSES, openai_error, OpenAIError)
 
 
 class BodyTooLarge(Exception):

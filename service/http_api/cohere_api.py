@@ -7,22 +7,27 @@ from __future__ import annotations
 
 import base64
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 from starlette.responses import Response
 
 from ..core.calls.lifecycle import Call
-from ..core.embedding.embeddings import EmbedRequest
+from ..core.embedding.embeddings import INPUT_TYPES, EmbedRequest
 from ..core.ranking.cross_encoding import RerankRequest
 from ..core.serving import ServingCore
 from ..errors import invalid
-from .call_handling import BEARER_STATUSES, FastJSONResponse, HttpApi, body_error, handle
-from .request_fields import request_fields
+from .call_handling import BEARER_STATUSES, FastJSONResponse, HttpApi, MessageError, body_error, handle
+from .documented_types import DIMENSIONS, NULL, STRICT, TEXT, TEXTS, Integer, Text, model_field
+from .documented_types import DOCUMENTS as LIMITED_DOCUMENTS
+from .openapi_document import FILL, answers, request_body
+from .request_fields import json_fields
+from .schema_shapes import INTEGER, NUMBER, OBJECT, STRING, array, obj
 
-COHERE = HttpApi("cohere", BEARER_STATUSES, lambda refusal: {"message": refusal.message})
+COHERE = HttpApi("cohere", BEARER_STATUSES, lambda refusal: {"message": refusal.message}, MessageError)
+EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary", "base64")
 PATHS = ("/v2/embed", "/v2/rerank")
 EMBED_NAMES = {"inputs": "texts", "dimensions": "output_dimension", "embedding_type": "embedding_types"}
 RERANK_NAMES = {}
@@ -31,41 +36,119 @@ META = {"api_version": {"version": "2"}}
 
 
 class CohereBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # its SDKs send fields of later versions (priority, ...)
+    model_config = ConfigDict(extra="ignore", **STRICT)  # its SDKs send fields of later versions (priority, ...)
 
-    model: str = Field("", description="a served model; empty: the default one of its kind")
+    model: Annotated[str, model_field("dense_models")] = Field(
+        "", description="a served model; empty: the default one of its kind"
+    )
 
 
 class TextContent(BaseModel):
+    model_config = STRICT
+
     type: Literal["text"]
-    text: str
+    text: Text
+
+
+TEXT_CONTENT = {
+    "type": "object",
+    "properties": {"type": {"const": "text"}, "text": TEXT},
+    "required": ["type", "text"],
+}
+CONTENT = {
+    "type": "object",
+    "properties": {"content": {"type": "array", "items": TEXT_CONTENT, "minItems": 1, "maxItems": 1}},
+    "required": ["content"],
+}
 
 
 class Content(BaseModel):
+    model_config = STRICT
+
     content: list[TextContent]
 
 
+INPUTS = {"type": "array", "items": CONTENT, "minItems": 1, FILL: "batch"}
+# texts or inputs, not both; input_type is required (text models: no image)
+QUANTIZED = {"type": "array", "contains": {"enum": ["int8", "uint8"]}}
+EMBED_RULES = {
+    "oneOf": [
+        {"properties": {"texts": {"type": "array"}}, "required": ["texts"]},
+        {"properties": {"inputs": {"type": "array"}}, "required": ["inputs"]},
+    ],
+    "required": ["input_type"],
+    "if": {"properties": {"embedding_types": QUANTIZED}, "required": ["embedding_types"]},
+    "then": {"properties": {"output_dimension": {FILL: "full_dimensions"}}},
+}
+
+
 class CohereEmbedBody(CohereBody):
-    texts: list[str] | None = None
-    inputs: list[Content] | None = Field(None, description="text content only")
-    images: list[str] | None = None
-    input_type: str | None = None
-    embedding_types: list[str] | None = None
-    output_dimension: int | None = None
-    max_tokens: int | None = None
+    model_config = ConfigDict(extra="ignore", json_schema_extra=EMBED_RULES)
+
+    texts: Annotated[list[str] | None, WithJsonSchema({"anyOf": [TEXTS, NULL]})] = None
+    inputs: Annotated[list[Content] | None, WithJsonSchema({"anyOf": [INPUTS, NULL]})] = Field(
+        None, description="text content only"
+    )
+    images: Annotated[list[str] | None, WithJsonSchema({"anyOf": [NULL, {"type": "array", "maxItems": 0}]})] = Field(
+        None, description="not served: text models only"
+    )
+    input_type: Annotated[str | None, WithJsonSchema({"enum": list(INPUT_TYPES)})] = None
+    embedding_types: Annotated[
+        list[str] | None, WithJsonSchema({"anyOf": [NULL, {"type": "array", "items": {"enum": list(EMBEDDING_TYPES)}}]})
+    ] = None
+    output_dimension: Annotated[Integer | None, DIMENSIONS] = None
+    max_tokens: Annotated[Integer | None, WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, NULL]})] = None
     truncate: Literal["NONE", "START", "END"] | None = None
 
 
 class CohereDocument(BaseModel):
-    text: str
+    model_config = STRICT
+
+    text: Text
+
+
+DOCUMENTS = {
+    "type": "array",
+    "items": {"anyOf": [TEXT, {"type": "object", "properties": {"text": TEXT}, "required": ["text"]}]},
+    **LIMITED_DOCUMENTS,
+}
 
 
 class CohereRerankBody(CohereBody):
-    query: str
-    documents: list[str | CohereDocument]
-    top_n: int | None = None
-    max_tokens_per_doc: int | None = None
+    model: Annotated[str, model_field("reranking_models")] = Field(
+        "", description="a served cross-encoder; empty: the default one"
+    )
+    query: Text
+    documents: Annotated[list[str | CohereDocument], WithJsonSchema(DOCUMENTS)]
+    top_n: Annotated[Integer | None, WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, NULL]})] = None
+    max_tokens_per_doc: Annotated[
+        Integer | None, WithJsonSchema({"anyOf": [{"type": "integer", FILL: "pair_tokens"}, NULL]})
+    ] = Field(None, description="at least the model's own limit: documents are cut there")
     return_documents: bool = False  # the SDKs before 5.14 send it
+
+
+EMBEDDED = obj(
+    ("id", "embeddings", "meta", "response_type"),
+    id=STRING,
+    embeddings={**OBJECT, "additionalProperties": {"type": "array"}},
+    texts=array(STRING),
+    meta=OBJECT,
+    response_type={"const": "embeddings_by_type"},
+)
+RERANKED = obj(
+    ("id", "results", "meta"),
+    id=STRING,
+    results=array(obj(("index", "relevance_score"), index=INTEGER, relevance_score=NUMBER, document=OBJECT)),
+    meta=OBJECT,
+)
+
+
+def pair_tokens(core) -> dict:
+    """max_tokens_per_doc's least: the longest pair a served cross-encoder takes."""
+    return {"minimum": max((m.max_input_tokens for m in core.models() if m.task == "classification"), default=1)}
+
+
+FILLS = {"pair_tokens": pair_tokens}
 
 
 def texts_of(body: CohereEmbedBody) -> list[str]:
@@ -93,11 +176,11 @@ def typed_values(vectors: np.ndarray, kind: str) -> list:
 def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
     async def parsed(request: Request, kind):
         try:
-            return kind.model_validate(await request_fields(request))
+            return kind.model_validate(await json_fields(request))
         except ValidationError as error:
             raise body_error(error) from None
 
-    @app.post("/v2/embed")
+    @app.post("/v2/embed", responses=answers(COHERE, EMBEDDED), openapi_extra=request_body(app, CohereEmbedBody))
     async def embed(request: Request) -> Response:
         async def work(call: Call) -> Response:
             body = await parsed(request, CohereEmbedBody)
@@ -106,7 +189,7 @@ def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
             if body.input_type == "image":
                 raise invalid("input_type", "image: not served (text models only)")
             kinds = list(dict.fromkeys(body.embedding_types or ["float"]))
-            unknown = [k for k in kinds if k not in ("float", "base64", "int8", "uint8", "binary", "ubinary")]
+            unknown = [k for k in kinds if k not in EMBEDDING_TYPES]
             if unknown:
                 raise invalid("embedding_types", f"{unknown[0]!r}; any of float, int8, uint8, binary, ubinary, base64")
             cut, direction = TRUNCATE[body.truncate or "END"]
@@ -136,7 +219,7 @@ def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
 
         return await handle(core, request, EMBED_NAMES, work, COHERE)
 
-    @app.post("/v2/rerank")
+    @app.post("/v2/rerank", responses=answers(COHERE, RERANKED), openapi_extra=request_body(app, CohereRerankBody))
     async def rerank(request: Request) -> Response:
         async def work(call: Call) -> Response:
             body = await parsed(request, CohereRerankBody)

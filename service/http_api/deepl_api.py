@@ -5,7 +5,10 @@ serve are refused by name, never ignored."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import FastAPI, Request
+from pydantic import BaseModel, ConfigDict, WithJsonSchema
 from starlette.responses import JSONResponse, Response
 
 from modeldir.languages import language_name, language_tag
@@ -16,15 +19,18 @@ from ..core.translation.documents import SPLIT_MODES
 from ..core.translation.translation import TranslateRequest, TranslationOptions
 from ..errors import invalid
 from ..ops.auth import BEARER
-from .call_handling import KEY_STATUSES, HttpApi, handle
+from .call_handling import KEY_STATUSES, HttpApi, MessageError, handle
+from .documented_types import NULL, SourceTexts
+from .openapi_document import FILL, answers, json_or_form
 from .request_fields import bool_field, request_fields, string_field, texts_field
+from .schema_shapes import BOOLEAN, INTEGER, STRING, array, obj
 
 
 def deepl_error(refusal: Refusal) -> dict:
     return {"message": refusal.message}
 
 
-DEEPL = HttpApi("deepl", KEY_STATUSES, deepl_error, auth_schemes=("DeepL-Auth-Key ", BEARER))
+DEEPL = HttpApi("deepl", KEY_STATUSES, deepl_error, MessageError, auth_schemes=("DeepL-Auth-Key ", BEARER))
 PATHS = ("/v2/translate", "/v2/languages")
 NAMES = {"texts": "text", "source_language": "source_lang", "target_language": "target_lang"}
 
@@ -57,6 +63,45 @@ NOT_SERVED = {
 }
 FORMALITY = ("default", "prefer_more", "prefer_less")  # prefer_*: DeepL too falls back to the default
 VARIANTS = {"en": ("EN-GB", "EN-US"), "pt": ("PT-BR", "PT-PT")}  # DeepL lists no bare EN or PT target
+
+
+class DeeplTranslateBody(BaseModel):
+    """/v2/translate's fields, for the OpenAPI document (translate_request reads them, JSON or form)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: SourceTexts
+    target_lang: Annotated[str, WithJsonSchema({"type": "string", FILL: "deepl_targets"})]
+    source_lang: Annotated[str | None, WithJsonSchema({"anyOf": [{"type": "string", FILL: "deepl_sources"}, NULL]})] = (
+        None
+    )
+    split_sentences: Annotated[str, WithJsonSchema({"enum": list(SPLIT_MODES)})] = "1"
+    preserve_formatting: bool = False
+    formality: Annotated[str, WithJsonSchema({"enum": list(FORMALITY)})] = "default"
+    show_billed_characters: bool = False
+    model: Annotated[str | None, WithJsonSchema({"anyOf": [{"type": "string", FILL: "translating_models"}, NULL]})] = (
+        None
+    )
+
+
+class DeeplLanguagesBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Annotated[str, WithJsonSchema({"enum": ["source", "target"]})] = "source"
+
+
+TRANSLATED = obj(
+    ("translations",),
+    translations=array(
+        obj(
+            ("detected_source_language", "text"),
+            detected_source_language=STRING,
+            text=STRING,
+            billed_characters=INTEGER,
+        )
+    ),
+)
+LANGUAGES = array(obj(("language", "name"), language=STRING, name=STRING, supports_formality=BOOLEAN))
 
 
 def language_in(code: str, target: bool) -> str:
@@ -120,6 +165,8 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
     if not target:
         raise invalid("target_lang", "required")
     source = string_field(fields, "source_lang")
+    if source == "":
+        raise invalid("source_lang", "empty; leave it out to have the language detected")
     split = string_field(fields, "split_sentences", "1")
     if split not in SPLIT_MODES:
         raise invalid("split_sentences", f"{split!r}; one of {', '.join(SPLIT_MODES)}")
@@ -130,7 +177,7 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
     request = TranslateRequest(
         texts=texts,
         target_language=language_in(target, target=True),
-        source_language=language_in(source, target=False) if source else None,
+        source_language=language_in(source, target=False) if source is not None else None,
         model=string_field(fields, "model", "") or "",
         options=TranslationOptions(split_sentences=split),
     )
@@ -139,7 +186,9 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
 
 def add_deepl_routes(app: FastAPI, core: ServingCore) -> None:
 
-    @app.post("/v2/translate")
+    @app.post(
+        "/v2/translate", responses=answers(DEEPL, TRANSLATED), openapi_extra=json_or_form(app, DeeplTranslateBody)
+    )
     async def translate(request: Request) -> Response:
         async def work(call: Call) -> Response:
             translation, billed = translate_request(await request_fields(request))
@@ -154,8 +203,20 @@ def add_deepl_routes(app: FastAPI, core: ServingCore) -> None:
 
         return await handle(core, request, NAMES, work, DEEPL)
 
-    @app.get("/v2/languages", operation_id="deepl_languages_get")
-    @app.post("/v2/languages", operation_id="deepl_languages_post")  # DeepL's clients send a form body
+    type_query = {"name": "type", "in": "query", "required": False, "schema": {"enum": ["source", "target"]}}
+
+    @app.get(
+        "/v2/languages",
+        operation_id="deepl_languages_get",
+        responses=answers(DEEPL, LANGUAGES),
+        openapi_extra={"parameters": [type_query]},
+    )
+    @app.post(  # DeepL's clients send a form body
+        "/v2/languages",
+        operation_id="deepl_languages_post",
+        responses=answers(DEEPL, LANGUAGES),
+        openapi_extra=json_or_form(app, DeeplLanguagesBody, required=False),
+    )
     async def languages(request: Request) -> Response:
         async def work(call: Call) -> Response:
             fields = await request_fields(request)
@@ -165,3 +226,15 @@ def add_deepl_routes(app: FastAPI, core: ServingCore) -> None:
             return JSONResponse(language_listing(core, kind == "target"))
 
         return await handle(core, request, {}, work, DEEPL)
+
+
+def deepl_languages(core: ServingCore, target: bool) -> dict:
+    """The DeepL codes served, as a schema's enum (and their lower-case spellings, which DeepL takes too)."""
+    codes = [entry["language"] for entry in language_listing(core, target)]
+    return {"enum": codes + [code.lower() for code in codes]}
+
+
+FILLS = {
+    "deepl_sources": lambda core: deepl_languages(core, target=False),
+    "deepl_targets": lambda core: deepl_languages(core, target=True),
+}

@@ -31,7 +31,9 @@ from ..kserve_protocol import (
     tensor_metadata,
     unpack_bytes,
 )
-from .call_handling import BEARER_STATUSES, BodyTooLarge, FastJSONResponse, HttpApi, handle
+from .call_handling import BEARER_STATUSES, BodyTooLarge, FastJSONResponse, HttpApi, TextError, handle
+from .kserve_types import CONFIG, INFER_BODY, INFERRED, METADATA, READY, SERVER, path_parameters
+from .openapi_document import JSON, answers
 
 HEADER_LENGTH = "inference-header-content-length"
 KINDS = {int: "an integer", float: "a number", bool: "a bool", str: "a string"}
@@ -49,7 +51,9 @@ def route_name(path: str) -> str:
     return "kserve.metadata" if path.startswith("/v2/models/") else "kserve.server"
 
 
-KSERVE = HttpApi("kserve", BEARER_STATUSES, lambda refusal: {"error": refusal.message}, route_name=route_name)
+KSERVE = HttpApi(
+    "kserve", BEARER_STATUSES, lambda refusal: {"error": refusal.message}, TextError, route_name=route_name
+)
 OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
 
 
@@ -67,6 +71,7 @@ def parameters_of(fields: dict | None, kinds: dict[str, type], where: str = "par
         if name not in kinds:
             raise invalid(f"{where}.{name}", f"not a parameter of this model; it takes {', '.join(kinds)}")
         kind = kinds[name]
+        value = int(value) if kind is int and type(value) is float and value.is_integer() else value
         fits = type(value) is kind or (kind is float and type(value) is int)
         if not fits:
             raise invalid(f"{where}.{name}", f"{json.dumps(value)[:40]}; send {KINDS[kind]}")
@@ -101,6 +106,8 @@ def read_texts(body: dict, binary: bytes) -> list[str]:
     if tensor.get("datatype") != "BYTES":
         raise invalid(TEXT, f"datatype {tensor.get('datatype')!r}; send BYTES")
     shape = tensor.get("shape")
+    if isinstance(shape, list):  # JSON Schema's integers include 3.0
+        shape = [int(n) if type(n) is float and n.is_integer() else n for n in shape]
     if (
         not isinstance(shape, list)
         or not all(type(n) is int for n in shape)
@@ -189,16 +196,24 @@ async def read_body(request: Request) -> tuple[dict, bytes]:
 
 
 def add_kserve_routes(app: FastAPI, core: ServingCore) -> None:
-    @app.get("/v2/health/live")
+    live_answer = {"type": "object", "properties": {"live": {"type": "boolean"}}, "required": ["live"]}
+
+    @app.get("/v2/health/live", responses={200: {"description": "Alive", "content": {JSON: {"schema": live_answer}}}})
     async def live() -> Response:
         return FastJSONResponse({"live": True})
 
-    @app.get("/v2/health/ready")
+    ready_answer = {"type": "object", "properties": {"ready": {"type": "boolean"}}, "required": ["ready"]}
+    ready_answers = {
+        200: {"description": "Serving", "content": {JSON: {"schema": ready_answer}}},
+        503: {"description": "Starting or shutting down", "content": {JSON: {"schema": ready_answer}}},
+    }
+
+    @app.get("/v2/health/ready", responses=ready_answers)
     async def ready() -> Response:
         serving = core.ready()
         return FastJSONResponse({"ready": serving}, status_code=200 if serving else 503)
 
-    @app.get("/v2")
+    @app.get("/v2", responses=answers(KSERVE, SERVER))
     async def server(request: Request) -> Response:
         async def describe(call: Call) -> Response:
             return FastJSONResponse(
@@ -213,9 +228,12 @@ def add_kserve_routes(app: FastAPI, core: ServingCore) -> None:
 
     for versioned in ("", "/versions/{version}"):
         base = "/v2/models/{model}" + versioned
+        names = {"parameters": path_parameters(versioned)}  # the handlers read {version} themselves
 
-        @app.get(base)
-        async def metadata(request: Request, model: str, version: str = "") -> Response:
+        @app.get(base, responses=answers(KSERVE, METADATA), openapi_extra=names)
+        async def metadata(request: Request, model: str) -> Response:
+            version = request.path_params.get("version", "")
+
             async def describe(call: Call) -> Response:
                 info = core.model(model)
                 check_version(info, version)
@@ -236,8 +254,10 @@ def add_kserve_routes(app: FastAPI, core: ServingCore) -> None:
 
             return await handle(core, request, FIELD_NAMES, describe, KSERVE)
 
-        @app.get(base + "/config")
-        async def config(request: Request, model: str, version: str = "") -> Response:
+        @app.get(base + "/config", responses=answers(KSERVE, CONFIG), openapi_extra=names)
+        async def config(request: Request, model: str) -> Response:
+            version = request.path_params.get("version", "")
+
             async def describe(call: Call) -> Response:
                 info = core.model(model)
                 check_version(info, version)
@@ -259,13 +279,30 @@ def add_kserve_routes(app: FastAPI, core: ServingCore) -> None:
 
             return await handle(core, request, FIELD_NAMES, describe, KSERVE)
 
-        @app.get(base + "/ready")
-        async def model_ready(model: str, version: str = "") -> Response:
-            serving = version in ("", VERSION) and core.model_ready(model)
-            return FastJSONResponse({"name": model, "ready": serving}, status_code=200 if serving else 400)
+        ready_answers = {
+            200: {"description": "Ready", "content": {JSON: {"schema": READY}}},
+            404: {"description": "No served model (or version) of that name", "content": {JSON: {"schema": READY}}},
+            503: {"description": "Served, not ready yet (or no longer)", "content": {JSON: {"schema": READY}}},
+        }
 
-        @app.post(base + "/infer")
-        async def infer_route(request: Request, model: str, version: str = "") -> Response:
+        @app.get(base + "/ready", responses=ready_answers, openapi_extra=names)
+        async def model_ready(request: Request, model: str) -> Response:
+            """Triton's clients read any status but 200 as not ready."""
+            version = request.path_params.get("version", "")
+            versioned = version in ("", VERSION)
+            serving = versioned and core.model_ready(model)
+            known = versioned and (not core.ready() or model in {m.name for m in core.models()})
+            status = 200 if serving else 503 if known else 404
+            return FastJSONResponse({"name": model, "ready": serving}, status_code=status)
+
+        @app.post(
+            base + "/infer",
+            responses=answers(KSERVE, INFERRED),
+            openapi_extra={**INFER_BODY, "parameters": [*INFER_BODY["parameters"], *names["parameters"]]},
+        )
+        async def infer_route(request: Request, model: str) -> Response:
+            version = request.path_params.get("version", "")
+
             async def work(call: Call) -> Response:
                 info = core.model(model)
                 check_version(info, version)

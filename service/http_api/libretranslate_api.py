@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import functools
 import hmac
+from typing import Annotated
 
 import langcodes
 from fastapi import FastAPI, Request
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse, Response
 
 from modeldir.languages import language_name, language_tag
@@ -20,19 +22,58 @@ from ..core.translation.languages import AUTO
 from ..core.translation.translation import TranslateRequest, TranslationOptions
 from ..errors import Unauthenticated, invalid
 from ..ops.auth import REQUIRED, bearer_allowed
-from .call_handling import KEY_STATUSES, HttpApi, handle
+from .call_handling import KEY_STATUSES, HttpApi, TextError, handle
+from .documented_types import NULL, SourceTexts, Text
+from .openapi_document import FILL, answers, json_or_form
 from .request_fields import int_field, request_fields, string_field, texts_field
+from .schema_shapes import NUMBER, OBJECT, STRING, array, obj
 
 
 def libretranslate_error(refusal: Refusal) -> dict:
     return {"error": refusal.message}
 
 
-LIBRETRANSLATE = HttpApi("libretranslate", KEY_STATUSES, libretranslate_error, key_in_body=True)
+LIBRETRANSLATE = HttpApi("libretranslate", KEY_STATUSES, libretranslate_error, TextError, key_in_body=True)
 PATHS = ("/translate", "/detect", "/languages")
 NAMES = {"texts": "q", "source_language": "source", "target_language": "target"}
 TRANSLATE_FIELDS = {"q", "source", "target", "format", "alternatives", "api_key", "model"}
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
+API_KEY = "the server's token, where it requires one (or send it as a bearer token)"
+
+
+class LibreTranslateBody(BaseModel):
+    """/translate's fields, for the OpenAPI document (translate_request reads them, JSON or form)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    q: SourceTexts
+    source: Annotated[
+        str | None, WithJsonSchema({"anyOf": [{"type": "string", FILL: "libretranslate_sources"}, NULL]})
+    ] = AUTO
+    target: Annotated[str, WithJsonSchema({"type": "string", FILL: "libretranslate_targets"})]
+    format: Annotated[str, WithJsonSchema({"const": "text"})] = "text"
+    alternatives: Annotated[int, WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_ALTERNATIVES})] = 0
+    api_key: str | None = Field(None, description=API_KEY)
+    model: Annotated[str | None, WithJsonSchema({"anyOf": [{"type": "string", FILL: "translating_models"}, NULL]})] = (
+        None
+    )
+
+
+class LibreDetectBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    q: Text
+    api_key: str | None = Field(None, description=API_KEY)
+
+
+TRANSLATED = obj(
+    ("translatedText",),
+    translatedText={"anyOf": [STRING, array(STRING)]},
+    detectedLanguage={"anyOf": [OBJECT, array(OBJECT)]},
+    alternatives={"type": "array"},
+)
+DETECTED = array(obj(("confidence", "language"), confidence=NUMBER, language=STRING))
+LANGUAGES = array(obj(("code", "name", "targets"), code=STRING, name=STRING, targets=array(STRING)))
 
 
 @functools.cache
@@ -73,6 +114,8 @@ class KeyCheck:
         self.tokens = tokens
 
     def check(self, request: Request, fields: dict) -> None:
+        if fields.get("api_key") is not None and not isinstance(fields["api_key"], str):
+            raise invalid("api_key", f"a string, not {type(fields['api_key']).__name__}")
         if not self.tokens or bearer_allowed(request.headers.get("authorization"), self.tokens):
             return
         key = fields.get("api_key")
@@ -87,7 +130,10 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
         if name not in TRANSLATE_FIELDS:
             raise invalid(name, "not a field of /translate")
     texts, several = texts_field(fields, "q")
-    source = string_field(fields, "source", AUTO) or AUTO
+    source = string_field(fields, "source", AUTO)
+    if source == "":
+        raise invalid("source", f"empty; {AUTO!r} detects the language")
+    source = source or AUTO
     target = string_field(fields, "target")
     if not target:
         raise invalid("target", "required")
@@ -105,7 +151,9 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
 def add_libretranslate_routes(app: FastAPI, core: ServingCore, tokens: list[bytes] | None) -> None:
     keys = KeyCheck(tokens)
 
-    @app.post("/translate")
+    @app.post(
+        "/translate", responses=answers(LIBRETRANSLATE, TRANSLATED), openapi_extra=json_or_form(app, LibreTranslateBody)
+    )
     async def translate(request: Request) -> Response:
         async def work(call: Call) -> Response:
             fields = await request_fields(request)
@@ -129,7 +177,7 @@ def add_libretranslate_routes(app: FastAPI, core: ServingCore, tokens: list[byte
 
         return await handle(core, request, NAMES, work, LIBRETRANSLATE)
 
-    @app.post("/detect")
+    @app.post("/detect", responses=answers(LIBRETRANSLATE, DETECTED), openapi_extra=json_or_form(app, LibreDetectBody))
     async def detect(request: Request) -> Response:
         async def work(call: Call) -> Response:
             fields = await request_fields(request)
@@ -147,9 +195,24 @@ def add_libretranslate_routes(app: FastAPI, core: ServingCore, tokens: list[byte
 
         return await handle(core, request, NAMES, work, LIBRETRANSLATE)
 
-    @app.get("/languages")
+    @app.get("/languages", responses=answers(LIBRETRANSLATE, LANGUAGES))
     async def languages(request: Request) -> Response:
         async def work(call: Call) -> Response:
             return JSONResponse(languages_listing(core))
 
         return await handle(core, request, {}, work, LIBRETRANSLATE)
+
+
+def libretranslate_languages(core: ServingCore, target: bool) -> dict:
+    """The codes served, as a schema's enum ("auto" among the sources: detect it)."""
+    listing = languages_listing(core)
+    codes = (
+        sorted({t for entry in listing for t in entry["targets"]}) if target else [AUTO] + [e["code"] for e in listing]
+    )
+    return {"enum": codes}
+
+
+FILLS = {
+    "libretranslate_sources": lambda core: libretranslate_languages(core, target=False),
+    "libretranslate_targets": lambda core: libretranslate_languages(core, target=True),
+}

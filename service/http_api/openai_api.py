@@ -14,8 +14,11 @@ from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 
 from ..core.calls.lifecycle import Call, failure
 from ..core.calls.validation import GenerationOptions
@@ -36,7 +39,8 @@ from .call_handling import (
     refuse,
 )
 from .event_stream import AbortConnection, PacedEventStream, sse
-from .openai_types import CompletionsRequest, EmbeddingsRequest
+from .openai_types import CHUNK, COMPLETION, EMBEDDINGS, HEALTH, MODELS, CompletionsRequest, EmbeddingsRequest
+from .openapi_document import REF, answers
 
 log = logging.getLogger("attnserve.http")
 
@@ -121,23 +125,41 @@ def create_app(
         path = request.url.path
         return refuse(core, request.headers, path, invalid(field, str(first.get("msg"))), api_of(path))
 
+    @app.exception_handler(StarletteHTTPException)
+    async def refuse_in_api_shape(request: Request, error: StarletteHTTPException) -> Response:
+        """A body FastAPI could not parse is refused as its API refuses bodies; a method a path does not take
+        is answered with every method its routes take (two routes may share a path: DeepL's languages)."""
+        path = request.url.path
+        if error.status_code == 400:
+            return refuse(core, request.headers, path, invalid("body", f"not valid JSON: {error.detail}"), api_of(path))
+        if error.status_code == 405:
+            sharing = [route for route in app.routes if route.matches(request.scope)[0] == Match.PARTIAL]
+            allowed = ", ".join(sorted({method for route in sharing for method in route.methods}))
+            return JSONResponse({"detail": "Method Not Allowed"}, status_code=405, headers={"Allow": allowed})
+        return await http_exception_handler(request, error)
+
     @app.exception_handler(BodyTooLarge)
     async def refuse_large_body(request: Request, error: BodyTooLarge) -> JSONResponse:
         return refuse(core, request.headers, request.url.path, error.error(), api_of(request.url.path))
 
-    @app.get("/health")
+    health_answers = {
+        200: {"description": "Serving", "content": {"application/json": {"schema": HEALTH}}},
+        503: {"description": "Starting or shutting down", "content": {"application/json": {"schema": HEALTH}}},
+    }
+
+    @app.get("/health", responses=health_answers)
     async def health() -> Response:
         ready = core.ready()
         return JSONResponse({"status": "ok" if ready else "unavailable"}, status_code=200 if ready else 503)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=answers(OPENAI, MODELS))
     async def models(request: Request) -> Response:
         async def listing(call: Call) -> Response:
             return JSONResponse({"object": "list", "data": [model_card(m) for m in core.models()]})
 
         return await handle(core, request, {}, listing)
 
-    @app.post("/v1/embeddings")
+    @app.post("/v1/embeddings", responses=answers(OPENAI, EMBEDDINGS))
     async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
         async def embed(call: Call) -> Response:
             one = isinstance(body.input, str) or (body.input and all(isinstance(t, int) for t in body.input))
@@ -167,7 +189,24 @@ def create_app(
 
         return await handle(core, request, EMBEDDING_NAMES, embed)
 
-    @app.post("/v1/completions")
+    completions_answers = answers(OPENAI, COMPLETION)
+    event = {
+        "type": "string",
+        "description": "a chunk, or after it started an error in OpenAI's shape",
+        "contentMediaType": "application/json",
+        "contentSchema": {"anyOf": [CHUNK, {"$ref": REF.format(model="OpenAIError")}]},
+    }
+    done = {"const": "[DONE]", "description": "the last event"}
+    completions_answers[200]["content"]["text/event-stream"] = {  # each server-sent event
+        "schema": {
+            "anyOf": [
+                {"type": "object", "properties": {"data": done}, "required": ["data"]},
+                {"type": "object", "properties": {"data": event}, "required": ["data"]},
+            ]
+        }
+    }
+
+    @app.post("/v1/completions", responses=completions_answers)
     async def completions(body: CompletionsRequest, request: Request) -> Response:
         async def complete(call: Call) -> Response:
             unsupported = body.unsupported()
@@ -224,7 +263,7 @@ async def stream_completions(core, call: Call, body, prompts: list[str], options
     requests are checked and queued before the answer starts, so a refusal is a plain error status."""
     streams = await core.generation.stream_all(body.model, prompts, options, call.record)
     call.hold()
-    include_usage = bool((body.stream_options or {}).get("include_usage"))
+    include_usage = body.stream_options is not None and body.stream_options.include_usage
     return PacedEventStream(events(call, streams, include_usage), call, core.streams, abort)
 
 

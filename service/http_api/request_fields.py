@@ -5,6 +5,7 @@ field read as the type it must have, refused by name where it has another."""
 from __future__ import annotations
 
 import json
+import re
 from urllib.parse import parse_qs
 
 from starlette.requests import Request
@@ -16,14 +17,37 @@ FORM = "application/x-www-form-urlencoded"
 TRUE, FALSE = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
 
 
+class FormText(str):
+    """A value sent in a form or the query string, where every value is text: read as the number or
+    boolean a field needs. (In a JSON body, a number or boolean must be one.)"""
+
+
+def form_values(pairs: dict[str, list[str]]) -> dict[str, object]:
+    return {k: FormText(v[0]) if len(v) == 1 else [FormText(x) for x in v] for k, v in pairs.items()}
+
+
+async def body_of(request: Request) -> bytes:
+    try:
+        return await request.body()
+    except BodyTooLarge as error:  # read here, inside the call: refused as the call's own outcome
+        raise error.error() from None
+
+
+def json_object(body: bytes, kind: str) -> dict:
+    try:
+        parsed = json.loads(body)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:  # RecursionError: nested too deep
+        raise invalid("body", f"not valid JSON ({kind or 'no content type'}): {error}") from None
+    if not isinstance(parsed, dict):
+        raise invalid("body", f"a JSON object is required, not {type(parsed).__name__}")
+    return parsed
+
+
 async def request_fields(request: Request) -> dict[str, object]:
     """The query string's fields, then the body's over them. A form field sent once is a string, sent
     several times a list of strings; a JSON body keeps its own types."""
-    fields: dict[str, object] = {k: v[0] if len(v) == 1 else v for k, v in parse_qs(request.url.query).items()}
-    try:
-        body = await request.body()
-    except BodyTooLarge as error:  # read here, inside the call: refused as the call's own outcome
-        raise error.error() from None
+    fields = form_values(parse_qs(request.url.query, keep_blank_values=True))
+    body = await body_of(request)
     if not body.strip():
         return fields
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -32,16 +56,18 @@ async def request_fields(request: Request) -> dict[str, object]:
             form = parse_qs(body.decode(), keep_blank_values=True, strict_parsing=True)
         except (UnicodeDecodeError, ValueError) as error:
             raise invalid("body", f"not a valid form body: {error}") from None
-        fields.update({k: v[0] if len(v) == 1 else v for k, v in form.items()})
+        fields.update(form_values(form))
         return fields
-    try:
-        parsed = json.loads(body)
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:  # RecursionError: nested too deep
-        raise invalid("body", f"not valid JSON ({kind or 'no content type'}): {error}") from None
-    if not isinstance(parsed, dict):
-        raise invalid("body", f"a JSON object is required, not {type(parsed).__name__}")
-    fields.update(parsed)
+    fields.update(json_object(body, kind))
     return fields
+
+
+async def json_fields(request: Request) -> dict[str, object]:
+    """A JSON API's body (TEI's, Cohere's), read as JSON whatever its content type says (curl's -d says
+    it is a form); an empty body has no fields."""
+    body = await body_of(request)
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return json_object(body, kind) if body.strip() else {}
 
 
 def texts_field(fields: dict, name: str, required: bool = True) -> tuple[list[str], bool]:
@@ -66,18 +92,20 @@ def string_field(fields: dict, name: str, default: str | None = None) -> str | N
 
 
 def bool_field(fields: dict, name: str, default: bool = False) -> bool:
-    """true/false in JSON; 1/0, true/false in a form."""
+    """true/false in JSON; 1/0, true/false (yes/no, on/off) in a form."""
     value = fields.get(name, default)
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.lower() in TRUE + FALSE:
-        return value.lower() in TRUE
-    raise invalid(name, f"{value!r}: true or false (1 or 0)")
+    if isinstance(value, FormText) and value in TRUE + FALSE:
+        return value in TRUE
+    raise invalid(name, f"{value!r}: true or false (1 or 0 in a form)")
 
 
 def int_field(fields: dict, name: str, default: int, low: int, high: int) -> int:
     value = fields.get(name, default)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, FormText) and re.fullmatch("-?(0|[1-9][0-9]*)", value):  # as int() writes it
+        value = int(value)
+    if type(value) is float and value.is_integer():  # JSON Schema's integers include 3.0
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise invalid(name, f"{value!r}: an integer from {low} to {high}")

@@ -5,39 +5,63 @@ first, out. Errors in the OpenAI door's shape."""
 from __future__ import annotations
 
 import uuid
+from typing import Annotated
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse, Response
 
 from ..core.calls.lifecycle import Call
-from ..core.ranking.cross_encoding import RerankRequest
+from ..core.ranking.cross_encoding import TRUNCATIONS, RerankRequest
 from ..core.serving import ServingCore
 from ..errors import invalid
-from .call_handling import handle
+from .call_handling import OPENAI, handle
+from .documented_types import DOCUMENTS as LIMITED_DOCUMENTS
+from .documented_types import NULL, STRICT, TEXT, Integer, Text, model_field
+from .openai_types import RERANKED
+from .openapi_document import answers
 
 
 class RerankDocument(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **STRICT)
 
-    text: str
+    text: Text
+
+
+DOCUMENT = {
+    "type": "object",
+    "properties": {"text": TEXT},
+    "required": ["text"],
+    "additionalProperties": False,
+}
+DOCUMENTS = {"type": "array", "items": {"anyOf": [TEXT, DOCUMENT]}, **LIMITED_DOCUMENTS}
 
 
 class RerankBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **STRICT)
 
-    query: str
-    documents: list[str | RerankDocument] = Field(description="texts, or objects with a text (Cohere's, Jina's)")
-    model: str = Field("", description="a served cross-encoder; empty: the default one")
-    top_n: int | None = Field(None, description="only the best n")
+    query: Text
+    documents: Annotated[list[str | RerankDocument], WithJsonSchema(DOCUMENTS)] = Field(
+        description="texts, or objects with a text (Cohere's, Jina's)"
+    )
+    model: Annotated[str, model_field("reranking_models")] = Field(
+        "", description="a served cross-encoder; empty: the default one"
+    )
+    top_n: Annotated[Integer | None, WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, NULL]})] = Field(
+        None, description="only the best n"
+    )
     return_documents: bool = False
     raw_scores: bool = Field(False, description="attnserve's: the logits, without the checkpoint's activation")
-    truncation: str = Field("longest_first", description="attnserve's: longest_first, or only_document")
-    max_chunks_per_doc: int | None = Field(None, description="Cohere's; refused when set: no chunking here")
+    truncation: Annotated[str, WithJsonSchema({"enum": list(TRUNCATIONS)})] = Field(
+        "longest_first", description="attnserve's: where a pair too long is cut"
+    )
+    max_chunks_per_doc: Annotated[Integer | None, WithJsonSchema(NULL)] = Field(
+        None, description="Cohere's; refused when set: no chunking here"
+    )
 
 
 def add_rerank_routes(app: FastAPI, core: ServingCore) -> None:
-    @app.post("/v1/rerank")
+    @app.post("/v1/rerank", responses=answers(OPENAI, RERANKED))
     async def rerank(body: RerankBody, request: Request) -> Response:
         async def work(call: Call) -> Response:
             if body.max_chunks_per_doc is not None:

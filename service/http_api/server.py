@@ -23,9 +23,11 @@ from . import cohere_api, deepl_api, kserve_api, libretranslate_api, tei_api
 from .call_handling import OPENAI, BodyTooLarge, HttpApi, refuse
 from .cohere_api import add_cohere_routes
 from .deepl_api import add_deepl_routes
+from .documented_types import FILLS
 from .kserve_api import add_kserve_routes
 from .libretranslate_api import add_libretranslate_routes
 from .openai_api import create_app
+from .openapi_document import serve_document
 from .rerank_api import add_rerank_routes
 from .tei_api import add_tei_routes
 
@@ -109,6 +111,8 @@ class HttpServer:
         add_tei_routes(api, self.core)
         add_cohere_routes(api, self.core)
         add_kserve_routes(api, self.core)
+        fills = {**FILLS, **deepl_api.FILLS, **libretranslate_api.FILLS, **cohere_api.FILLS}
+        serve_document(api, self.core, fills)
         app = Guard(api, tokens, c.max_message_bytes, self.core)
         settings = uvicorn.Config(
             app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c)

@@ -6,8 +6,8 @@ a softmax of several. Errors in TEI's shape, {"error", "error_type"}, with its s
 
 from __future__ import annotations
 
-import json
 import time
+from typing import Literal
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -29,16 +29,20 @@ from ..errors import (
     Unavailable,
     invalid,
 )
-from .call_handling import FastJSONResponse, HttpApi, body_error, handle
-from .request_fields import request_fields
+from .call_handling import FastJSONResponse, HttpApi, TextError, body_error, handle
+from .openapi_document import FILL, JSON, REF, answers, request_body
+from .request_fields import json_fields
+from .tei_answers import INFO, LABELLED, NUMBERS, RANKED, SPARSE, TOKENS, VECTORS
 from .tei_info import tei_info
 from .tei_types import (
     ClassificationBody,
+    ClassificationParameters,
     DecodeBody,
     EmbedAllBody,
     PredictBody,
     SimilarityBody,
     SimilarityParameters,
+    SparseBody,
     TeiEmbedBody,
     TeiRerankBody,
     TokenizeBody,
@@ -61,7 +65,17 @@ TEI_STATUSES = StatusTable(
     internal=(500, "Backend"),
     code=lambda status: str(status[0]),
 )
-TEI = HttpApi("tei", TEI_STATUSES, lambda refusal: {"error": refusal.message, "error_type": refusal.status[1]})
+
+
+class TeiError(TextError):
+    """TEI's error body."""
+
+    error_type: Literal["Validation", "Overloaded", "Unhealthy", "Backend", "Unauthorized"]
+
+
+TEI = HttpApi(
+    "tei", TEI_STATUSES, lambda refusal: {"error": refusal.message, "error_type": refusal.status[1]}, TeiError
+)
 PATHS = (
     "/",
     "/embed",
@@ -107,13 +121,25 @@ def characters(inputs) -> int:
 
 def classifier(core: ServingCore, name: str, labels: str) -> str:
     """The model a TEI route asks for: the named one; else the first cross-encoder of one label (a reranker,
-    labels "one") or of several (a classifier), as TEI tells them apart; else the default one."""
+    labels "one") or of several (a classifier), as TEI tells them apart."""
     if name:
         return name
     for model in core.models():
         if model.task == "classification" and (len(model.labels) == 1) == (labels == "one"):
             return model.name
-    return ""
+    kind = "reranker (a cross-encoder of one label)" if labels == "one" else "classifier of several labels"
+    raise NotFound(f"model: no {kind} is served", "model")
+
+
+def giving(core: ServingCore, name: str, output: str) -> str:
+    """The model an embedding route asks for: the named one; else the default embedding model where it
+    gives `output`, else the first that does."""
+    if name:
+        return name
+    models = [m for m in core.models() if m.task == "embedding" and output in m.outputs]
+    if not models:
+        raise NotFound(f"model: no served model gives {output} vectors", "model")
+    return next((m.name for m in models if m.is_default), models[0].name)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -137,7 +163,7 @@ def labelled(labels: tuple[str, ...], scores: np.ndarray, top_k: int | None = No
 def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
     async def embed(body: EmbedAllBody, output: str, call: Call, **fields) -> tuple[EmbedResult, dict]:
         request = EmbedRequest(
-            model=body.model,
+            model=giving(core, body.model, output),
             inputs=[body.inputs]
             if isinstance(body.inputs, str) or (body.inputs and isinstance(body.inputs[0], int))
             else body.inputs,
@@ -155,7 +181,7 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
         result, headers = await embed(body, "dense", call, normalize=body.normalize, dimensions=body.dimensions)
         return FastJSONResponse(result.vectors.tolist(), headers=headers)
 
-    async def sparse(body: EmbedAllBody, call: Call) -> Response:
+    async def sparse(body: SparseBody, call: Call) -> Response:
         result, headers = await embed(body, "sparse", call)
         rows = [[{"index": int(i), "value": float(v)} for i, v in zip(s.indices, s.values)] for s in result.sparse]
         return FastJSONResponse(rows, headers=headers)
@@ -209,7 +235,7 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
     async def text_classification(body: ClassificationBody, call: Call) -> Response:
         """huggingface_hub's text_classification: a list of labels per input, best first."""
         inputs = [body.inputs] if isinstance(body.inputs, str) else body.inputs
-        p = body.parameters
+        p = body.parameters or ClassificationParameters()
         result, scores = await classified(body, inputs, call, p.function_to_apply)
         return FastJSONResponse([labelled(result.labels, row, p.top_k) for row in scores])
 
@@ -240,19 +266,19 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
         return FastJSONResponse(await core.tokenization.decode(body.model, ids, body.skip_special_tokens, call.record))
 
     routes = {
-        "/embed": (TeiEmbedBody, dense),
-        "/embed_sparse": (EmbedAllBody, sparse),
-        "/embed_all": (EmbedAllBody, every_token),
-        "/rerank": (TeiRerankBody, rerank),
-        "/predict": (PredictBody, predict),
-        "/similarity": (SimilarityBody, similarity),
-        "/tokenize": (TokenizeBody, tokenize),
-        "/decode": (DecodeBody, decode),
+        "/embed": (TeiEmbedBody, dense, VECTORS),
+        "/embed_sparse": (SparseBody, sparse, SPARSE),
+        "/embed_all": (EmbedAllBody, every_token, {"type": "array", "items": VECTORS}),
+        "/rerank": (TeiRerankBody, rerank, RANKED),
+        "/predict": (PredictBody, predict, {"anyOf": [LABELLED, {"type": "array", "items": LABELLED}]}),
+        "/similarity": (SimilarityBody, similarity, NUMBERS),
+        "/tokenize": (TokenizeBody, tokenize, TOKENS),
+        "/decode": (DecodeBody, decode, {"type": "array", "items": {"type": "string"}}),
     }
 
     async def answer(request: Request, kind, work) -> Response:
         async def run(call: Call) -> Response:
-            fields = await request_fields(request)
+            fields = await json_fields(request)
             try:
                 body = kind.model_validate(fields)
             except ValidationError as error:
@@ -267,33 +293,57 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
 
         return endpoint
 
-    for path, (kind, work) in routes.items():
-        app.add_api_route(path, route(kind, work), methods=["POST"])
-
-    @app.post("/")
-    async def root(request: Request) -> Response:
-        """InferenceClient's tasks, told apart by their bodies: sentence_similarity's inputs are an object;
-        text_classification sends "parameters"; a "query" and "texts" are a rerank; the rest is embedding,
-        sparse where the model's first output is (a SPLADE model)."""
-        try:
-            fields = json.loads(await request.body() or b"{}")
-        except (ValueError, RecursionError):  # the route it goes to refuses it by name
-            fields = {}
-        fields = fields if isinstance(fields, dict) else {}
-        if isinstance(fields.get("inputs"), dict):
-            return await answer(request, SimilarityBody, similarity)
-        if "parameters" in fields:
-            return await answer(request, ClassificationBody, text_classification)
-        if "query" in fields and "texts" in fields:
-            return await answer(request, TeiRerankBody, rerank)
-        return await answer(request, TeiEmbedBody, embedding)
+    for path, (kind, work, shape) in routes.items():
+        documented = request_body(app, kind)
+        app.add_api_route(
+            path, route(kind, work), methods=["POST"], responses=answers(TEI, shape), openapi_extra=documented
+        )
 
     async def embedding(body: TeiEmbedBody, call: Call) -> Response:
         model = core.model_for(body.model, "embedding", call.record.rpc)
         return await (sparse if model.outputs[0] == "sparse" else dense)(body, call)
 
-    @app.get("/info")
+    # InferenceClient's tasks on the base URL, told apart by their bodies, in this order: the first kind the
+    # body fits answers (sentence_similarity's inputs are an object; text_classification sends "parameters";
+    # a query and texts are a rerank; the rest is embedding, sparse where the model's first output is).
+    by_shape = [
+        (SimilarityBody, similarity),
+        (ClassificationBody, text_classification),
+        (TeiRerankBody, rerank),
+        (TeiEmbedBody, embedding),
+    ]
+    root_body = {"anyOf": [{"$ref": REF.format(model=kind.__name__)} for kind, _ in by_shape]}
+    for kind, _ in by_shape:
+        request_body(app, kind)
+
+    @app.post(
+        "/",
+        responses=answers(TEI, {"anyOf": [NUMBERS, {"type": "array", "items": LABELLED}, RANKED, VECTORS, SPARSE]}),
+        openapi_extra={"requestBody": {"required": True, "content": {JSON: {"schema": root_body}}}},
+    )
+    async def root(request: Request) -> Response:
+        async def run(call: Call) -> Response:
+            fields = await json_fields(request)
+            errors = []
+            for kind, work in by_shape:
+                try:
+                    body = kind.model_validate(fields)
+                except ValidationError as error:
+                    errors.append(error)
+                    continue
+                return await work(body, call)
+            # Fitting none: the error of the kind the body looks most like (the last, embedding, by default).
+            looks = [isinstance(fields.get("inputs"), dict), "parameters" in fields, "query" in fields, True]
+            raise body_error(errors[looks.index(True)]) from None
+
+        return await handle(core, request, NAMES, run, TEI)
+
+    model_query = {"name": "model", "in": "query", "required": False, "schema": {"type": "string", FILL: "any_model"}}
+
+    @app.get("/info", responses=answers(TEI, INFO), openapi_extra={"parameters": [model_query]})
     async def info(request: Request) -> Response:
+        """The model a TEI route answers with (attnserve's `model`: the named one)."""
+
         async def describe(call: Call) -> Response:
             return FastJSONResponse(tei_info(core, request.query_params.get("model", "")))
 

@@ -5,22 +5,43 @@ extension: TEI serves one model, attnserve the default of the route's kind unles
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from ..errors import invalid
+from .documented_types import (
+    DIMENSIONS,
+    DOCUMENTS,
+    PROMPT_NAME,
+    STRICT,
+    TEXT,
+    TEXTS,
+    TOKEN_IDS,
+    Integer,
+    Text,
+    TextOrTexts,
+    model_field,
+)
+from .openapi_document import FILL
 
 # A single text, a single input of token ids, or a batch of either (TEI's Input and InputType, untagged).
-Inputs = str | list[int] | list[str | list[int]]
+BATCH = {"type": "array", "items": {"anyOf": [TEXT, TOKEN_IDS]}, "minItems": 1, FILL: "batch"}
+Inputs = Annotated[str | list[Integer] | list[str | list[Integer]], WithJsonSchema({"anyOf": [TEXT, TOKEN_IDS, BATCH]})]
+# One text, a pair, or a batch of either.
+TEXT_OR_PAIR = {"type": "array", "items": TEXT, "minItems": 1, "maxItems": 2}
+PREDICT_INPUTS = {"anyOf": [TEXT, TEXT_OR_PAIR, {"type": "array", "items": TEXT_OR_PAIR, "minItems": 1, FILL: "batch"}]}
+# The source sentence is one of the call's texts.
+SENTENCES = {**TEXTS, FILL: "batch_less_one"}
+IDS = {"anyOf": [TOKEN_IDS, {"type": "array", "items": TOKEN_IDS, "minItems": 1, FILL: "batch"}]}
 Direction = Literal["Left", "Right", "left", "right"]
-MODEL = Field("", description="attnserve's: a served model; empty: the default one of the route's kind")
+MODEL = "attnserve's: a served model; empty: the default one of the route's kind"
 
 
 class TeiBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", **STRICT)
 
-    model: str = MODEL
+    model: Annotated[str, model_field("dense_models")] = Field("", description=MODEL)
 
 
 class Truncation(TeiBody):
@@ -37,38 +58,52 @@ class Truncation(TeiBody):
 
 
 class EmbedAllBody(Truncation):
+    """/embed_all's (every token's vector); /embed_sparse's is SparseBody."""
+
+    model: Annotated[str, model_field("token_embedding_models")] = Field("", description=MODEL)
     inputs: Inputs
-    prompt_name: str | None = None
+    prompt_name: Annotated[str | None, PROMPT_NAME] = None
+
+
+class SparseBody(EmbedAllBody):
+    model: Annotated[str, model_field("sparse_models")] = Field("", description=MODEL)
 
 
 class TeiEmbedBody(EmbedAllBody):
+    model: Annotated[str, model_field("dense_models")] = Field("", description=MODEL)
     normalize: bool = True
-    dimensions: int | None = None
+    dimensions: Annotated[Integer | None, DIMENSIONS] = None
 
 
 class PredictBody(Truncation):
-    inputs: str | list[str] | list[list[str]] = Field(description="a text, a pair [a, b], or a list of either")
+    model: Annotated[str, model_field("tei_classifying_models")] = Field("", description=MODEL)
+    inputs: Annotated[str | list[str] | list[list[str]], WithJsonSchema(PREDICT_INPUTS)] = Field(
+        description="a text, a pair [a, b], or a list of either"
+    )
     raw_scores: bool = False
 
 
 class TeiRerankBody(Truncation):
-    query: str
-    texts: list[str]
+    model: Annotated[str, model_field("reranking_models")] = Field("", description=MODEL)
+    query: Text
+    texts: Annotated[list[str], WithJsonSchema({"type": "array", "items": TEXT, **DOCUMENTS})]
     raw_scores: bool = False
     return_text: bool = False
 
 
 class SimilarityInputs(BaseModel):
-    source_sentence: str
-    sentences: list[str]
+    model_config = STRICT
+
+    source_sentence: Text
+    sentences: Annotated[list[str], WithJsonSchema(SENTENCES)]
 
 
 class SimilarityParameters(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", **STRICT)
 
     truncate: bool | None = None
     truncation_direction: Direction = "Right"
-    prompt_name: str | None = None
+    prompt_name: Annotated[str | None, PROMPT_NAME] = None
 
 
 class SimilarityBody(TeiBody):
@@ -77,28 +112,33 @@ class SimilarityBody(TeiBody):
 
 
 class TokenizeBody(TeiBody):
-    inputs: str | list[str]
+    model: Annotated[str, model_field("tokenizing_models")] = Field("", description=MODEL)
+    inputs: TextOrTexts
     add_special_tokens: bool = True
-    prompt_name: str | None = None
+    prompt_name: Annotated[str | None, PROMPT_NAME] = None
 
 
 class DecodeBody(TeiBody):
-    ids: list[int] | list[list[int]]
+    model_config = ConfigDict(json_schema_extra={FILL: "decode_rules"})
+
+    model: Annotated[str, model_field("any_model")] = Field("", description=MODEL)
+    ids: Annotated[list[Integer] | list[list[Integer]], WithJsonSchema(IDS)]
     skip_special_tokens: bool = True
 
 
 class ClassificationParameters(BaseModel):
     """huggingface_hub's text_classification parameters (POST / with a "parameters" object)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", **STRICT)
 
-    top_k: int | None = Field(None, ge=1)
+    top_k: Integer | None = Field(None, ge=1)
     function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
 
 
 class ClassificationBody(Truncation):
-    inputs: str | list[str]
-    parameters: ClassificationParameters = ClassificationParameters()
+    model: Annotated[str, model_field("tei_classifying_models")] = Field("", description=MODEL)
+    inputs: TextOrTexts
+    parameters: ClassificationParameters | None = Field(description="sent by text_classification: tells it apart")
 
 
 def predict_inputs(inputs: str | list[str] | list[list[str]]) -> tuple[list[str | tuple[str, str]], bool]:

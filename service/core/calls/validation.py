@@ -16,6 +16,7 @@ from ..models.served_models import ServedSeq2SeqModel
 MAX_LENGTH_PENALTY = 10.0
 MAX_STOP_SEQUENCES = 8
 MAX_STOP_LENGTH = 64
+MAX_SEED = 2**64 - 1  # a seed is an unsigned 64-bit integer (gRPC's uint64)
 EARLY_STOPPING_VALUES = ("false", "true", "never")  # transformers': heuristic, on, never
 
 
@@ -145,6 +146,8 @@ def generation_params(
     for i, stop in enumerate(p.stop):
         if not 1 <= len(stop) <= MAX_STOP_LENGTH:
             raise invalid(f"params.stop[{i}]", f"{len(stop)} characters; 1 to {MAX_STOP_LENGTH}")
+    if p.seed is not None and not 0 <= p.seed <= MAX_SEED:
+        raise invalid("params.seed", f"{p.seed}; 0 to {MAX_SEED}")
     if p.temperature == 0:
         # Greedy decoding has nothing to sample from: sampling options would silently do nothing.
         for name, set_ in (("top_k", p.top_k), ("top_p", p.top_p), ("seed", p.seed is not None)):

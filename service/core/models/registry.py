@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...errors import NotFound, invalid
 from ..info import ModelInfo
-from .served_models import ServedCrossEncoder, ServedEmbeddingModel, ServedModel
+from .served_models import ServedCrossEncoder, ServedEmbeddingModel, ServedModel, ServedSeq2SeqModel
 
 
 class ModelRegistry:
@@ -61,6 +61,9 @@ class ModelRegistry:
             outputs=m.outputs if m.task == "embedding" else (),
             pooling=m.pooling if isinstance(m, ServedEmbeddingModel) else "",
             precision=m.precision,
+            vocab_size=m.architecture.vocab_size,
+            max_new_tokens=m.limits.max_new_tokens if isinstance(m, ServedSeq2SeqModel) else 0,
+            token_offsets=hasattr(m.tokenizer, "spans"),
         )
 
     @property
