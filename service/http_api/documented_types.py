@@ -125,8 +125,9 @@ def translating_models(core: ServingCore) -> dict:
 
 def language_rules(core: ServingCore) -> dict:
     """A named model's languages: one that names none takes neither; one that needs a source or target
-    language is sent it (an unnamed model is chosen by the languages, the source detected)."""
-    rules = []
+    language is sent it (an unnamed model is chosen by the languages, the source detected). A target
+    language's code is the first token generated: one new token fewer for the request."""
+    rules, forcing = [], []
     for m in core.models():
         if m.task != "seq2seq":
             continue
@@ -134,15 +135,22 @@ def language_rules(core: ServingCore) -> dict:
             then = {"properties": {"source_language": NULL, "target_language": NULL}}
         else:
             needed = [
-                n
-                for n, need in (
+                name
+                for name, need in (
                     ("source_language", m.needs_source_language),
                     ("target_language", m.needs_target_language),
                 )
                 if need
             ]
             then = {"properties": {n: {"type": "string"} for n in needed}, "required": needed}
+            if m.needs_target_language:
+                forcing.append(m.max_new_tokens - 1)
+                then["properties"]["max_tokens"] = {"anyOf": [{"type": "integer", "maximum": forcing[-1]}, NULL]}
         rules.append({"if": {"properties": {"model": {"const": m.name}}, "required": ["model"]}, "then": then})
+    if forcing:  # an unnamed model chosen by its target language
+        most = {"anyOf": [{"type": "integer", "maximum": max(forcing)}, NULL]}
+        targeted = {"properties": {"target_language": {"type": "string"}}, "required": ["target_language"]}
+        rules.append({"if": targeted, "then": {"properties": {"max_tokens": most}}})
     return {"allOf": rules}
 
 
