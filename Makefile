@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MODELS := build/models
 
-.PHONY: run test test-fast test-deps models proto peers pylate perf-analyzer device-kit clean
+.PHONY: run test test-fast test-deps models proto peers pylate whisper-reference perf-analyzer device-kit clean
 
 # Stamps record which extra is installed; they are remade when pyproject.toml changes.
 $(VENV)/.export: pyproject.toml
@@ -30,7 +30,7 @@ test-deps:
 	  { apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
 	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; }; }
 
-test: $(VENV)/.dev test-deps perf-analyzer pylate
+test: $(VENV)/.dev test-deps perf-analyzer pylate whisper-reference
 	$(BIN)/python -m pytest
 
 # For local work: the tests that export no model and start no server (tests/conftest.py marks the others
@@ -75,5 +75,16 @@ $(PYLATE)/.installed: testing/pylate.txt
 
 pylate: $(PYLATE)/.installed
 
+# faster-whisper, the reference the Whisper tests hold decoding and tokens to, in an environment of its own
+# (testing/faster_whisper.txt says why).
+WHISPER_REFERENCE := .venv-whisper
+$(WHISPER_REFERENCE)/.installed: testing/faster_whisper.txt
+	rm -rf $(WHISPER_REFERENCE)
+	$(PYTHON) -m venv $(WHISPER_REFERENCE)
+	$(WHISPER_REFERENCE)/bin/pip install --quiet -r testing/faster_whisper.txt
+	touch $@
+
+whisper-reference: $(WHISPER_REFERENCE)/.installed
+
 clean:
-	rm -rf $(VENV) $(PEERS) $(PYLATE) build
+	rm -rf $(VENV) $(PEERS) $(PYLATE) $(WHISPER_REFERENCE) build

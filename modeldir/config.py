@@ -34,6 +34,12 @@ class ModelConfig:
     positions: Literal["sinusoidal", "sinusoidal_split", "sinusoidal_fairseq", "learned"] = "sinusoidal"
     # Added to every position before the table is read: M2M100 and NLLB count from pad_id + 1, mBART from 2.
     position_offset: int = 0
+    # What the encoder reads: token ids, or (Whisper) log-mel frames of n_mels through a stem of two 1-D
+    # convolutions (the second of stride 2), its positions a fixed table of its own (sinusoidal_whisper:
+    # fairseq's frequencies, no pad row) of max_source_positions rows, the convolutions' output length.
+    encoder_input: Literal["tokens", "log_mel"] = "tokens"
+    n_mels: int = 0
+    max_source_positions: int = 0
     norm_placement: Literal["post", "pre"] = "post"  # post: the paper; pre: LayerNorm inside the residual branch
     activation: Literal["relu", "gelu", "gelu_tanh", "silu"] = "relu"
     layer_norm_eps: float = 1e-5
@@ -139,6 +145,12 @@ class ModelConfig:
             problems.append("pair_segments needs type_vocab_size >= 2")
         if self.default_prompt_name is not None and self.default_prompt_name not in dict(self.prompts):
             problems.append(f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts")
+        if self.encoder_input not in ("tokens", "log_mel"):
+            problems.append(f"encoder_input must be 'tokens' or 'log_mel', not {self.encoder_input!r}")
+        if self.encoder_input == "log_mel" and (
+            self.task != "seq2seq" or self.n_mels < 1 or self.max_source_positions < 1
+        ):
+            problems.append("a log-mel encoder needs task 'seq2seq', n_mels and max_source_positions")
         if self.max_input_tokens > self.max_positions:
             problems.append(f"max_input_tokens {self.max_input_tokens} exceeds max_positions {self.max_positions}")
         if problems:

@@ -34,17 +34,19 @@ def sinusoid_table(n_positions: int, d_model: int, split: bool = False) -> Tenso
     return table.float()
 
 
-def fairseq_sinusoid_table(n_positions: int, d_model: int, padding_idx: int) -> Tensor:
-    """fairseq's table (M2M100, NLLB): frequencies exp(-i ln(10000) / (d/2 - 1)), all sines then all
-    cosines (a zero column for an odd d_model), the padding_idx row zero; in float32, as fairseq and
-    transformers compute it, so that the values are theirs to the bit. (P, d_model)"""
+def fairseq_sinusoid_table(n_positions: int, d_model: int, padding_idx: int | None) -> Tensor:
+    """fairseq's table (M2M100, NLLB; Whisper's encoder without a padding row): frequencies
+    exp(-i ln(10000) / (d/2 - 1)), all sines then all cosines (a zero column for an odd d_model), the
+    padding_idx row zero; in float32, as fairseq, openai-whisper and transformers compute it, so that the
+    values are theirs to the bit. (P, d_model)"""
     half = d_model // 2
     frequency = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
     angles = torch.arange(n_positions, dtype=torch.int64).float()[:, None] * frequency[None]
     table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
     if d_model % 2:
         table = torch.cat([table, torch.zeros(n_positions, 1)], dim=1)
-    table[padding_idx] = 0
+    if padding_idx is not None:
+        table[padding_idx] = 0
     return table
 
 
@@ -90,6 +92,24 @@ class Embeddings(nn.Module):
         elif self.token_types is not None:
             x = x + self.token_types.weight[0]  # every input is a single segment
         return self.norm(x) if self.norm is not None else x
+
+
+class AudioEmbeddings(nn.Module):
+    """Whisper's stem: log-mel frames through two 1-D convolutions of width 3 (the second of stride 2, which
+    halves the frames), each followed by GELU, then the fixed sinusoidal positions."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.conv1 = nn.Conv1d(config.n_mels, config.d_model, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(config.d_model, config.d_model, kernel_size=3, stride=2, padding=1)
+        table = fairseq_sinusoid_table(config.max_source_positions, config.d_model, padding_idx=None)
+        self.register_buffer("sinusoids", table, persistent=False)  # rebuilt from the config: not a weight
+
+    def forward(self, features: Tensor) -> Tensor:
+        """features (B, n_mels, frames) -> (B, frames / 2, d_model)"""
+        x = nn.functional.gelu(self.conv1(features))
+        x = nn.functional.gelu(self.conv2(x)).transpose(1, 2)
+        return x + self.sinusoids[: x.shape[1]]
 
 
 class FeedForward(nn.Module):
@@ -163,16 +183,21 @@ def _final_norm(config: ModelConfig) -> nn.Module:
 
 
 class Encoder(nn.Module):
-    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding | None):
         super().__init__()
-        self.embeddings = Embeddings(config, tokens)
+        self.audio = config.encoder_input == "log_mel"
+        self.embeddings = AudioEmbeddings(config) if self.audio else Embeddings(config, tokens)
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
         self.final_norm = _final_norm(config)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        """input_ids, attention_mask (B, S), right-padded -> last_hidden_state (B, S, d_model)"""
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
-        x = self.embeddings(input_ids, positions)
+    def forward(self, inputs: Tensor, attention_mask: Tensor) -> Tensor:
+        """inputs: token ids (B, S), right-padded, or log-mel features (B, n_mels, 2S); attention_mask (B, S)
+        -> last_hidden_state (B, S, d_model)"""
+        if self.audio:
+            x = self.embeddings(inputs)
+        else:
+            positions = torch.arange(inputs.shape[1], device=inputs.device)[None]
+            x = self.embeddings(inputs, positions)
         mask = attention_mask.bool()[:, None, :]  # (B, 1, S)
         for layer in self.layers:
             x = layer(x, mask)
@@ -273,8 +298,11 @@ class Seq2SeqModel(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        source_tokens = _token_table(config)
-        target_tokens = source_tokens if config.share_embeddings else _token_table(config)
+        if config.encoder_input == "log_mel":  # the encoder hears audio: only the decoder has tokens
+            source_tokens, target_tokens = None, _token_table(config)
+        else:
+            source_tokens = _token_table(config)
+            target_tokens = source_tokens if config.share_embeddings else _token_table(config)
         self.encoder = Encoder(config, source_tokens)
         self.decoder = Decoder(config, target_tokens)
         if not config.tie_output:
@@ -282,8 +310,8 @@ class Seq2SeqModel(nn.Module):
         if config.output_bias:
             self.logits_bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def encode(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        return self.encoder(input_ids, attention_mask)
+    def encode(self, inputs: Tensor, attention_mask: Tensor) -> Tensor:
+        return self.encoder(inputs, attention_mask)
 
     def project_cross(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Each decoder layer's cross-attention K/V of the encoder output: computed once per sequence."""

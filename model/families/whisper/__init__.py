@@ -1,0 +1,1 @@
+"""Whisper (transformers' WhisperForConditionalGeneration): speech recognition and translation into English."""
