@@ -20,6 +20,7 @@ from .openapi_document import FILL
 
 STRICT = ConfigDict(strict=True)  # no text read as a number, no number as a boolean
 NULL = {"type": "null"}
+NAMED = {"type": "string", "minLength": 1}  # a language named (an empty one is unset)
 TEXT = {"type": "string", "minLength": 1, "pattern": "^[^\\u0000]*$", "description": "not empty, no NUL"}
 TEXTS = {"type": "array", "items": TEXT, "minItems": 1, FILL: "batch", "x-limit": "max_client_batch_size"}
 TOKEN_IDS = {
@@ -96,7 +97,7 @@ def model_languages(core: ServingCore) -> dict:
     of them are taken too)."""
     codes = {code for m in core.translation_languages() for code in (*m.sources, *m.targets)}
     tags = {tag.language for tag in map(language_tag, codes) if tag and tag.language}
-    return {"enum": sorted(codes | tags)}
+    return {"enum": ["", *sorted(codes | tags)]}  # empty: unset, as gRPC's empty string is
 
 
 def model_names(fits: Callable[[ModelInfo], bool]):
@@ -132,7 +133,8 @@ def language_rules(core: ServingCore) -> dict:
         if m.task != "seq2seq":
             continue
         if not m.languages:
-            then = {"properties": {"source_language": NULL, "target_language": NULL}}
+            unset = {"enum": [None, ""]}
+            then = {"properties": {"source_language": unset, "target_language": unset}}
         else:
             needed = [
                 name
@@ -142,14 +144,14 @@ def language_rules(core: ServingCore) -> dict:
                 )
                 if need
             ]
-            then = {"properties": {n: {"type": "string"} for n in needed}, "required": needed}
+            then = {"properties": {n: NAMED for n in needed}, "required": needed}
             if m.needs_target_language:
                 forcing.append(m.max_new_tokens - 1)
                 then["properties"]["max_tokens"] = {"anyOf": [{"type": "integer", "maximum": forcing[-1]}, NULL]}
         rules.append({"if": {"properties": {"model": {"const": m.name}}, "required": ["model"]}, "then": then})
     if forcing:  # an unnamed model chosen by its target language
         most = {"anyOf": [{"type": "integer", "maximum": max(forcing)}, NULL]}
-        targeted = {"properties": {"target_language": {"type": "string"}}, "required": ["target_language"]}
+        targeted = {"properties": {"target_language": NAMED}, "required": ["target_language"]}
         rules.append({"if": targeted, "then": {"properties": {"max_tokens": most}}})
     return {"allOf": rules}
 

@@ -15,6 +15,7 @@ from .documented_types import (
     INPUT_TYPE,
     LANGUAGE,
     MAX_NEW_TOKENS,
+    NAMED,
     NULL,
     PROMPT_NAME,
     STRICT,
@@ -83,8 +84,8 @@ COMPLETION_RULES = [
         },
     },
     {  # a source language needs a target language
-        "if": {"properties": {"source_language": {"type": "string"}}, "required": ["source_language"]},
-        "then": {"properties": {"target_language": {"type": "string"}}, "required": ["target_language"]},
+        "if": {"properties": {"source_language": NAMED}, "required": ["source_language"]},
+        "then": {"properties": {"target_language": NAMED}, "required": ["target_language"]},
     },
 ]
 STOP = {"type": "string", "minLength": 1, "maxLength": 64}
