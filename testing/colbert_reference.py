@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
+from testing.environments import environment_python
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "testing" / "pylate_reference.py"
-PYLATE_PYTHON = ROOT / ".venv-pylate" / "bin" / "python"
 
 
 def pylate_python() -> Path:
     """PyLate's environment's python, made first if it is not there (`make pylate`)."""
-    if not PYLATE_PYTHON.exists():
-        subprocess.run(["make", "-s", "pylate"], cwd=ROOT, check=True, stdout=sys.stderr)
-    return PYLATE_PYTHON
+    return environment_python(".venv-pylate", "pylate")
 
 
 def random_encoder(out_dir: Path, d_model: int = 32, layers: int = 2, seed: int = 0) -> Path:

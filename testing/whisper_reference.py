@@ -4,26 +4,20 @@ made by `make whisper-reference` if it is not there)."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "testing" / "faster_whisper_reference.py"
-WHISPER_PYTHON = ROOT / ".venv-whisper" / "bin" / "python"
+from testing.environments import environment_python
 
-
-def whisper_python() -> Path:
-    if not WHISPER_PYTHON.exists():
-        subprocess.run(["make", "-s", "whisper-reference"], cwd=ROOT, check=True, stdout=sys.stderr)
-    return WHISPER_PYTHON
+SCRIPT = Path(__file__).resolve().parent / "faster_whisper_reference.py"
 
 
 def decoded_by_faster_whisper(files: list[Path]) -> list[np.ndarray]:
     """Each file as faster_whisper.decode_audio gives it."""
     with tempfile.TemporaryDirectory() as out:
-        command = [str(whisper_python()), str(SCRIPT), "decode", out, *map(str, files)]
+        python = environment_python(".venv-whisper", "whisper-reference")
+        command = [str(python), str(SCRIPT), "decode", out, *map(str, files)]
         subprocess.run(command, check=True, capture_output=True)
         return [np.load(Path(out) / f"{i}.npy") for i in range(len(files))]

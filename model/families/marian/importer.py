@@ -144,8 +144,9 @@ def stack_problems(hf: dict) -> list[str]:
     return [] if same and hf["decoder_ffn_dim"] == hf["encoder_ffn_dim"] else ["different encoder and decoder widths"]
 
 
-def stack_fields(hf: dict) -> dict:
-    """The ModelConfig fields of a BART-style config's stacks."""
+def stack_fields(hf: dict, positions: str = "max_position_embeddings") -> dict:
+    """The ModelConfig fields of a BART-style config's stacks; `positions`: the field of the decoder's
+    longest sequence (Whisper's max_target_positions)."""
     return dict(
         vocab_size=hf["vocab_size"],
         d_model=hf["d_model"],
@@ -153,8 +154,16 @@ def stack_fields(hf: dict) -> dict:
         d_ff=hf["encoder_ffn_dim"],
         n_encoder_layers=hf["encoder_layers"],
         n_decoder_layers=hf["decoder_layers"],
-        max_positions=hf["max_position_embeddings"],
+        max_positions=hf[positions],
     )
+
+
+def safetensors_file(source: Path, error: type[ValueError]) -> Path:
+    """A checkpoint's model.safetensors; `error` where there is none (pickled weights are never loaded)."""
+    weights = Path(source) / "model.safetensors"
+    if not weights.is_file():
+        raise error(f"{weights}: not found (safetensors weights only; pickled ones are never loaded)")
+    return weights
 
 
 def generation_defaults(generation: dict) -> dict:

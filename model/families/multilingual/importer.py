@@ -32,6 +32,7 @@ from model.families.marian.importer import (
     MarianImportError,
     _token_tables,
     generation_defaults,
+    safetensors_file,
     stack_fields,
     stack_problems,
 )
@@ -123,10 +124,7 @@ def rename(name: str) -> str | None:
 
 def multilingual_model(source: Path) -> Seq2SeqModel:
     """The checkpoint's config and weights as our model (every tensor placed, none missing)."""
-    source = Path(source)
-    weights = source / "model.safetensors"
-    if not weights.is_file():
-        raise MultilingualImportError(f"{weights}: not found (safetensors weights only; pickled ones are never loaded)")
+    weights = safetensors_file(source, MultilingualImportError)
     config = multilingual_config(source)
     state, tables = {}, {}
     with safe_open(str(weights), framework="pt") as f:

@@ -18,7 +18,13 @@ import torch
 from safetensors import safe_open
 
 from model.architecture.transformer import Seq2SeqModel, fairseq_sinusoid_table
-from model.families.marian.importer import HF_ACTIVATIONS, MarianImportError, stack_problems
+from model.families.marian.importer import (
+    HF_ACTIVATIONS,
+    MarianImportError,
+    safetensors_file,
+    stack_fields,
+    stack_problems,
+)
 from model.families.marian.importer import rename as rename_layer
 from modeldir.config import ModelConfig
 
@@ -62,13 +68,7 @@ def whisper_config(source: Path) -> ModelConfig:
         raise WhisperImportError(f"{source}: not supported: " + "; ".join(problems))
     return ModelConfig(
         task="seq2seq",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["d_model"],
-        n_heads=hf["encoder_attention_heads"],
-        d_ff=hf["encoder_ffn_dim"],
-        n_encoder_layers=hf["encoder_layers"],
-        n_decoder_layers=hf["decoder_layers"],
-        max_positions=hf["max_target_positions"],
+        **stack_fields(hf, positions="max_target_positions"),
         positions="learned",
         norm_placement="pre",
         activation=HF_ACTIVATIONS[hf.get("activation_function", "gelu")],
@@ -99,10 +99,7 @@ def rename(name: str) -> str | None:
 
 def whisper_model(source: Path) -> Seq2SeqModel:
     """The checkpoint's config and weights as our model (every tensor placed, none missing)."""
-    source = Path(source)
-    weights = source / "model.safetensors"
-    if not weights.is_file():
-        raise WhisperImportError(f"{weights}: not found (safetensors weights only; pickled ones are never loaded)")
+    weights = safetensors_file(source, WhisperImportError)
     config = whisper_config(source)
     state = {}
     with safe_open(str(weights), framework="pt") as f:

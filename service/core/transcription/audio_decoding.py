@@ -78,4 +78,4 @@ def decode_audio(data: bytes, limits: AudioLimits, field: str = "file") -> np.nd
         raise invalid(field, f"not audio that can be decoded ({type(error).__name__}: {error})") from None
     if not count:
         raise invalid(field, "no audio in it (0 samples)")
-    return (np.concatenate(pieces).astype(np.float32) / S16_SCALE).astype(np.float32)
+    return np.concatenate(pieces).astype(np.float32) / np.float32(S16_SCALE)
