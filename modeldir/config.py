@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from .late_interaction import ColbertSettings
+from .whisper_tokens import WhisperSettings
 
 CONFIG_FILE = "config.json"
 
@@ -40,6 +41,8 @@ class ModelConfig:
     encoder_input: Literal["tokens", "log_mel"] = "tokens"
     n_mels: int = 0
     max_source_positions: int = 0
+    # A Whisper model's special tokens, languages, suppressed tokens and alignment heads (whisper_tokens.py).
+    whisper: WhisperSettings | None = None
     norm_placement: Literal["post", "pre"] = "post"  # post: the paper; pre: LayerNorm inside the residual branch
     activation: Literal["relu", "gelu", "gelu_tanh", "silu"] = "relu"
     layer_norm_eps: float = 1e-5
@@ -108,6 +111,8 @@ class ModelConfig:
         object.__setattr__(self, "prompts", tuple((str(n), str(t)) for n, t in self.prompts))
         if isinstance(self.colbert, dict):  # read from JSON
             object.__setattr__(self, "colbert", ColbertSettings(**self.colbert))
+        if isinstance(self.whisper, dict):
+            object.__setattr__(self, "whisper", WhisperSettings(**self.whisper))
         if self.max_input_tokens is None:
             object.__setattr__(self, "max_input_tokens", self.max_positions)
         problems = []
@@ -151,6 +156,8 @@ class ModelConfig:
             self.task != "seq2seq" or self.n_mels < 1 or self.max_source_positions < 1
         ):
             problems.append("a log-mel encoder needs task 'seq2seq', n_mels and max_source_positions")
+        if self.whisper is not None and self.encoder_input != "log_mel":
+            problems.append("Whisper's settings need a log-mel encoder")
         if self.max_input_tokens > self.max_positions:
             problems.append(f"max_input_tokens {self.max_input_tokens} exceeds max_positions {self.max_positions}")
         if problems:

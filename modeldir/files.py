@@ -89,8 +89,22 @@ def graph_files(task: str, precision: str = "fp32") -> dict[str, str]:
     return files
 
 
-# Encoder graph: inputs (B, S) int64, right-padded.
+# Encoder graph: inputs (B, S) int64, right-padded; an audio encoder's log-mel frames (B, n_mels, frames)
+# float32 alone, as every frame of a window is heard.
 ENCODER_INPUTS = ("input_ids", "attention_mask")
+AUDIO_ENCODER_INPUTS = ("input_features",)
+
+
+def encoder_inputs(config: ModelConfig) -> tuple[str, ...]:
+    return AUDIO_ENCODER_INPUTS if config.encoder_input == "log_mel" else ENCODER_INPUTS
+
+
+def encoder_feeds(input_names: list[str], inputs, attention_mask) -> dict:
+    """An encoder graph's inputs by name, from a batch as the PyTorch model takes it: token ids and their
+    mask, or log-mel frames (whose mask, every frame, the graph makes itself)."""
+    if tuple(input_names) == AUDIO_ENCODER_INPUTS:
+        return {"input_features": inputs}
+    return {"input_ids": inputs, "attention_mask": attention_mask}
 
 
 def encoder_outputs(config: ModelConfig) -> tuple[str, ...]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .files import decoder_inputs
+from .files import decoder_inputs, encoder_feeds
 
 
 def greedy_decode_onnx(
     encoder,
     decoder,
-    input_ids: np.ndarray,
+    inputs: np.ndarray,
     attention_mask: np.ndarray,
     *,
     start_id: int,
@@ -23,11 +23,12 @@ def greedy_decode_onnx(
     n_layers: int,
     eos_id: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """-> tokens (B, 1 + steps) beginning with start_id (each step's next_token: the argmax, suppressed
+    """inputs, attention_mask: the encoder's batch as the PyTorch model takes it (token ids, or log-mel
+    frames with a mask of every position). -> tokens (B, 1 + steps) beginning with start_id (each step's next_token: the argmax, suppressed
     tokens left out), and each step's logits (B, steps, vocab) float32. Stops early once every sequence
     has produced eos_id (if given); later tokens of a finished row are whatever comes, for the caller to
     cut. Works with the graphs of any precision: the buffers take the encoder's output type."""
-    outputs = encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+    outputs = encoder.run(None, encoder_feeds([i.name for i in encoder.get_inputs()], inputs, attention_mask))
     cross = outputs[1:]  # cross_key.0, cross_value.0, ...
     batch, heads, _, d_head = cross[0].shape
     buffers = [np.zeros((batch, heads, max_steps, d_head), dtype=cross[0].dtype) for _ in range(2 * n_layers)]

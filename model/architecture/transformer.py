@@ -190,11 +190,13 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
         self.final_norm = _final_norm(config)
 
-    def forward(self, inputs: Tensor, attention_mask: Tensor) -> Tensor:
+    def forward(self, inputs: Tensor, attention_mask: Tensor | None) -> Tensor:
         """inputs: token ids (B, S), right-padded, or log-mel features (B, n_mels, 2S); attention_mask (B, S)
-        -> last_hidden_state (B, S, d_model)"""
+        (None: every position, as an audio window is heard whole) -> last_hidden_state (B, S, d_model)"""
         if self.audio:
             x = self.embeddings(inputs)
+            if attention_mask is None:
+                attention_mask = torch.ones(x.shape[:2], dtype=torch.long, device=x.device)
         else:
             positions = torch.arange(inputs.shape[1], device=inputs.device)[None]
             x = self.embeddings(inputs, positions)

@@ -16,10 +16,11 @@ class EncoderGraph(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, attention_mask):
+    def forward(self, inputs, attention_mask=None):
+        """token ids and their mask, or an audio encoder's log-mel frames alone (modeldir.files.encoder_inputs)"""
         if isinstance(self.model, EmbeddingModel):
-            return self.model(input_ids, attention_mask)
-        memory = self.model.encode(input_ids, attention_mask)
+            return self.model(inputs, attention_mask)
+        memory = self.model.encode(inputs, attention_mask)
         cross = self.model.project_cross(memory)
         return (memory, *(t for kv in cross for t in kv))
 
@@ -51,7 +52,12 @@ class DecoderGraph(torch.nn.Module):
 
 
 def example_encoder_inputs(config: ModelConfig, batch: int = 2, length: int = 7, seed: int = 0):
+    """-> (inputs, attention_mask (B, length)): token ids (B, length), the last row padded; or log-mel
+    frames (B, n_mels, 2 length) that the convolution stem halves, every position heard."""
     generator = torch.Generator().manual_seed(seed)
+    if config.encoder_input == "log_mel":
+        frames = torch.randn(batch, config.n_mels, 2 * length, generator=generator)
+        return frames, torch.ones(batch, length, dtype=torch.long)
     ids = torch.randint(0, config.vocab_size, (batch, length), generator=generator)
     mask = torch.ones(batch, length, dtype=torch.long)
     mask[-1, length // 2 :] = 0  # one padded row

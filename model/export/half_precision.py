@@ -17,7 +17,7 @@ from onnxruntime.transformers.float16 import convert_float_to_float16
 from onnxruntime.transformers.optimizer import optimize_model
 
 from modeldir.config import ModelConfig
-from modeldir.files import encoder_outputs
+from modeldir.files import encoder_inputs, encoder_outputs
 
 
 def half_encoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
@@ -27,6 +27,7 @@ def half_encoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
         str(path), model_type="bert", num_heads=config.n_heads, hidden_size=config.d_model, opt_level=0
     )
     keep = list(encoder_outputs(config)) if config.task == "embedding" else ["last_hidden_state"]
+    keep += [name for name in encoder_inputs(config) if name == "input_features"]  # the front-end's float32
     optimized.convert_float_to_float16(keep_io_types=keep)
     return _with_metadata(optimized.model, onnx.load(str(path)))
 

@@ -42,7 +42,6 @@ from model.export.parity import cpu_session, measure_against_half, measure_parit
 from modeldir.config import CONFIG_FILE, ModelConfig
 from modeldir.files import (
     ATTENTION_FILE,
-    ENCODER_INPUTS,
     GRAPH_SETS,
     MANIFEST_FILE,
     MANIFEST_FORMAT,
@@ -50,6 +49,7 @@ from modeldir.files import (
     WEIGHTS_FILE,
     decoder_inputs,
     decoder_outputs,
+    encoder_inputs,
     encoder_outputs,
     extra_outputs,
     graph_files,
@@ -121,18 +121,17 @@ def _to_onnx(
 
 def export_encoder(model, name: str) -> onnx.ModelProto:
     config = model.config
-    outputs = encoder_outputs(config)
-    axes = {n: {0: "batch", 1: "sequence"} for n in ENCODER_INPUTS}
+    inputs, outputs = encoder_inputs(config), encoder_outputs(config)
+    audio = config.encoder_input == "log_mel"
+    axes = {n: {0: "batch", 2: "frames"} if audio else {0: "batch", 1: "sequence"} for n in inputs}
     axes["last_hidden_state"] = {0: "batch", 1: "sequence"}
     if config.task == "embedding":
         axes[pooled_output(config.head)] = {0: "batch"}
         axes.update({n: {0: "batch", 1: "tokens"} for n in extra_outputs(config)})
     else:
         axes.update({n: {0: "batch", 2: "sequence"} for n in outputs[1:]})
-    args = example_encoder_inputs(config)
-    return _to_onnx(
-        EncoderGraph(model), args, ENCODER_INPUTS, outputs, axes, name, "encoder", config, {"com.microsoft": 1}
-    )
+    args = example_encoder_inputs(config)[: len(inputs)]
+    return _to_onnx(EncoderGraph(model), args, inputs, outputs, axes, name, "encoder", config, {"com.microsoft": 1})
 
 
 def export_decoder(model: Seq2SeqModel, name: str) -> onnx.ModelProto:
@@ -251,8 +250,13 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
             onnx.save_model(proto, model_dir / files[role])
         attention = None  # the optional attention-map graph holds the whole model: none over the limit
         whole = graph_bytes(model)["attention"]
-        fits = whole <= PROTOBUF_LIMIT
-        skipped = f"attention maps: none, the whole model's {whole / 2**30:.2f} GiB exceed what an ONNX file holds"
+        # An audio encoder's maps (every head over 1,500 frames, squared) are not drawn: ~200 MB a window.
+        fits = whole <= PROTOBUF_LIMIT and config.encoder_input == "tokens"
+        skipped = (
+            f"attention maps: none, the whole model's {whole / 2**30:.2f} GiB exceed what an ONNX file holds"
+            if config.encoder_input == "tokens"
+            else "attention maps: none for an audio encoder"
+        )
         with progress.step(f"attention maps -> {ATTENTION_FILE}" if fits else skipped):
             if fits:
                 attention = export_attention(model, name, _to_onnx)

@@ -13,7 +13,7 @@ import torch
 
 from model.architecture.transformer import EmbeddingModel, Seq2SeqModel
 from model.export.graphs import EncoderGraph, example_encoder_inputs
-from modeldir.files import pooled_output
+from modeldir.files import encoder_feeds, pooled_output
 
 
 def cpu_session(path: Path):
@@ -22,15 +22,22 @@ def cpu_session(path: Path):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
+def _feeds(session, inputs, mask) -> dict:
+    return encoder_feeds([i.name for i in session.get_inputs()], inputs.numpy(), mask.numpy())
+
+
 def measure_encoder_parity(model, path: Path) -> float:
     """Max abs difference, ONNX Runtime vs PyTorch, over all encoder outputs of a padded batch."""
     session = cpu_session(path)
     worst = 0.0
-    for seed, (batch, length) in enumerate([(1, 1), (3, 17), (4, min(64, model.config.max_positions))]):
+    shapes = [(1, 1), (3, 17), (4, min(64, model.config.max_positions))]
+    if model.config.encoder_input == "log_mel":
+        shapes.append((1, model.config.max_source_positions))  # a whole window, as served
+    for seed, (batch, length) in enumerate(shapes):
         ids, mask = example_encoder_inputs(model.config, batch, length, seed)
         with torch.no_grad():
             expected = EncoderGraph(model)(ids, mask)
-        actual = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        actual = session.run(None, _feeds(session, ids, mask))
         worst = max(worst, *(float(np.abs(a - e.numpy()).max(initial=0.0)) for a, e in zip(actual, expected)))
     return worst
 
@@ -77,7 +84,7 @@ def pooled_pairs(model: EmbeddingModel, path: Path):
         ids, mask = example_encoder_inputs(model.config, batch, length, seed)
         with torch.no_grad():
             expected = model(ids, mask)[1].numpy()
-        (actual,) = session.run([output], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        (actual,) = session.run([output], _feeds(session, ids, mask))
         yield actual, expected
 
 
@@ -119,8 +126,9 @@ def measure_against_half(model, model_dir: Path, files: dict[str, str], steps: i
     half = copy.deepcopy(model).half()
     ids, mask = example_encoder_inputs(model.config, batch=3, length=11)
     encoder = cpu_session(model_dir / files["encoder"])
-    actual = encoder.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
-    expected = EncoderGraph(half)(ids, mask)
+    actual = encoder.run(None, _feeds(encoder, ids, mask))
+    half_inputs = ids.half() if ids.is_floating_point() else ids  # log-mel frames, in the model's precision
+    expected = EncoderGraph(half)(half_inputs, mask)
     figures = {
         "encoder_max_abs_diff": max(
             float(np.abs(a.astype(np.float32) - e.float().numpy()).max()) for a, e in zip(actual, expected)
@@ -129,7 +137,7 @@ def measure_against_half(model, model_dir: Path, files: dict[str, str], steps: i
     if model.config.task == "seq2seq":
         decoder = cpu_session(model_dir / files["decoder"])
         tokens, graph_logits = greedy_on_graphs(model, encoder, decoder, ids, mask, steps)
-        torch_logits = greedy_logits_torch(half, ids, mask, torch.from_numpy(tokens)).float().numpy()
+        torch_logits = greedy_logits_torch(half, half_inputs, mask, torch.from_numpy(tokens)).float().numpy()
         differs = (graph_logits.argmax(-1) != torch_logits.argmax(-1)).any(axis=0)  # (steps,)
         figures["decoder_logits_max_abs_diff"] = float(np.abs(graph_logits - torch_logits).max())
         figures["first_divergent_step"] = int(differs.argmax()) if differs.any() else None

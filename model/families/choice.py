@@ -1,6 +1,6 @@
 """Which family's importer takes a checkpoint directory: the first family that claims it, the more specific
-ones asked first (a ColBERT, SPLADE or cross-encoder checkpoint is a BERT too); BERT's importer takes the
-rest and refuses by name what it cannot read."""
+ones asked first (a ColBERT, SPLADE or cross-encoder checkpoint is a BERT too; a CTranslate2 directory is
+known by its model.bin); BERT's importer takes the rest and refuses by name what it cannot read."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from .marian.importer import import_marian
 from .multilingual.importer import FAMILIES as MULTILINGUAL_TYPES
 from .multilingual.importer import import_multilingual
 from .splade.importer import import_splade, is_splade
+from .whisper.ctranslate2_model import import_ctranslate2_whisper, is_ctranslate2_whisper
+from .whisper.importer import import_whisper
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +25,7 @@ class Family:
     claims: Callable[[Path, dict], bool]  # (the checkpoint directory, its config.json) -> whether it is one
     importer: Callable[[Path, Path, str], Path]  # (source, out, name) -> our model directory
     label: str = ""  # what `attnserve import` says it found, after the checkpoint's model_type
+    model_type: str = "bert"  # what it is called where its config.json has no model_type
 
 
 FAMILIES = (
@@ -31,6 +34,13 @@ FAMILIES = (
     Family(claims=lambda source, hf: is_cross_encoder(hf), importer=import_cross_encoder, label="cross-encoder"),
     Family(claims=lambda source, hf: hf.get("model_type") == "marian", importer=import_marian),
     Family(claims=lambda source, hf: hf.get("model_type") in MULTILINGUAL_TYPES, importer=import_multilingual),
+    Family(claims=lambda source, hf: hf.get("model_type") == "whisper", importer=import_whisper),
+    Family(
+        claims=lambda source, hf: is_ctranslate2_whisper(source),
+        importer=import_ctranslate2_whisper,
+        label="CTranslate2",
+        model_type="whisper",
+    ),
     Family(claims=lambda source, hf: True, importer=import_sentence_transformer),
 )
 
@@ -40,4 +50,4 @@ def family_of(source: Path) -> tuple[Family, str]:
     config = Path(source) / "config.json"
     hf = json.loads(config.read_text()) if config.is_file() else {}
     family = next(f for f in FAMILIES if f.claims(Path(source), hf))
-    return family, " ".join(filter(None, (hf.get("model_type") or "bert", family.label)))
+    return family, " ".join(filter(None, (hf.get("model_type") or family.model_type, family.label)))

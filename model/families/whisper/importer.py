@@ -10,14 +10,17 @@ on the keys: ours is loaded as zeros."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import shutil
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
 from model.architecture.transformer import Seq2SeqModel, fairseq_sinusoid_table
+from model.architecture.weights import save_model_dir
 from model.families.marian.importer import (
     HF_ACTIVATIONS,
     MarianImportError,
@@ -27,6 +30,8 @@ from model.families.marian.importer import (
 )
 from model.families.marian.importer import rename as rename_layer
 from modeldir.config import ModelConfig
+from modeldir.files import TOKENIZER_FILE
+from modeldir.whisper_tokens import WhisperSettings, multilingual_by_vocabulary, read_whisper_settings
 
 ENCODER_STEM = {
     f"model.encoder.{conv}.{kind}": f"encoder.embeddings.{conv}.{kind}"
@@ -120,3 +125,57 @@ def whisper_model(source: Path) -> Seq2SeqModel:
     model = Seq2SeqModel(config)
     model.load_state_dict(state, strict=True)
     return model.eval()
+
+
+def default_alignment_heads(n_layers: int, n_heads: int) -> list[list[int]]:
+    """OpenAI's choice where a checkpoint names none: every head of the decoder's second half."""
+    return [[layer, head] for layer in range(n_layers // 2, n_layers) for head in range(n_heads)]
+
+
+def whisper_settings(source: Path, config: ModelConfig) -> WhisperSettings:
+    """The special tokens from the checkpoint's tokenizer.json, the suppressed tokens, alignment heads and
+    whether it is multilingual from its generation_config.json (else config.json, else OpenAI's defaults)."""
+    source = Path(source)
+    tokenizer_path = source / TOKENIZER_FILE
+    if not tokenizer_path.is_file():
+        raise WhisperImportError(f"{source}: no tokenizer ({TOKENIZER_FILE})")
+    hf = json.loads((source / "config.json").read_text())
+    generation_path = source / "generation_config.json"
+    generation = {**hf, **(json.loads(generation_path.read_text()) if generation_path.is_file() else {})}
+    tokenizer = json.loads(tokenizer_path.read_text(encoding="utf-8"))
+    try:
+        return read_whisper_settings(
+            tokenizer,
+            config.vocab_size,
+            multilingual=generation.get("is_multilingual", multilingual_by_vocabulary(config.vocab_size)),
+            suppress_ids=generation.get("suppress_tokens") or [],
+            begin_suppress_ids=generation.get("begin_suppress_tokens") or [],
+            alignment_heads=generation.get("alignment_heads")
+            or default_alignment_heads(config.n_decoder_layers, config.n_heads),
+        )
+    except ValueError as error:
+        raise WhisperImportError(f"{tokenizer_path}: {error}") from None
+
+
+def with_whisper_settings(model: Seq2SeqModel, settings: WhisperSettings) -> Seq2SeqModel:
+    """The model's config with its Whisper settings, its start, end and padding tokens theirs, and what it
+    never generates as its suppressed ids."""
+    model.config = dataclasses.replace(
+        model.config,
+        whisper=settings,
+        bos_id=settings.start_of_transcript_id,
+        eos_id=settings.end_of_text_id,
+        pad_id=settings.end_of_text_id,
+        suppressed_ids=settings.never_generated_ids,
+    )
+    return model
+
+
+def import_whisper(source: Path, out_dir: Path, name: str) -> Path:
+    """Convert a transformers Whisper checkpoint directory into our model directory (tokenizer.json copied)."""
+    source = Path(source)
+    model = whisper_model(source)
+    model = with_whisper_settings(model, whisper_settings(source, model.config))
+    out_dir = save_model_dir(model, name, out_dir)
+    shutil.copyfile(source / TOKENIZER_FILE, Path(out_dir) / TOKENIZER_FILE)
+    return out_dir
