@@ -69,6 +69,10 @@ class BeamSearch:
         """Each running beam's last token (None before the first step: the start token)."""
         return [beam[-1] if beam else None for beam in self.running]
 
+    def tokens(self, beam: int) -> np.ndarray:
+        """A running beam's tokens so far (the start token not among them)."""
+        return np.asarray(self.running[beam], np.int64)
+
     def _penalized(self, scores: np.ndarray, length: int) -> np.ndarray:
         return scores / np.float32(length**self.settings.length_penalty)
 

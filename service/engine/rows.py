@@ -4,7 +4,7 @@ with Python work only for the rows that finish or stream. The cache moves these 
 row is freed (generation_cache.py).
 
 Counts of the rarer kinds of row (beams, sampled rows, rows that ignore eos, rows still waiting for their
-first token) are kept too: a step whose rows are all plain greedy ones skips the array operations that
+first token, rows under a model's own logit rules) are kept too: a step whose rows are all plain greedy ones skips the array operations that
 would find none, and on a small step each array operation costs more than the work it does."""
 
 from __future__ import annotations
@@ -32,15 +32,17 @@ class RowState:
         self.per_token = books(np.bool_)  # text followed token by token: streamed, or stop sequences
         self.counted = books(np.bool_)  # in the metrics (not the server's own probe)
         self.last_time = books(np.float64)  # when the row's last token came (0: none yet)
-        self.tokens = books(np.int32, cache.geometry.target_tokens)  # the tokens so far
-        self.forced_first = books(np.int64)  # the first token, forced (a target language's code); -1: none
+        self.tokens = books(np.int32, cache.geometry.target_tokens)  # the tokens so far (the forced ones first)
+        self.forced_count = books(np.int32)  # how many of the first tokens are forced (written in tokens at admission)
+        self.ruled = books(np.bool_)  # the row's logits go through its sequence's rules (params.rules)
         self.scored = books(np.bool_)  # the row sums its tokens' log-probabilities (params.scores)
         self.log_prob = books(np.float64)  # their sum so far
         self.scored_tokens = books(np.int32)  # and how many
         self.index = np.arange(cache.rows)
         self.beams = self.sampled = self.ignoring_eos = self.awaiting_first = 0  # rows of each, now
-        self.forcing = 0  # greedy and sampled rows whose next token is their forced first one
+        self.forcing = 0  # greedy and sampled rows whose next token is a forced one
         self.scoring = 0  # rows that sum their log-probabilities
+        self.ruling = 0  # greedy and sampled rows under logit rules
 
     @property
     def all_greedy(self) -> bool:
@@ -59,7 +61,7 @@ class RowState:
         sequence = holder.sequence if isinstance(holder, BeamRow) else holder
         params = sequence.params
         self.kind[row] = BEAM if isinstance(holder, BeamRow) else GREEDY if params.greedy else SAMPLED
-        self.next_input[row] = self.bos_id
+        self.next_input[row] = self.bos_id if params.start_token is None else params.start_token
         self.count[row] = 0
         self.max_steps[row] = params.max_steps
         self.eos_ends[row] = not params.ignore_eos
@@ -67,9 +69,13 @@ class RowState:
         self.per_token[row] = params.events_per_token
         self.counted[row] = not params.probe
         self.last_time[row] = 0.0
-        self.forced_first[row] = -1 if params.first_token is None else params.first_token
+        forced = params.forced_tokens
+        self.forced_count[row] = len(forced)
+        self.tokens[row, : len(forced)] = forced
         self._count(int(self.kind[row]), params.ignore_eos, True, 1)
-        self.forcing += params.first_token is not None and self.kind[row] != BEAM
+        self.forcing += bool(forced) and self.kind[row] != BEAM
+        self.ruled[row] = params.rules is not None and self.kind[row] != BEAM  # a beam search applies them itself
+        self.ruling += bool(self.ruled[row])
         self.scored[row] = params.scores and self.kind[row] != BEAM  # a beam search scores its beams itself
         self.log_prob[row], self.scored_tokens[row] = 0.0, 0
         self.scoring += bool(self.scored[row])
@@ -78,8 +84,9 @@ class RowState:
         """A holder about to give its row back."""
         row = holder.row
         self._count(int(self.kind[row]), not bool(self.eos_ends[row]), bool(self.last_time[row] == 0.0), -1)
-        self.forcing -= bool(self.forced_first[row] >= 0 and self.count[row] == 0 and self.kind[row] != BEAM)
+        self.forcing -= bool(self.count[row] < self.forced_count[row] and self.kind[row] != BEAM)
         self.scoring -= bool(self.scored[row])
+        self.ruling -= bool(self.ruled[row])
 
     def mean_log_prob(self, row: int) -> float | None:
         """A scored row's mean log-probability per token so far (None: not scored)."""
@@ -88,18 +95,28 @@ class RowState:
         return float(self.log_prob[row]) / max(int(self.scored_tokens[row]), 1)
 
     def forced_now(self, count: int) -> np.ndarray | None:
-        """Which of the first `count` rows take their forced first token this step (None: none do)."""
+        """Which of the first `count` rows take a forced token this step (None: none do)."""
         if not self.forcing:
             return None
-        return (self.count[:count] == 0) & (self.forced_first[:count] >= 0) & (self.kind[:count] != BEAM)
+        return (self.count[:count] < self.forced_count[:count]) & (self.kind[:count] != BEAM)
+
+    def forced_tokens_now(self, forced: np.ndarray) -> np.ndarray:
+        """The forced token of each row of the mask `forced` (forced_now's), in row order."""
+        where = np.flatnonzero(forced)
+        return self.tokens[where, self.count[where]].astype(np.int64)
+
+    def forcing_ends(self, forced: np.ndarray) -> int:
+        """After a step's tokens are counted: how many of the rows that took a forced token took their last."""
+        count = forced.shape[0]
+        return int(np.count_nonzero(forced & (self.count[:count] >= self.forced_count[:count])))
 
     def generated(self, row: int) -> np.ndarray:
         """The row's tokens so far (a view)."""
         return self.tokens[row, : self.count[row]]
 
     def reported(self, row: int) -> list[int]:
-        """The row's tokens so far that its caller gets: without the forced first token."""
-        return self.tokens[row, int(self.forced_first[row] >= 0) : self.count[row]].tolist()
+        """The row's tokens so far that its caller gets: without the forced ones."""
+        return self.tokens[row, self.forced_count[row] : self.count[row]].tolist()
 
     def follow_beams(self, sequence: Sequence) -> None:
         """A beam search's rows read its beams' last tokens next (the start token before any)."""

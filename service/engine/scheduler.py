@@ -99,16 +99,20 @@ class Scheduler:
         for sequence in self._sequences():
             self._leave(sequence)
 
-    async def generate(self, prompt: list[int], params: GenerationParams) -> AsyncIterator[Event]:
+    async def generate(
+        self, prompt: list[int], params: GenerationParams, features: np.ndarray | None = None
+    ) -> AsyncIterator[Event]:
         """Events of one sequence until it finishes, each with everything since the one before (the caller
         may be behind); QueueFull when the queue is full. Leaving early (the caller cancelled) frees its
-        rows before the next step."""
+        rows before the next step. features: an audio window's log-mel frames (n_mels, frames), the
+        source of an audio encoder's model, where prompt is empty."""
         if len(self.waiting) >= self.max_waiting:
             raise QueueFull(f"{len(self.waiting)} requests are waiting; the queue holds {self.max_waiting}")
-        self.cache.refuse_unless_fits(len(prompt), params.max_steps, self.name)  # the core's limits did already
         seed = params.seed if params.seed is not None else secrets.randbits(64)
         text = TextStream(self.detokenizer.stream_decoder(), params.stop)
-        sequence = Sequence(prompt, params, text, np.random.default_rng(seed))
+        sequence = Sequence(prompt, params, text, np.random.default_rng(seed), features)
+        # The core's limits did already.
+        self.cache.refuse_unless_fits(sequence.source_length, params.max_steps, self.name)
         if params.beams:
             sequence.search = BeamSearch(params.beams, self.eos_id, params.max_steps)
         self.waiting.append(sequence)
@@ -188,7 +192,7 @@ class Scheduler:
             if sequence.search:
                 sequence.beam_rows = [BeamRow(sequence, beam) for beam in range(sequence.params.width)]
             for holder in sequence.holders:
-                self.cache.allocate(holder, len(sequence.prompt), sequence.params.max_steps)
+                self.cache.allocate(holder, sequence.source_length, sequence.params.max_steps)
                 self.rows.admit(holder)
             sequence.admitted = time.perf_counter()
             if self.metrics and not sequence.params.probe:
@@ -208,15 +212,20 @@ class Scheduler:
         decoder step for all rows, choose each row's next token (beam searches: their beams', rows
         reordered)."""
         calls = []
+        texts = [s for s in plan.admitted if s.features is None]
+        windows = [s for s in plan.admitted if s.features is not None]
         # Sources of similar length are encoded together: padding costs as much as real tokens.
         split = self.settings.encode_split_cost
-        for group in split_by_length(plan.admitted, split, length=lambda s: len(s.prompt)):
+        for group in split_by_length(texts, split, length=lambda s: len(s.prompt)):
             started = time.perf_counter()
             ids, mask = pad_batch([s.prompt for s in group], self.pad_id)
-            encoded = self.runner.encode(ids, mask)
-            self.cache.write_cross(encoded.cross, [(h.row, i) for i, s in enumerate(group) for h in s.holders])
-            seconds = time.perf_counter() - started
-            calls.append(ModelCall("encode", len(group), int(ids.size), seconds, encoded.sent, encoded.fetched))
+            calls.append(self._encoded(group, started, self.runner.encode(ids, mask), int(ids.size)))
+        # Audio windows are all as long: the encoder takes as many at once as its settings allow.
+        at_once = self.settings.windows_per_encode
+        for group in (windows[i : i + at_once] for i in range(0, len(windows), at_once)):
+            started = time.perf_counter()
+            encoded = self.runner.encode_features(np.stack([s.features for s in group]))
+            calls.append(self._encoded(group, started, encoded, sum(s.source_length for s in group)))
         started = time.perf_counter()
         rows, holders, cache, state = plan.rows, plan.holders, self.cache, self.rows
         last = state.next_input[:rows].reshape(rows, 1)
@@ -238,12 +247,18 @@ class Scheduler:
         calls.append(ModelCall("decode", rows, rows, time.perf_counter() - started, step.sent, step.fetched))
         return StepResult(tokens, calls)
 
+    def _encoded(self, group: list[Sequence], started: float, encoded, positions: int) -> ModelCall:
+        """The encoder's cross K/V of a group of sources into their rows; -> the call, for the metrics."""
+        self.cache.write_cross(encoded.cross, [(h.row, i) for i, s in enumerate(group) for h in s.holders])
+        seconds = time.perf_counter() - started
+        return ModelCall("encode", len(group), positions, seconds, encoded.sent, encoded.fetched)
+
     # update
 
     def _update(self, plan: StepPlan, result: StepResult) -> None:
         """The step's tokens into every row's books at once; Python work only for the rows that finish,
-        stream or follow stop sequences, and once per sequence for its first token. A forced first token
-        (a target language's code) goes into the books only: no news, not timed, not counted."""
+        stream or follow stop sequences, and once per sequence for its first token. A forced token (a
+        target language's code) goes into the books only: no news, not timed, not counted."""
         now = time.perf_counter()
         count, holders, state, tokens = plan.rows, plan.holders, self.rows, result.tokens
         chosen = None if state.beams == 0 else state.kind[:count] != BEAM  # None: every row
@@ -262,7 +277,7 @@ class Scheduler:
         if forced is None:
             self._count_tokens(holders, chosen, grown, now)
         else:
-            state.forcing -= int(np.count_nonzero(forced))
+            state.forcing -= state.forcing_ends(forced)
             news &= ~forced
             self._count_tokens(holders, ~forced if chosen is None else chosen & ~forced, grown[~forced[grown]], now)
         for i in news.nonzero()[0].tolist():

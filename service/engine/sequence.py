@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .beam_search import BeamSearch, BeamSettings
+from .logit_rules import LogitRules
 from .sampling import SamplingParams
 from .text_stream import TextStream
 
@@ -29,17 +30,23 @@ class GenerationParams:
     # (each step's decode, and waking the caller, would take the cores the model needs).
     stream: bool = True
     probe: bool = False  # the server's own check (warm-up, health probe): not counted in the metrics
-    # The first token generated, forced: a target language's code (multilingual models). It takes a decoder
-    # step and a cache position, but is never reported (text, ids, usage) nor counted in max_new_tokens.
-    first_token: int | None = None
-    # The mean log-probability of the tokens chosen (eos included, the forced first token not) goes in the
+    # The first tokens generated, forced: a target language's code (multilingual models); Whisper's language,
+    # task and timestamp tokens. Each takes a decoder step and a cache position, but is never reported
+    # (text, ids, usage) nor counted in max_new_tokens.
+    forced_tokens: tuple[int, ...] = ()
+    # The decoder's first input; None: the model's start token. (Whisper's previous text starts with its own.)
+    start_token: int | None = None
+    # The mean log-probability of the tokens chosen (eos included, the forced tokens not) goes in the
     # last event: it takes every step's logits of the row off the device (beam searches score anyway).
     scores: bool = False
+    # A model's own rules over each step's logits (logit_rules.py: Whisper's timestamps), applied before the
+    # token is chosen; they see every step's logits, the forced tokens' too.
+    rules: LogitRules | None = None
 
     @property
     def max_steps(self) -> int:
-        """Decoder steps the sequence may take: its new tokens, and the forced first token."""
-        return self.max_new_tokens + (self.first_token is not None)
+        """Decoder steps the sequence may take: its new tokens, and the forced ones."""
+        return self.max_new_tokens + len(self.forced_tokens)
 
     @property
     def events_per_token(self) -> bool:
@@ -73,7 +80,7 @@ class Hypothesis:
     token_ids: list[int]  # without the eos token
     finish_reason: str
     score: float  # what it was ranked by: sum(log p) / generated_length ** length_penalty
-    mean_log_prob: float  # sum(log p) / its tokens (eos included, a forced first token not)
+    mean_log_prob: float  # sum(log p) / its tokens (eos included, the forced tokens not)
 
 
 @dataclass(frozen=True)
@@ -91,10 +98,11 @@ class Event:
 
 @dataclass(eq=False)
 class Sequence:
-    prompt: list[int]
+    prompt: list[int]  # the source's tokens (none for audio)
     params: GenerationParams
     text: TextStream
     rng: np.random.Generator
+    features: np.ndarray | None = None  # an audio window's log-mel frames (n_mels, frames), the source instead
     arrived: float = field(default_factory=time.perf_counter)
     admitted: float | None = None
     first_token: float | None = None
@@ -108,6 +116,11 @@ class Sequence:
     error: Exception | None = None  # the loop stopped or the model failed: the caller gets this
     waiter: asyncio.Future | None = None  # the caller's, while it waits for news
     gone: bool = False  # the caller left
+
+    @property
+    def source_length(self) -> int:
+        """The encoder's positions: the source's tokens, or an audio window's frames halved by its stem."""
+        return len(self.prompt) if self.features is None else (self.features.shape[-1] + 1) // 2
 
     @property
     def holders(self) -> list:

@@ -28,6 +28,7 @@ class SchedulerSettings:
     pad_id: int
     max_waiting: int  # sequences that may wait for a cache row; more are refused (QueueFull)
     encode_split_cost: int = 64  # one more encoder call's cost in padded tokens (batcher.split_by_length)
+    windows_per_encode: int = 16  # audio windows (30 s, 1,500 positions each) the encoder takes in one call
     name: str = ""  # the model's, for logs
 
 

@@ -2,7 +2,9 @@
 argmax, sampled rows by their own generator, beam searches by a step of their search.
 
 The rules are transformers' (bad_words_ids of one token: never generated; forced_eos_token_id: eos at
-the last position a request allows; renormalize_logits), read from the checkpoint once by the loader.
+the last position a request allows; renormalize_logits), read from the checkpoint once by the loader; and
+a sequence's own (params.rules: Whisper's timestamp rules), which see each step's logits before the
+checkpoint's suppressed tokens are left out.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 from .beam_search import log_softmax
 from .rows import BEAM, GREEDY, SAMPLED, RowState
 from .sampling import next_token
-from .sequence import EOS, LENGTH, Hypothesis, Sequence
+from .sequence import EOS, LENGTH, Hypothesis, Sequence, owner
 from .steps import BEAM_ROW
 
 
@@ -42,65 +44,89 @@ class TokenChoice:
 
     @staticmethod
     def logit_rows(rows: RowState, count: int) -> list[int]:
-        """The rows whose token needs their whole logits: beam search, sampling and scored rows do, plain
-        greedy rows not."""
-        if rows.all_greedy and not rows.scoring:
+        """The rows whose token needs their whole logits: beam search, sampling, scored and ruled rows do,
+        plain greedy rows not."""
+        if rows.all_greedy and not rows.scoring and not rows.ruling:
             return []
         wanted = rows.kind[:count] != GREEDY
         if rows.scoring:
             wanted |= rows.scored[:count]
+        if rows.ruling:
+            wanted |= rows.ruled[:count]
         return wanted.nonzero()[0].tolist()
+
+    def processed(self, step, rows: list[int], holders: list, tokens_of) -> np.ndarray:
+        """The logits of some rows (float32, a copy) through their sequences' rules, where they have any,
+        then with the suppressed tokens left out. tokens_of(i): row i's tokens so far, the forced ones
+        included, as its rules read them."""
+        logits = np.array(step.row_logits(rows), np.float32)
+        for i, row_logits in zip(rows, logits):
+            rules = owner(holders[i]).params.rules
+            if rules is not None:
+                rules.apply(row_logits, tokens_of(i))
+        logits[:, self.suppressed_ids] = -np.inf
+        return logits
 
     def choose(self, step, rows: RowState, holders: list) -> np.ndarray:
         """The next token of each greedy or sampled row (BEAM_ROW for beam rows), over the step's rows at
         once; holders in row order (a sampled row's generator is its sequence's)."""
         count = len(holders)
-        first = rows.forced_now(count)
-        if rows.all_greedy and not self.rules.forced_eos and first is None and not rows.scoring:
+        forcing = rows.forced_now(count)
+        if rows.all_greedy and not self.rules.forced_eos and forcing is None and not rows.scoring and not rows.ruling:
             return step.next_tokens[:count]  # the device's argmax, as it is
         kind = rows.kind[:count]
         tokens = np.array(step.next_tokens[:count], np.int64)
-        forced = rows.forced_eos[:count] & (rows.count[:count] == rows.max_steps[:count] - 1) & (kind != BEAM)
-        sampled_rows = kind == SAMPLED
-        if first is not None:  # the forced first token (a target language's code), whatever the logits say
-            tokens[first] = rows.forced_first[:count][first]
-            sampled_rows &= ~first
-        sampled = np.flatnonzero(sampled_rows & ~forced).tolist()
-        if sampled:
-            logits = step.row_logits(sampled)
-            logits[:, self.suppressed_ids] = -np.inf
-            for i, row_logits in zip(sampled, logits):
-                sequence = holders[i]
-                tokens[i] = next_token(row_logits, rows.generated(i), sequence.params.sampling, sequence.rng)
-        tokens[forced] = self.eos_id
-        if rows.scoring:
-            self._score(step, rows, tokens, count, first)
+        at_limit = rows.forced_eos[:count] & (rows.count[:count] == rows.max_steps[:count] - 1) & (kind != BEAM)
+        free = ~at_limit if forcing is None else ~at_limit & ~forcing  # rows whose token the model chooses
+        ruled = rows.ruled[:count] if rows.ruling else np.zeros(count, np.bool_)
+        scored = rows.scored[:count] & free if rows.scoring else np.zeros(count, np.bool_)
+        # Ruled rows' logits go through their rules at every step, forced ones too: the rules may read them.
+        wanted = np.flatnonzero(((kind == SAMPLED) & free) | ruled | scored).tolist()
+        if wanted:
+            logits = self.processed(step, wanted, holders, rows.generated)
+            for i, row_logits in zip(wanted, logits):
+                if not free[i]:
+                    continue
+                if kind[i] == SAMPLED:
+                    sequence = holders[i]
+                    tokens[i] = next_token(row_logits, rows.generated(i), sequence.params.sampling, sequence.rng)
+                elif ruled[i]:
+                    tokens[i] = int(row_logits.argmax())
+            if rows.scoring:
+                self._score(rows, tokens, dict(zip(wanted, logits)), np.flatnonzero(scored))
+        if forcing is not None:  # the forced tokens, whatever the logits say
+            tokens[forcing] = rows.forced_tokens_now(forcing)
+        tokens[at_limit] = self.eos_id
         tokens[kind == BEAM] = BEAM_ROW
         return tokens
 
-    def _score(self, step, rows: RowState, tokens: np.ndarray, count: int, first: np.ndarray | None) -> None:
+    @staticmethod
+    def _score(rows: RowState, tokens: np.ndarray, logits: dict[int, np.ndarray], scored: np.ndarray) -> None:
         """Each scored row's chosen token's log-probability, under the distribution it was chosen from
-        (suppressed tokens left out), into the row's sum; a forced first token is not the model's choice."""
-        scored = rows.scored[:count] if first is None else rows.scored[:count] & ~first
-        where = np.flatnonzero(scored)
-        if not where.size:
+        (processed: rules applied, suppressed tokens left out), into the row's sum; a forced token is not
+        the model's choice."""
+        if not scored.size:
             return
-        logits = step.row_logits(where.tolist()).astype(np.float32)
-        logits[:, self.suppressed_ids] = -np.inf
-        log_probs = log_softmax(logits)[np.arange(where.size), tokens[where]]
-        rows.log_prob[where] += log_probs
-        rows.scored_tokens[where] += 1
+        log_probs = log_softmax(np.stack([logits[i] for i in scored.tolist()]))[np.arange(scored.size), tokens[scored]]
+        rows.log_prob[scored] += log_probs
+        rows.scored_tokens[scored] += 1
 
     def beam_step(self, sequence: Sequence, step) -> list[int] | None:
         """One step of a beam search over its beams' rows of logits. -> the parent (old beam) of each new
         beam, or None when the search is done."""
-        search = sequence.search
-        log_probs = log_softmax(step.row_logits([holder.row for holder in sequence.beam_rows]))
-        log_probs[:, self.suppressed_ids] = -np.inf
-        first = sequence.params.first_token
-        if first is not None and search.length == 1:  # as transformers' forced_bos_token_id
+        search, beams = sequence.search, sequence.beam_rows
+        forced = sequence.params.forced_tokens
+        if sequence.params.rules is None:  # transformers' order: log-softmax, then the suppressed tokens left out
+            log_probs = log_softmax(step.row_logits([b.row for b in beams]))
+            log_probs[:, self.suppressed_ids] = -np.inf
+        else:  # the rules' own (OpenAI's): the logits through the rules, then log-softmax
+            holders = {b.row: b for b in beams}
+            log_probs = log_softmax(
+                self.processed(step, list(holders), holders, lambda row: search.tokens(holders[row].beam))
+            )
+        if search.length <= len(forced):  # as transformers' forced_bos_token_id
             log_probs[:] = -np.inf
-            log_probs[:, first] = 0.0
+            log_probs[:, forced[search.length - 1]] = 0.0
         elif self.forced_eos_at(sequence, search.length - 1):
             log_probs[:] = -np.inf
             log_probs[:, self.eos_id] = 0.0
@@ -111,15 +137,15 @@ class TokenChoice:
 
     def hypotheses(self, sequence: Sequence, decode) -> tuple[Hypothesis, ...]:
         """A finished beam search's n best, best first, as its caller gets them: without eos or the forced
-        first token, and ended by length where the checkpoint forced eos."""
+        tokens, and ended by length where the checkpoint forced eos."""
         found = []
-        first = int(sequence.params.first_token is not None)
+        first = len(sequence.params.forced_tokens)
         penalty = sequence.params.beams.length_penalty
         for tokens, score in sequence.search.best(sequence.params.beams.num_return_sequences):
             ended = bool(tokens) and tokens[-1] == self.eos_id
             forced = ended and self.forced_eos_at(sequence, len(tokens) - 1)
             generated = tokens[first : len(tokens) - ended]
-            # The search ranked sum(log p) / len(tokens) ** penalty; the forced first token's log p is 0.
+            # The search ranked sum(log p) / len(tokens) ** penalty; the forced tokens' log p are 0.
             mean = score * len(tokens) ** penalty / max(len(tokens) - first, 1)
             reason = EOS if ended and not forced else LENGTH
             found.append(Hypothesis(decode(generated), generated, reason, score, mean))

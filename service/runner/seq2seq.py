@@ -82,11 +82,27 @@ class Seq2SeqRunner:
         self.encoder.run_with_iobinding(binding)
         return EncoderOutput(binding.get_outputs()[1:], input_ids.nbytes + attention_mask.nbytes, 0)
 
+    def encode_features(self, features: np.ndarray) -> EncoderOutput:
+        """An audio encoder's windows: log-mel frames (B, n_mels, frames) float32 -> each layer's
+        cross-attention K/V (B, H, frames / 2, Dh), left on the device as encode's."""
+        binding = self.encoder.io_binding()
+        binding.bind_cpu_input("input_features", features)
+        binding.bind_output("last_hidden_state", self.device)
+        for name in self.cross_names:
+            binding.bind_output(name, self.device)
+        self.encoder.run_with_iobinding(binding)
+        return EncoderOutput(binding.get_outputs()[1:], features.nbytes, 0)
+
     def release_memory(self) -> None:
         """Give the encoder's memory arena's unused regions back (after long sources): one tiny encoder
         call whose run ends with the arena shrinking. (The decoder step's activations stay small.)"""
-        one = np.ones((1, 1), np.int64)
-        self.encoder.run(None, {"input_ids": one, "attention_mask": one}, shrink_options(self.provider))
+        (first,) = self.encoder.get_inputs()[:1]
+        if first.name == "input_features":
+            feeds = {"input_features": np.zeros((1, first.shape[1], 2), np.float32)}
+        else:
+            one = np.ones((1, 1), np.int64)
+            feeds = {"input_ids": one, "attention_mask": one}
+        self.encoder.run(None, feeds, shrink_options(self.provider))
 
     def step(
         self,

@@ -161,7 +161,7 @@ def generation_params(
         ignore_eos=p.ignore_eos,
         beams=beam_settings(model, p, streaming, max_beams),
         stream=streaming,
-        first_token=first_token,
+        forced_tokens=() if first_token is None else (first_token,),
         scores=p.scores,
     )
 

@@ -222,8 +222,8 @@ class TranslationService:
         if not alignment:
             return result, None
         codes = route.languages.codes(model)
-        first = [params.first_token] if params.first_token is not None else []
-        aligned = await sentence_alignment(model, ids, [model.special.bos, *first, *token_ids], codes)
+        forced = list(params.forced_tokens)
+        aligned = await sentence_alignment(model, ids, [model.special.bos, *forced, *token_ids], codes)
         return result, aligned
 
     @staticmethod

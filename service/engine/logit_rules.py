@@ -1,0 +1,18 @@
+"""What a model family's own rules over a step's logits look like to the engine (Whisper's timestamp rules,
+service/core/transcription/): an object a sequence carries in its parameters, which the token choice hands
+each step's logits of each of the sequence's rows before it chooses."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+
+class LogitRules(Protocol):
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        """logits (vocab,) float32: one row's logits as the model gave them, changed in place (a token
+        ruled out: -inf). tokens: the row's tokens so far (its forced tokens first), whose next these
+        logits choose. Called at every step, a forced token's too, so that the rules may read what the
+        model says there (Whisper's no-speech probability); the engine leaves out the checkpoint's
+        suppressed tokens afterwards."""
