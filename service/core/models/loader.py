@@ -35,6 +35,7 @@ from .served_models import (
     ServedEmbeddingModel,
     ServedModel,
     ServedSeq2SeqModel,
+    ServedSpeechModel,
 )
 
 log = logging.getLogger("attnserve.loader")
@@ -166,7 +167,10 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
         g.target_tokens - 1,
         g.source_tokens,
     )
-    return ServedSeq2SeqModel(**common, runner=opened.runner, scheduler=scheduler, defaults=defaults, limits=limits)
+    seq2seq = dict(**common, runner=opened.runner, scheduler=scheduler, defaults=defaults, limits=limits)
+    if c.whisper is not None:
+        return ServedSpeechModel(**seq2seq, whisper=c.whisper, n_mels=c.n_mels, source_positions=c.max_source_positions)
+    return ServedSeq2SeqModel(**seq2seq)
 
 
 def _task(model_dir: Path) -> str | None:

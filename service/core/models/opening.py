@@ -42,9 +42,15 @@ class CacheSettings:
     max_running: int  # 0: the device's default (DEFAULT_MAX_RUNNING)
     max_waiting: int
 
-    def geometry(self, architecture: Architecture, max_input_tokens: int, precision: str) -> CacheGeometry:
+    def geometry(
+        self, architecture: Architecture, max_input_tokens: int, precision: str, whole_context: bool = False
+    ) -> CacheGeometry:
+        """whole_context: a row holds every decoder position the model has (Whisper's: a window's previous
+        text, its prompt and its own tokens share them), whatever max_new_tokens says."""
         # The start token takes one of the model's positions.
-        new_tokens = min(self.max_new_tokens, architecture.max_positions - 1)
+        new_tokens = architecture.max_positions - 1
+        if not whole_context:
+            new_tokens = min(self.max_new_tokens, new_tokens)
         return CacheGeometry(
             n_layers=architecture.n_decoder_layers,
             n_heads=architecture.n_heads,
@@ -115,7 +121,10 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
     )
     geometry = None
     if files.task == "seq2seq":
-        geometry = settings.cache.geometry(architecture, c.max_input_tokens, precision)
+        # An audio encoder's source is a window's positions, not tokens.
+        audio = c.encoder_input == "log_mel"
+        source = c.max_source_positions if audio else c.max_input_tokens
+        geometry = settings.cache.geometry(architecture, source, precision, whole_context=audio)
         if not (settings.cache.auto and provider == CUDA):  # a cache of no row serves nothing: refuse early
             _rows(files.name, settings.cache, geometry, provider)
     tokenizer = load_model_tokenizer(c, files.tokenizer)

@@ -1,4 +1,5 @@
-"""The served models, typed: an embedding model, a cross-encoder and a seq2seq model, each with what the core
+"""The served models, typed: an embedding model, a cross-encoder, a seq2seq model and a speech model
+(Whisper: a seq2seq model over audio windows), each with what the core
 needs of it read once from its directory into frozen dataclasses (core/models/loader.py builds them; nothing
 else reads a model's config), and its loop's start, stop, warm-up and health probe."""
 
@@ -15,6 +16,7 @@ from modeldir.language_tokenizer import LanguageTokenizer
 from modeldir.languages import Languages
 from modeldir.late_interaction import ColbertSettings
 from modeldir.tokenizer import MarianTokenizer, TextTokenizer, pad_batch
+from modeldir.whisper_tokens import WhisperSettings
 
 from ...engine.batcher import EmbeddingBatcher
 from ...engine.scheduler import Scheduler
@@ -211,3 +213,26 @@ class ServedSeq2SeqModel(ServedModel):
             # its counts of rows by kind, back to none
             "rows counted": rows.beams + rows.sampled + rows.ignoring_eos + rows.awaiting_first + rows.scoring,
         }
+
+
+@dataclass(eq=False)
+class ServedSpeechModel(ServedSeq2SeqModel):
+    """Whisper: its windows of log-mel frames are the sources of its scheduler's sequences, and its decoder
+    starts from prompts of special tokens (core/transcription/)."""
+
+    whisper: WhisperSettings
+    n_mels: int
+    source_positions: int  # a window's: its 3,000 frames halved by the convolution stem
+
+    task: ClassVar[str] = "transcription"
+
+    async def probe(self, executor: Executor) -> None:
+        """One window of silence, its language and task forced, through the scheduler (counted nowhere)."""
+        s = self.whisper
+        forced = (s.language_id(s.languages[0]), s.transcribe_id) if s.multilingual else ()
+        silence = np.full((self.n_mels, 2 * self.source_positions), -1.5, np.float32)  # log-mel of zeros
+        params = GenerationParams(max_new_tokens=1, ignore_eos=True, stream=False, probe=True, forced_tokens=forced)
+        async for event in self.scheduler.generate([], params, features=silence):
+            last = event
+        if last.finish_reason is None or len(last.token_ids) != 1:
+            raise RuntimeError(f"model {self.name}: the probe transcription gave {last}")

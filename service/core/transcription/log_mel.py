@@ -15,6 +15,7 @@ WINDOW_SECONDS = 30
 WINDOW_SAMPLES = WINDOW_SECONDS * SAMPLE_RATE  # 480,000: what one encoder pass hears
 WINDOW_FRAMES = WINDOW_SAMPLES // HOP  # 3,000
 MAX_FREQUENCY = 8_000.0
+BLOCK_FRAMES = WINDOW_FRAMES  # frames windowed and transformed at once
 
 # The Slaney mel scale: linear below 1 kHz (200/3 Hz a mel), logarithmic above (27 mels an octave of 6.4).
 LINEAR_HZ_PER_MEL = 200.0 / 3.0
@@ -65,11 +66,15 @@ def log_mel(audio: np.ndarray, n_mels: int) -> np.ndarray:
     padded = np.pad(samples, N_FFT // 2, mode="reflect")
     count = len(samples) // HOP  # the last centred frame is dropped, as Whisper's front-ends drop it
     frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP][:count]
-    # The spectrum is kept in complex64, as openai-whisper's torch.stft and transformers' extractor keep it:
-    # a quiet frame's log moves by 3e-5 with a float64 one.
-    spectrum = np.fft.rfft(frames * hann_window(), axis=1).astype(np.complex64)
-    power = np.abs(spectrum, dtype=np.float64) ** 2
-    mel = np.log10(np.maximum(mel_filters(n_mels) @ power.T, 1e-10))
+    mel = np.empty((n_mels, count), np.float64)
+    # A block of frames at a time: an hour's frames windowed at once would take a gigabyte.
+    for start in range(0, count, BLOCK_FRAMES):
+        block = frames[start : start + BLOCK_FRAMES]
+        # The spectrum is kept in complex64, as openai-whisper's torch.stft and transformers' extractor keep
+        # it: a quiet frame's log moves by 3e-5 with a float64 one.
+        spectrum = np.fft.rfft(block * hann_window(), axis=1).astype(np.complex64)
+        power = np.abs(spectrum, dtype=np.float64) ** 2
+        mel[:, start : start + len(block)] = np.log10(np.maximum(mel_filters(n_mels) @ power.T, 1e-10))
     mel = np.maximum(mel, mel.max() - 8.0)
     return ((mel + 4.0) / 4.0).astype(np.float32)
 
