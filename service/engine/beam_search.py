@@ -46,6 +46,10 @@ class BeamSettings:
     length_penalty: float = 1.0
     early_stopping: str = "false"  # "true" | "false" | "never"
     num_return_sequences: int = 1  # the n best hypotheses to return, n <= num_beams
+    # "transformers": this search; "ctranslate2": CTranslate2's, which stops after round(num_beams x
+    # patience) finished hypotheses (patient_beam_search.py: Whisper's, as faster-whisper runs it).
+    search: str = "transformers"
+    patience: float = 1.0
 
 
 class BeamSearch:
@@ -120,7 +124,9 @@ class BeamSearch:
         self.done = (not self.can_improve) or (self.is_finished.all() and early == "true") or bool(ends.all())
         return parents[going]
 
-    def best(self, n: int = 1) -> list[tuple[list[int], float]]:
-        """The n best finished hypotheses, best first: their tokens (eos included when one ended so) and
-        scores. Once done, all k are finished."""
-        return [(list(self.finished[i]), float(self.finished_scores[i])) for i in range(n)]
+    def best(self, n: int = 1) -> list[tuple[list[int], float, float]]:
+        """The n best finished hypotheses, best first: their tokens (eos included when one ended so),
+        scores and summed log-probabilities. Once done, all k are finished."""
+        penalty = self.settings.length_penalty
+        found = [(list(self.finished[i]), float(self.finished_scores[i])) for i in range(n)]
+        return [(tokens, score, score * len(tokens) ** penalty) for tokens, score in found]

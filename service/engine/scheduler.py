@@ -29,6 +29,7 @@ from ..ops.metrics import ModelMetrics
 from .batcher import RELEASE_AFTER_TOKENS, RELEASE_IDLE_SECONDS, split_by_length
 from .beam_search import BeamSearch
 from .generation_cache import GenerationCache
+from .patient_beam_search import PatientBeamSearch
 from .rows import BEAM, RowState
 from .sequence import EOS, LENGTH, STOP, BeamRow, Event, GenerationParams, Sequence, owner
 from .steps import HealthReport, ModelCall, SchedulerSettings, StepPlan, StepResult
@@ -36,6 +37,13 @@ from .text_stream import Detokenizer, TextStream
 from .token_choice import TokenChoice
 
 log = logging.getLogger("attnserve.scheduler")
+
+
+def beam_search(params: GenerationParams, eos_id: int) -> BeamSearch | PatientBeamSearch:
+    """The search a sequence's beam settings name."""
+    if params.beams.search == "ctranslate2":
+        return PatientBeamSearch(params.beams, eos_id, params.max_steps, params.forced_tokens)
+    return BeamSearch(params.beams, eos_id, params.max_steps)
 
 
 class Scheduler:
@@ -114,7 +122,7 @@ class Scheduler:
         # The core's limits did already.
         self.cache.refuse_unless_fits(sequence.source_length, params.max_steps, self.name)
         if params.beams:
-            sequence.search = BeamSearch(params.beams, self.eos_id, params.max_steps)
+            sequence.search = beam_search(params, self.eos_id)
         self.waiting.append(sequence)
         self._wake.set()
         loop = asyncio.get_running_loop()

@@ -140,13 +140,11 @@ class TokenChoice:
         tokens, and ended by length where the checkpoint forced eos."""
         found = []
         first = len(sequence.params.forced_tokens)
-        penalty = sequence.params.beams.length_penalty
-        for tokens, score in sequence.search.best(sequence.params.beams.num_return_sequences):
+        for tokens, score, total in sequence.search.best(sequence.params.beams.num_return_sequences):
             ended = bool(tokens) and tokens[-1] == self.eos_id
             forced = ended and self.forced_eos_at(sequence, len(tokens) - 1)
             generated = tokens[first : len(tokens) - ended]
-            # The search ranked sum(log p) / len(tokens) ** penalty; the forced tokens' log p are 0.
-            mean = score * len(tokens) ** penalty / max(len(tokens) - first, 1)
+            mean = total / max(len(tokens) - first, 1)  # the forced tokens' log p are 0
             reason = EOS if ended and not forced else LENGTH
             found.append(Hypothesis(decode(generated), generated, reason, score, mean))
         return tuple(found)

@@ -32,6 +32,7 @@ class DecodeOptions:
     language: str | None = None  # None on a multilingual model: detected
     task: str = "transcribe"
     beam_size: int = 5
+    patience: float = 1.0  # a beam search stops after round(beam_size x patience) finished hypotheses
     best_of: int = 5  # sampled candidates at a temperature above 0, the likeliest kept
     length_penalty: float = 1.0
     temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -62,7 +63,12 @@ class Prompt:
 
 
 def prompt_for(
-    settings: WhisperSettings, previous: list[int], language: str | None, task: str, without_timestamps: bool, max_length: int
+    settings: WhisperSettings,
+    previous: list[int],
+    language: str | None,
+    task: str,
+    without_timestamps: bool,
+    max_length: int,
 ) -> Prompt:
     """faster-whisper's get_prompt: the previous text's last max_length // 2 - 1 tokens after
     <|startofprev|>, then the start of the transcript."""
@@ -70,7 +76,10 @@ def prompt_for(
     sot_index = len(tokens)
     tokens.append(settings.start_of_transcript_id)
     if settings.multilingual:
-        tokens += [settings.language_id(language), settings.translate_id if task == "translate" else settings.transcribe_id]
+        tokens += [
+            settings.language_id(language),
+            settings.translate_id if task == "translate" else settings.transcribe_id,
+        ]
     if without_timestamps:
         tokens.append(settings.no_timestamps_id)
     return Prompt(tokens, sot_index)
@@ -99,8 +108,9 @@ async def _attempt(
     (as many rows at once), the likeliest kept."""
     settings = model.whisper
     max_length = model.architecture.max_positions
+    # CTranslate2's: half the context, or what the prompt leaves of it (the end's step counted).
     common = dict(
-        max_new_tokens=max_length - len(prompt.tokens),
+        max_new_tokens=min(max_length // 2, max_length - (len(prompt.tokens) - 1)),
         stream=False,
         forced_tokens=tuple(prompt.tokens[1:]),
         start_token=prompt.tokens[0],
@@ -121,7 +131,12 @@ async def _attempt(
         window_rules = rules()
         beams = None
         if options.beam_size > 1:
-            beams = BeamSettings(num_beams=options.beam_size, length_penalty=options.length_penalty)
+            beams = BeamSettings(
+                num_beams=options.beam_size,
+                length_penalty=options.length_penalty,
+                search="ctranslate2",
+                patience=options.patience,
+            )
         params = GenerationParams(**common, beams=beams, rules=window_rules)
         candidates = [(await _last_event(model, features, params), window_rules)]
     else:
@@ -131,16 +146,17 @@ async def _attempt(
             *(_last_event(model, features, GenerationParams(**common, sampling=sampling, rules=r)) for r in attempts)
         )
         candidates = list(zip(events, attempts))
-    results = []
+    ranked = []
     for event, window_rules in candidates:
         tokens = list(event.token_ids)
         counted = len(tokens) + (event.finish_reason == EOS)
-        total = (event.mean_log_prob or 0.0) * counted
+        total = (event.mean_log_prob or 0.0) * counted  # the log-probabilities' sum, the end's included
         text = text_of(model, tokens).strip()
-        results.append(
-            WindowResult(tokens, total / (len(tokens) + 1), window_rules.no_speech_prob or 0.0, temperature, compression_ratio(text))
-        )
-    return max(results, key=lambda r: r.avg_logprob)
+        no_speech = window_rules.no_speech_prob or 0.0
+        result = WindowResult(tokens, total / (len(tokens) + 1), no_speech, temperature, compression_ratio(text))
+        # Samples are ranked as CTranslate2 ranks them: sum(log p) / tokens ** length_penalty.
+        ranked.append((total / max(len(tokens), 1) ** options.length_penalty, result))
+    return max(ranked, key=lambda pair: pair[0])[1]
 
 
 async def decode_window(
@@ -153,7 +169,10 @@ async def decode_window(
         result = await _attempt(model, features, prompt, options, temperature)
         every.append(result)
         fallback = False
-        if options.compression_ratio_threshold is not None and result.compression_ratio > options.compression_ratio_threshold:
+        if (
+            options.compression_ratio_threshold is not None
+            and result.compression_ratio > options.compression_ratio_threshold
+        ):
             fallback = True
         else:
             passable.append(result)

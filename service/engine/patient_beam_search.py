@@ -1,0 +1,79 @@
+"""Beam search as CTranslate2 runs it (decoding.cc BeamSearch), so that Whisper's windows give here what
+faster-whisper gives: each step keeps the 2k best continuations of all beams; a continuation among the
+first k that ends (eos, or the last step) is filed as a finished hypothesis, its place taken by the next
+one among the second k that does not end; the search stops once round(k x patience) hypotheses are filed
+or at the last step, and they are ranked by sum(log p) / tokens ** length_penalty (eos not counted).
+
+Forced tokens (Whisper's prompt) are fed before the search proper, to every beam alike: they are not the
+model's choice, and neither scored nor counted in a hypothesis's length."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .beam_search import NEG, BeamSettings, top
+
+
+class PatientBeamSearch:
+    def __init__(self, settings: BeamSettings, eos_id: int, max_steps: int, forced: tuple[int, ...] = ()):
+        k = self.k = settings.num_beams
+        self.settings, self.eos_id, self.forced = settings, eos_id, list(forced)
+        self.search_steps = max_steps - len(forced)  # the search's own steps, the eos step included
+        self.wanted = round(k * settings.patience)
+        self.length = 1  # tokens so far in every beam, the start token included
+        self.running_scores = np.full(k, NEG, np.float32)
+        self.running_scores[0] = 0.0  # one live beam at first: the first step does not pick one token k times
+        self.running: list[list[int]] = [[] for _ in range(k)]  # each beam's tokens, the forced ones first
+        self.finished: list[tuple[list[int], bool, float]] = []  # (tokens, ended by eos, summed log p)
+        self.done = False
+
+    @property
+    def last_tokens(self) -> list[int | None]:
+        return [beam[-1] if beam else None for beam in self.running]
+
+    def tokens(self, beam: int) -> np.ndarray:
+        return np.asarray(self.running[beam], np.int64)
+
+    def step(self, log_probs: np.ndarray) -> np.ndarray:
+        """log_probs (k, vocab) of the beams, processed. -> the parent of each new beam."""
+        k = self.k
+        if self.length <= len(self.forced):  # a forced token, whatever the model says
+            token = self.forced[self.length - 1]
+            self.running = [beam + [token] for beam in self.running]
+            self.length += 1
+            return np.arange(k)
+        vocab = log_probs.shape[1]
+        scores = (log_probs.astype(np.float32) + self.running_scores[:, None]).reshape(-1)
+        chosen = top(scores, 2 * k)
+        chosen_scores, parents, tokens = scores[chosen], chosen // vocab, chosen % vocab
+        last = self.length - len(self.forced) == self.search_steps
+        ends = (tokens == self.eos_id) | last
+        going, spare = [], k
+        for slot in range(k):
+            pick = slot
+            if ends[slot]:
+                parent, token = int(parents[slot]), int(tokens[slot])
+                ended = token == self.eos_id
+                hypothesis = self.running[parent] + ([] if ended else [token])
+                self.finished.append((hypothesis, ended, float(chosen_scores[slot])))
+                while spare < 2 * k and tokens[spare] == self.eos_id:
+                    spare += 1
+                pick = spare if spare < 2 * k else None
+                spare += 1
+            going.append(pick)
+        self.running_scores = np.array([NEG if i is None else chosen_scores[i] for i in going], np.float32)
+        self.running = [self.running[parents[i or 0]] + [int(tokens[i or 0])] for i in going]
+        self.length += 1
+        self.done = bool(last) or len(self.finished) >= self.wanted
+        return np.array([parents[i or 0] for i in going])
+
+    def best(self, n: int = 1) -> list[tuple[list[int], float, float]]:
+        """The n best finished hypotheses, best first: their tokens (the forced ones first, eos last where
+        one ended so), score (sum(log p) / the model's tokens ** length_penalty) and summed log p."""
+        penalty = self.settings.length_penalty
+        ranked = []
+        for tokens, ended, total in self.finished:
+            length = max(len(tokens) - len(self.forced), 1)
+            ranked.append((tokens + [self.eos_id] * ended, total / length**penalty, total))
+        ranked.sort(key=lambda hypothesis: -hypothesis[1])
+        return ranked[:n]
