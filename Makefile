@@ -22,13 +22,14 @@ models: $(VENV)/.export
 
 run: models
 	$(BIN)/attnserve serve --models $(MODELS)/minilm $(MODELS)/numbers $(MODELS)/numbers-multilingual \
-	  $(MODELS)/numbers-reranker $(MODELS)/numbers-language
+	  $(MODELS)/numbers-reranker $(MODELS)/numbers-language $(MODELS)/whisper-tiny.en
 
-# Debian's prometheus package: its server and promtool run in the metrics and deployment tests.
+# Debian's prometheus package: its server and promtool run in the metrics and deployment tests; espeak-ng
+# speaks the known sentences the Whisper tests transcribe.
 test-deps:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
-	  { apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
-	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; }; }
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v espeak-ng >/dev/null || \
+	  { apt-get install -y -qq --no-install-recommends prometheus espeak-ng >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus espeak-ng; }; }
 
 test: $(VENV)/.dev test-deps perf-analyzer pylate whisper-reference
 	$(BIN)/python -m pytest

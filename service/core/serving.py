@@ -1,6 +1,6 @@
 """The serving core: what every front door calls. Each call's lifecycle (calls.py) and admission, the
-loaded models, one object per capability (embeddings, generation, translation, reranking and
-classification, tokenize, models, attention maps), and the server's lifecycle (load, health probes,
+loaded models, one object per capability (embeddings, generation, translation, transcription, reranking
+and classification, tokenize, models, attention maps), and the server's lifecycle (load, health probes,
 drain, stop). It knows no transport: plain dataclasses in and out, domain errors raised."""
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from .models.loader import load_models
 from .models.opening import LoadSettings
 from .models.registry import ModelRegistry
 from .ranking.cross_encoding import CrossEncoding
+from .transcription.audio_decoding import AudioLimits
+from .transcription.transcription import TranscriptionService
 from .translation.detection import Detected
 from .translation.routing import LanguageRouter
 from .translation.translation import TranslationLimits, TranslationService
@@ -48,6 +50,7 @@ class CoreSettings:
     translation_characters: int = 100_000  # all texts of one Translate call together
     translation_sentences: int = 512  # the sentences one Translate call's texts are cut into
     rerank_documents: int = 1000  # documents of one Rerank call
+    audio: AudioLimits = AudioLimits(max_upload_bytes=25 << 20, max_audio_seconds=4 * 3600.0)  # of one upload
     stream_messages: float = 0.0  # messages a second all streams together aim at (0: one for every token)
     access_log_share: float = 1.0  # of answered calls, the share that get an access-log line
 
@@ -72,6 +75,7 @@ class ServingCore:
         self.routing: LanguageRouter | None = None
         self.translation: TranslationService | None = None
         self.cross_encoding: CrossEncoding | None = None
+        self.transcription: TranscriptionService | None = None
         self._readiness_listeners: list[Callable[[bool], None]] = []
         self._probes: asyncio.Task | None = None
 
@@ -117,6 +121,7 @@ class ServingCore:
             max_sentences=s.translation_sentences,
         )
         self.translation = TranslationService(self.routing, self.tokenization, limits, s.max_beams)
+        self.transcription = TranscriptionService(registry, s.audio, self.tokenize_executor)
         self.registry = registry
         self.admission.loaded = True
         self._probes = asyncio.get_running_loop().create_task(self._probe_unhealthy_models(), name="probes")

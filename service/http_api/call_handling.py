@@ -167,14 +167,15 @@ OPENAI = HttpApi("http", HTTP_STATUSES, openai_error, OpenAIError)
 
 
 class BodyTooLarge(Exception):
-    """A request body over max_message_bytes (raised while it is read)."""
+    """A request body over its limit (raised while it is read): max_message_bytes, or for an audio upload
+    max_upload_bytes."""
 
-    def __init__(self, size: int, limit: int):
+    def __init__(self, size: int, limit: int, setting: str = "max_message_bytes"):
         super().__init__(size, limit)
-        self.size, self.limit = size, limit
+        self.size, self.limit, self.setting = size, limit, setting
 
     def error(self) -> RequestTooLarge:
-        return RequestTooLarge(f"request body: {self.size} bytes or more; at most {self.limit} (max_message_bytes)")
+        return RequestTooLarge(f"request body: {self.size} bytes or more; at most {self.limit} ({self.setting})")
 
 
 class FastJSONResponse(JSONResponse):

@@ -16,6 +16,7 @@ from modeldir.languages import language_tag
 from ..core.embedding.embeddings import INPUT_TYPES
 from ..core.info import ModelInfo
 from ..core.serving import ServingCore
+from ..kserve_protocol import OUTPUTS
 from .openapi_document import FILL
 
 STRICT = ConfigDict(strict=True)  # no text read as a number, no number as a boolean
@@ -199,12 +200,15 @@ FILLS = {
     "sparse_models": model_names(has_output("sparse")),
     "token_embedding_models": model_names(has_output("token_embeddings")),
     "seq2seq_models": model_names(lambda m: m.task == "seq2seq"),
+    "transcription_models": model_names(lambda m: m.task == "transcription"),
+    "speech_translation_models": lambda core: {"enum": ["", *core.transcription.translating_models()]},
     "reranking_models": model_names(labelled("one")),
     "tei_classifying_models": model_names(labelled("several")),
     "tokenizing_models": model_names(lambda m: m.token_offsets),
     "any_model": model_names(lambda m: True),
     "full_dimensions": full_dimensions,
     "language_rules": language_rules,
-    "model_examples": lambda core: {"examples": [m.name for m in core.models()]},
+    # The Open Inference Protocol's {model}: the models it serves (a speech model it does not, yet).
+    "model_examples": lambda core: {"examples": [m.name for m in core.models() if m.task in OUTPUTS]},
     "translating_models": translating_models,
 }

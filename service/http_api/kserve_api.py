@@ -24,6 +24,7 @@ from ..kserve_protocol import (
     TEXT,
     VERSION,
     Tensor,
+    check_served,
     check_version,
     infer,
     pack_bytes,
@@ -306,6 +307,7 @@ def add_kserve_routes(app: FastAPI, core: ServingCore) -> None:
             async def work(call: Call) -> Response:
                 info = core.model(model)
                 check_version(info, version)
+                check_served(info)
                 body, binary = await read_body(request)
                 names, binary_outputs = outputs_of(body, OUTPUTS[info.task])
                 wanted = requested(names, info)

@@ -16,6 +16,7 @@ from .call_handling import HttpApi
 from .request_fields import FALSE, FORM, TRUE
 
 JSON = "application/json"
+MULTIPART = "multipart/form-data"
 REF = "#/components/schemas/{model}"
 FILL = "x-filled-from"  # a schema's keywords that depend on what is served: the fill's name
 
@@ -82,15 +83,16 @@ def as_form(schema: object) -> object:
 
 
 def form_bodies(doc: dict) -> None:
-    """Each form body's schema: its JSON schema without nulls, as <name>Form."""
+    """Each form body's schema (urlencoded or multipart): its JSON schema without nulls, as <name>Form."""
     schemas = doc["components"]["schemas"]
     for operations in doc.get("paths", {}).values():
         for operation in operations.values():
-            form = operation.get("requestBody", {}).get("content", {}).get(FORM)
-            if form and "$ref" in form["schema"]:
-                name = form["schema"]["$ref"].rsplit("/", 1)[1]
-                schemas[name + "Form"] = as_form(schemas[name])
-                form["schema"] = {"$ref": REF.format(model=name + "Form")}
+            for kind in (FORM, MULTIPART):
+                form = operation.get("requestBody", {}).get("content", {}).get(kind)
+                if form and "$ref" in form["schema"]:
+                    name = form["schema"]["$ref"].rsplit("/", 1)[1]
+                    schemas[name + "Form"] = as_form(schemas[name])
+                    form["schema"] = {"$ref": REF.format(model=name + "Form")}
 
 
 def without_framework_errors(doc: dict) -> None:

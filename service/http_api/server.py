@@ -19,7 +19,8 @@ from ..errors import Unauthenticated
 from ..ops.auth import REQUIRED, bearer_allowed, read_tokens
 from ..ops.config import ServerConfig
 from ..ops.listen import address_text, listening_sockets
-from . import cohere_api, deepl_api, kserve_api, libretranslate_api, tei_api
+from . import audio_api, cohere_api, deepl_api, kserve_api, libretranslate_api, tei_api
+from .audio_api import add_audio_routes
 from .call_handling import OPENAI, BodyTooLarge, HttpApi, refuse
 from .cohere_api import add_cohere_routes
 from .deepl_api import add_deepl_routes
@@ -49,9 +50,19 @@ class Guard:
     """Bearer tokens (when configured) and the size of request bodies, before a request reaches the API. A
     request turned away here is a call of its own (recorded and logged), named by its route."""
 
-    def __init__(self, app: FastAPI, tokens: list[bytes] | None, max_body_bytes: int, core: ServingCore):
+    def __init__(
+        self, app: FastAPI, tokens: list[bytes] | None, max_body_bytes: int, core: ServingCore, max_upload_bytes: int
+    ):
         self.app, self.tokens, self.max_body_bytes, self.core = app, tokens, max_body_bytes, core
+        self.max_upload_bytes = max_upload_bytes
         self.routes = {route.path for route in app.routes}  # other paths are named alike: no unbounded labels
+
+    def body_limit(self, path: str) -> tuple[int, str]:
+        """The most bytes a body may have, and the setting that says so: an audio upload's is its own, with
+        room for the form's other fields."""
+        if path in audio_api.PATHS:
+            return self.max_upload_bytes + audio_api.FORM_ROOM, "max_upload_bytes"
+        return self.max_body_bytes, "max_message_bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -66,9 +77,9 @@ class Guard:
             and not bearer_allowed(headers.get("authorization"), self.tokens, api.auth_schemes)
         ):
             return await refuse(self.core, headers, path, Unauthenticated(REQUIRED), api)(scope, receive, send)
-        length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_body_bytes:
-            error = BodyTooLarge(int(length), self.max_body_bytes).error()
+        length, (limit, setting) = headers.get("content-length", ""), self.body_limit(path)
+        if length.isdigit() and int(length) > limit:
+            error = BodyTooLarge(int(length), limit, setting).error()
             return await refuse(self.core, headers, path, error, api)(scope, receive, send)
         received = 0
 
@@ -76,8 +87,8 @@ class Guard:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
-            if received > self.max_body_bytes:
-                raise BodyTooLarge(received, self.max_body_bytes)
+            if received > limit:
+                raise BodyTooLarge(received, limit, setting)
             return message
 
         await self.app(scope, counted, send)  # the API answers BodyTooLarge with 413
@@ -111,9 +122,10 @@ class HttpServer:
         add_tei_routes(api, self.core)
         add_cohere_routes(api, self.core)
         add_kserve_routes(api, self.core)
+        add_audio_routes(api, self.core, self.abort_connection)
         fills = {**FILLS, **deepl_api.FILLS, **libretranslate_api.FILLS, **cohere_api.FILLS}
         serve_document(api, self.core, fills)
-        app = Guard(api, tokens, c.max_message_bytes, self.core)
+        app = Guard(api, tokens, c.max_message_bytes, self.core, c.max_upload_bytes)
         settings = uvicorn.Config(
             app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c)
         )

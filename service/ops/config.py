@@ -127,6 +127,10 @@ class ServerConfig:
         "so keep this under max_waiting_sequences)",
     )
     rerank_max_documents: int = _setting(1000, "most documents one Rerank or /v1/rerank call ranks")
+    max_upload_bytes: int = _setting(
+        25 * 1024 * 1024, "largest audio upload to transcribe (OpenAI's limit); its HTTP body may be this large"
+    )
+    max_audio_seconds: float = _setting(4 * 3600.0, "longest audio one transcription call takes, in seconds")
     max_waiting_sequences: int = _setting(1024, "Generate calls waiting for cache space; beyond: RESOURCE_EXHAUSTED")
     max_concurrent_requests: int = _setting(512, "calls in progress at once; beyond: RESOURCE_EXHAUSTED at once")
     max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")
@@ -196,6 +200,8 @@ class ServerConfig:
             "translation_max_characters",
             "translation_max_sentences",
             "rerank_max_documents",
+            "max_upload_bytes",
+            "max_audio_seconds",
         ]
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
         if not 0.0 <= self.access_log_share <= 1.0:

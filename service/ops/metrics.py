@@ -117,6 +117,16 @@ class Metrics:
             "attnserve_prompt_tokens", "Tokens of inputs fed to the model.", ["model"], registry=registry
         )
         self.generated_tokens = Counter("attnserve_generated_tokens", "Tokens generated.", ["model"], registry=registry)
+        self.audio_seconds = Counter(
+            "attnserve_audio_seconds", "Seconds of audio taken in to transcribe.", ["model"], registry=registry
+        )
+        self.real_time_factor = Histogram(
+            "attnserve_transcription_real_time_factor",
+            "Seconds spent decoding a recording's windows per second of its audio.",
+            ["model"],
+            buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+            registry=registry,
+        )
         self.kv_cache_usage = Gauge(
             "attnserve_kv_cache_usage_ratio",
             "Share of the generation cache reserved by running sequences.",
@@ -246,6 +256,15 @@ class ModelMetrics:
 
     def generated(self, tokens: int) -> None:
         self._generated.inc(tokens)
+
+    def audio_heard(self, seconds: float) -> None:
+        """Audio taken in by a speech model (whose series are made at its first)."""
+        self.metrics.audio_seconds.labels(self.model).inc(seconds)
+
+    def transcribed(self, audio_seconds: float, seconds: float) -> None:
+        """A recording's windows all decoded, in `seconds`."""
+        if audio_seconds > 0:
+            self.metrics.real_time_factor.labels(self.model).observe(seconds / audio_seconds)
 
     def watch_queue(self, depth: Callable[[], float]) -> None:
         """The queue depth, read when scraped."""

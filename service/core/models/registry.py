@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...errors import NotFound, invalid
 from ..info import ModelInfo
-from .served_models import ServedCrossEncoder, ServedEmbeddingModel, ServedModel, ServedSeq2SeqModel
+from .served_models import ServedCrossEncoder, ServedEmbeddingModel, ServedModel
 
 
 class ModelRegistry:
@@ -62,7 +62,7 @@ class ModelRegistry:
             pooling=m.pooling if isinstance(m, ServedEmbeddingModel) else "",
             precision=m.precision,
             vocab_size=m.architecture.vocab_size,
-            max_new_tokens=m.limits.max_new_tokens if isinstance(m, ServedSeq2SeqModel) else 0,
+            max_new_tokens=m.limits.max_new_tokens if m.task == "seq2seq" else 0,
             token_offsets=hasattr(m.tokenizer, "spans"),
         )
 

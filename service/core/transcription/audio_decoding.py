@@ -21,8 +21,8 @@ S16_SCALE = 32768.0
 
 @dataclass(frozen=True, kw_only=True)
 class AudioLimits:
-    max_upload_bytes: int  # --max-upload-bytes
-    max_audio_seconds: float  # --max-audio-seconds
+    max_upload_bytes: int  # max_upload_bytes (--max-upload-bytes)
+    max_audio_seconds: float  # max_audio_seconds (--max-audio-seconds)
 
 
 def decoded_frames(container: av.container.InputContainer) -> Iterator[av.AudioFrame]:
@@ -53,7 +53,7 @@ def decode_audio(data: bytes, limits: AudioLimits, field: str = "file") -> np.nd
     """An upload's audio as float32 samples, 16 kHz mono."""
     if len(data) > limits.max_upload_bytes:
         raise RequestTooLarge(
-            f"{field}: {len(data)} bytes; at most {limits.max_upload_bytes} (--max-upload-bytes)", field
+            f"{field}: {len(data)} bytes; at most {limits.max_upload_bytes} (max_upload_bytes)", field
         )
     if not data:
         raise invalid(field, "empty: no audio in it")
@@ -70,7 +70,7 @@ def decode_audio(data: bytes, limits: AudioLimits, field: str = "file") -> np.nd
                     count += len(samples)
                     if count > most:
                         raise RequestTooLarge(
-                            f"{field}: more than {limits.max_audio_seconds:g} s of audio (--max-audio-seconds)",
+                            f"{field}: more than {limits.max_audio_seconds:g} s of audio (max_audio_seconds)",
                             field,
                         )
                     pieces.append(samples)

@@ -1,0 +1,168 @@
+"""The transcription capability: an audio upload into text by a speech model (Whisper), with its segments
+and their timestamps: the upload decoded (audio_decoding.py), its log-mel frames made once, its language
+detected where none is given (one decoder step over the language tokens), and its windows decoded one after
+another by timestamp seeking (long_form.py), each window a row of the model's continuous batch. Translation
+is Whisper's other task: any language's speech into English text."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...engine.sequence import GenerationParams
+from ...errors import NotFound, invalid
+from ..models.registry import ModelRegistry
+from ..models.served_models import ServedSpeechModel
+from .audio_decoding import AudioLimits, decode_audio
+from .log_mel import SAMPLE_RATE, WINDOW_FRAMES
+from .long_form import Segment, recording_features, transcribe_features
+from .window_decoding import TASKS, DecodeOptions
+
+TASK = "transcription"  # the served models' task
+MAX_PROMPT_CHARACTERS = 4000  # a prompt's text: only its last 223 tokens are read
+FALLBACK_STEP = 0.2  # OpenAI's temperature_increment_on_fallback
+MAX_BEAMS = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class TranscribeRequest:
+    audio: bytes  # an upload in any format FFmpeg reads
+    model: str = ""  # empty: the first speech model served
+    task: str = "transcribe"  # or "translate": into English
+    language: str = ""  # ISO 639-1 code of the speech; empty: detected (an English-only model: English)
+    prompt: str = ""  # text the speech continues (names, spellings, style)
+    temperature: float = 0.0  # the first; on fallback it rises by 0.2 up to 1
+    beam_size: int = 5  # at temperature 0 (1: greedy)
+    without_timestamps: bool = False
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A request ready for its windows."""
+
+    model: ServedSpeechModel
+    options: DecodeOptions
+    features: np.ndarray  # (n_mels, frames) of the whole recording
+    duration: float  # seconds
+    language: str
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    model: str
+    task: str
+    language: str
+    duration: float  # seconds of audio
+    segments: tuple[Segment, ...]
+
+
+class TranscriptionService:
+    def __init__(self, registry: ModelRegistry, limits: AudioLimits, executor: Executor):
+        """executor: where uploads are decoded and their log-mel frames made, off the event loop."""
+        self.registry, self.limits, self.executor = registry, limits, executor
+
+    def model(self, name: str, rpc: str, task: str = "transcribe") -> ServedSpeechModel:
+        """The speech model named; unnamed, the first served (for a translation, the first multilingual one)."""
+        if name or task != "translate":
+            return self.registry.get(name, TASK, rpc)
+        for candidate in self.translating_models():
+            return self.registry.get(candidate, TASK, rpc)
+        raise NotFound(f"model: no multilingual speech model is served, so {rpc} has no default", "model")
+
+    def translating_models(self) -> list[str]:
+        """The speech models that translate: the multilingual ones."""
+        models = self.registry.models.values()
+        return [m.name for m in models if m.task == TASK and m.whisper.multilingual]
+
+    def options(self, model: ServedSpeechModel, request: TranscribeRequest) -> DecodeOptions:
+        """The request's options checked against the model, each refusal naming its field."""
+        if request.task not in TASKS:
+            raise invalid("task", f"{request.task!r}; one of {', '.join(TASKS)}")
+        whisper = model.whisper
+        if request.task == "translate" and not whisper.multilingual:
+            raise invalid("task", f"model {model.name!r} is English-only: it transcribes, it does not translate")
+        if request.language:
+            if whisper.multilingual and request.language not in whisper.languages:
+                raise invalid("language", f"{request.language!r}; one of {', '.join(whisper.languages)}")
+            if not whisper.multilingual and request.language != "en":
+                raise invalid("language", f"{request.language!r}; model {model.name!r} hears English only (en)")
+        if not math.isfinite(request.temperature) or not 0.0 <= request.temperature <= 1.0:
+            raise invalid("temperature", f"{request.temperature:.7g}; 0 to 1")
+        if not 1 <= request.beam_size <= MAX_BEAMS:
+            raise invalid("beam_size", f"{request.beam_size}; 1 to {MAX_BEAMS}")
+        if len(request.prompt) > MAX_PROMPT_CHARACTERS or "\x00" in request.prompt:
+            raise invalid("prompt", f"{len(request.prompt)} characters; at most {MAX_PROMPT_CHARACTERS}, no NUL")
+        steps = int(round((1.0 - request.temperature) / FALLBACK_STEP))
+        temperatures = tuple(round(request.temperature + FALLBACK_STEP * i, 4) for i in range(steps + 1))
+        return DecodeOptions(
+            task=request.task,
+            beam_size=request.beam_size,
+            temperatures=temperatures or (request.temperature,),
+            initial_prompt=request.prompt or None,
+            without_timestamps=request.without_timestamps,
+        )
+
+    async def prepare(self, request: TranscribeRequest, rpc: str = "Transcribe") -> Heard:
+        """The request checked, its audio decoded into log-mel frames and its language known (given, or
+        detected on the first window): everything before the first window is decoded."""
+        model = self.model(request.model, rpc, request.task)
+        options = self.options(model, request)
+        loop = asyncio.get_running_loop()
+        audio = await loop.run_in_executor(self.executor, decode_audio, request.audio, self.limits)
+        features = await loop.run_in_executor(self.executor, recording_features, audio, model.n_mels)
+        language = request.language or await self.detect_language(model, features)
+        return Heard(model, options, features, len(audio) / SAMPLE_RATE, language)
+
+    async def segments(self, heard: Heard) -> AsyncIterator[Segment]:
+        """The segments as each window's are final."""
+        model = heard.model
+        model.metrics.audio_heard(heard.duration)
+        started = time.perf_counter()
+        spoken = heard.language if model.whisper.multilingual else None
+        async for segment in transcribe_features(model, heard.features, heard.options, spoken):
+            yield segment
+        model.metrics.transcribed(heard.duration, time.perf_counter() - started)
+
+    async def transcribe(self, request: TranscribeRequest, rpc: str = "Transcribe") -> Transcript:
+        """The whole transcript: every segment, and the text."""
+        heard = await self.prepare(request, rpc)
+        segments = tuple([segment async for segment in self.segments(heard)])
+        text = "".join(s.text for s in segments)
+        return Transcript(text, heard.model.name, request.task, heard.language, heard.duration, segments)
+
+    async def detect_language(self, model: ServedSpeechModel, features: np.ndarray) -> str:
+        """The likeliest language of the first window: one decoder step after <|startoftranscript|>, its
+        probabilities over the language tokens alone (faster-whisper's detect_language). English for an
+        English-only model."""
+        whisper = model.whisper
+        if not whisper.multilingual:
+            return "en"
+        window = np.zeros((features.shape[0], WINDOW_FRAMES), np.float32)
+        first = features[:, :WINDOW_FRAMES]
+        window[:, : first.shape[1]] = first
+        probe = LanguageProbe(whisper.first_language_id, len(whisper.languages))
+        params = GenerationParams(max_new_tokens=1, ignore_eos=True, stream=False, rules=probe)
+        async for _ in model.scheduler.generate([], params, features=window):
+            pass
+        return whisper.languages[int(np.argmax(probe.probabilities))]
+
+
+class LanguageProbe:
+    """Logit rules that read the first step's probabilities over the language tokens."""
+
+    def __init__(self, first: int, count: int):
+        self.first, self.count = first, count
+        self.probabilities = np.zeros(count)
+
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        if len(tokens) == 0:
+            scores = logits[self.first : self.first + self.count].astype(np.float64)
+            scores = np.exp(scores - scores.max())
+            self.probabilities = scores / scores.sum()
