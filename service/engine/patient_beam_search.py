@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .beam_search import NEG, BeamSettings, top
+from .beam_search import NEG, BeamSearch, BeamSettings, top
+from .sequence import GenerationParams
 
 
 class PatientBeamSearch:
@@ -77,3 +78,10 @@ class PatientBeamSearch:
             ranked.append((tokens + [self.eos_id] * ended, total / length**penalty, total))
         ranked.sort(key=lambda hypothesis: -hypothesis[1])
         return ranked[:n]
+
+
+def beam_search(params: GenerationParams, eos_id: int) -> BeamSearch | PatientBeamSearch:
+    """The search a sequence's beam settings name: transformers' or CTranslate2's."""
+    if params.beams.search == "ctranslate2":
+        return PatientBeamSearch(params.beams, eos_id, params.max_steps, params.forced_tokens)
+    return BeamSearch(params.beams, eos_id, params.max_steps)

@@ -22,28 +22,19 @@ from concurrent.futures import Executor
 
 import numpy as np
 
-from modeldir.tokenizer import pad_batch
-
 from ..errors import QueueFull
 from ..ops.metrics import ModelMetrics
-from .batcher import RELEASE_AFTER_TOKENS, RELEASE_IDLE_SECONDS, split_by_length
-from .beam_search import BeamSearch
+from .batcher import RELEASE_AFTER_TOKENS, RELEASE_IDLE_SECONDS
 from .generation_cache import GenerationCache
-from .patient_beam_search import PatientBeamSearch
+from .patient_beam_search import beam_search
 from .rows import BEAM, RowState
 from .sequence import EOS, LENGTH, STOP, BeamRow, Event, GenerationParams, Sequence, owner
+from .source_encoding import encode_sources
 from .steps import HealthReport, ModelCall, SchedulerSettings, StepPlan, StepResult
 from .text_stream import Detokenizer, TextStream
 from .token_choice import TokenChoice
 
 log = logging.getLogger("attnserve.scheduler")
-
-
-def beam_search(params: GenerationParams, eos_id: int) -> BeamSearch | PatientBeamSearch:
-    """The search a sequence's beam settings name."""
-    if params.beams.search == "ctranslate2":
-        return PatientBeamSearch(params.beams, eos_id, params.max_steps, params.forced_tokens)
-    return BeamSearch(params.beams, eos_id, params.max_steps)
 
 
 class Scheduler:
@@ -219,21 +210,7 @@ class Scheduler:
         """Encode the newly admitted sources (their cross K/V go into their rows on the device), run one
         decoder step for all rows, choose each row's next token (beam searches: their beams', rows
         reordered)."""
-        calls = []
-        texts = [s for s in plan.admitted if s.features is None]
-        windows = [s for s in plan.admitted if s.features is not None]
-        # Sources of similar length are encoded together: padding costs as much as real tokens.
-        split = self.settings.encode_split_cost
-        for group in split_by_length(texts, split, length=lambda s: len(s.prompt)):
-            started = time.perf_counter()
-            ids, mask = pad_batch([s.prompt for s in group], self.pad_id)
-            calls.append(self._encoded(group, started, self.runner.encode(ids, mask), int(ids.size)))
-        # Audio windows are all as long: the encoder takes as many at once as its settings allow.
-        at_once = self.settings.windows_per_encode
-        for group in (windows[i : i + at_once] for i in range(0, len(windows), at_once)):
-            started = time.perf_counter()
-            encoded = self.runner.encode_features(np.stack([s.features for s in group]))
-            calls.append(self._encoded(group, started, encoded, sum(s.source_length for s in group)))
+        calls = encode_sources(self.runner, self.cache, plan.admitted, self.settings)
         started = time.perf_counter()
         rows, holders, cache, state = plan.rows, plan.holders, self.cache, self.rows
         last = state.next_input[:rows].reshape(rows, 1)
@@ -254,12 +231,6 @@ class Scheduler:
                 state.follow_beams(sequence)
         calls.append(ModelCall("decode", rows, rows, time.perf_counter() - started, step.sent, step.fetched))
         return StepResult(tokens, calls)
-
-    def _encoded(self, group: list[Sequence], started: float, encoded, positions: int) -> ModelCall:
-        """The encoder's cross K/V of a group of sources into their rows; -> the call, for the metrics."""
-        self.cache.write_cross(encoded.cross, [(h.row, i) for i, s in enumerate(group) for h in s.holders])
-        seconds = time.perf_counter() - started
-        return ModelCall("encode", len(group), positions, seconds, encoded.sent, encoded.fetched)
 
     # update
 
