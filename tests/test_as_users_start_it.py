@@ -47,9 +47,9 @@ def ipv6_loopback() -> bool:
 
 
 @pytest.fixture(scope="module")
-def server(minilm_dir, numbers_dir, multilingual_numbers_dir, number_rankers):
-    """`attnserve serve --models minilm numbers numbers-multilingual numbers-reranker numbers-language`:
-    nothing else, as `make run` serves them after its build."""
+def server(minilm_dir, numbers_dir, multilingual_numbers_dir, number_rankers, whisper_tiny_en):
+    """`attnserve serve --models minilm numbers numbers-multilingual numbers-reranker numbers-language
+    whisper-tiny.en`: nothing else, as `make run` serves them after its build."""
     taken = []
     for port in (DEFAULT.port, DEFAULT.http_port, DEFAULT.metrics_port):
         with socket.socket() as probe:
@@ -57,6 +57,7 @@ def server(minilm_dir, numbers_dir, multilingual_numbers_dir, number_rankers):
                 taken.append(port)
     assert not taken, f"ports {taken} are taken: this test starts a server on the default ports"
     models = (str(minilm_dir), str(numbers_dir), str(multilingual_numbers_dir), *map(str, number_rankers.values()))
+    models += (str(whisper_tiny_en),)
     process = ServerProcess(models=models, listen=(), launcher=(sys.executable, "-c", PROBE))
     yield process
     if process.process.poll() is None:
@@ -170,6 +171,25 @@ def test_the_readme_translation_examples_work_verbatim(server):
     assert answers[1]["translatedText"] == ["twelve", "seven"] and len(answers[1]["alternatives"]) == 2
     assert answers[2][0]["language"] == "fr"
     assert {"code": "en", "name": "English", "targets": ["de", "es", "fr", "zxx"]} in answers[3]
+
+
+def test_the_readme_transcription_examples_work_verbatim(server, tmp_path, monkeypatch):
+    """espeak-ng speaks, curl uploads (the install line aside), and the OpenAI SDK asks for subtitles: each
+    answer as the README shows it."""
+    monkeypatch.chdir(tmp_path)
+    for command in readme_block("`make run` serves tiny.en beside the other models:", "sh").strip().splitlines():
+        if command.startswith(("sudo ", "#")):
+            continue
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    shown = readme_block("`make run` serves tiny.en beside the other models:", "sh").strip().splitlines()[-1]
+    assert json.loads(done.stdout) == json.loads(shown.removeprefix("# "))
+    example = readme_block("The OpenAI SDK works unchanged, subtitles too:", "python")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(example, "README.md", "exec"), {})
+    expected = [line.removeprefix("# ").removeprefix("#") for line in example.splitlines() if line.startswith("#")]
+    assert printed.getvalue().strip().splitlines() == expected
 
 
 def test_the_readme_rerank_and_classify_examples_work_verbatim(server):

@@ -30,6 +30,11 @@ class WhisperRules:
     max_initial_timestamp_index: int | None = round(MAX_INITIAL_TIMESTAMP / 0.02)
     no_speech_prob: float | None = field(default=None, init=False)  # read at the <|startoftranscript|> step
 
+    def __post_init__(self) -> None:
+        # Index arrays made once: a window's rules run at each of its steps.
+        self.never = np.asarray(self.settings.never_generated_ids, np.int64)
+        self.begin_suppressed = np.asarray(self.settings.begin_suppress_ids, np.int64)
+
     def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
         s = self.settings
         # tokens holds the decoder's inputs but its first (the start token); the step reads tokens[-1].
@@ -39,8 +44,8 @@ class WhisperRules:
         if len(tokens) < self.sample_begin:
             return  # a forced token comes next: nothing to rule
         if self.suppress_blank and len(tokens) == self.sample_begin:
-            logits[list(s.begin_suppress_ids)] = -np.inf
-        logits[list(s.never_generated_ids)] = -np.inf
+            logits[self.begin_suppressed] = -np.inf
+        logits[self.never] = -np.inf
         if self.timestamps:
             self._timestamp_rules(logits, tokens[self.sample_begin :])
 
