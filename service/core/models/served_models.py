@@ -211,7 +211,13 @@ class ServedSeq2SeqModel(ServedModel):
             "sequences": len(s.waiting) + s.running + s.cache.used,
             "reserved": s.cache.reserved_tokens,
             # its counts of rows by kind, back to none
-            "rows counted": rows.beams + rows.sampled + rows.ignoring_eos + rows.awaiting_first + rows.scoring,
+            "rows counted": rows.beams
+            + rows.sampled
+            + rows.ignoring_eos
+            + rows.awaiting_first
+            + rows.scoring
+            + rows.ruling
+            + rows.forcing,
         }
 
 
