@@ -80,6 +80,14 @@ def test_subtitles_time_each_segment(client, speech, transcript, kind):
         assert times.startswith(f"00:{start}") and words == segment.text.strip()
 
 
+def test_a_prompt_as_long_as_the_context_allows_is_taken(client, speech):
+    """Its last 223 tokens come before each window, which then may generate as many as CTranslate2 allows:
+    the whole 448 positions of a row."""
+    prompt = " ".join(HARVARD) * 3  # over a thousand tokens: the prompt is cut, not refused
+    answer = client.audio.transcriptions.create(model=MODEL, file=speech[0].open("rb"), prompt=prompt[:4000])
+    assert "round bowls" in answer.text.lower()
+
+
 def test_text_and_stream_give_the_same_transcript(client, speech, transcript):
     text = client.audio.transcriptions.create(model=MODEL, file=speech[0].open("rb"), response_format="text")
     assert text.strip() == transcript.text.strip()

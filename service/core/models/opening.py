@@ -46,11 +46,12 @@ class CacheSettings:
         self, architecture: Architecture, max_input_tokens: int, precision: str, whole_context: bool = False
     ) -> CacheGeometry:
         """whole_context: a row holds every decoder position the model has (Whisper's: a window's previous
-        text, its prompt and its own tokens share them), whatever max_new_tokens says."""
+        text, its prompt and its own tokens share them), whatever max_new_tokens says: as many steps as
+        positions, the last step's token never being fed back (one buffer position more than it needs)."""
         # The start token takes one of the model's positions.
-        new_tokens = architecture.max_positions - 1
-        if not whole_context:
-            new_tokens = min(self.max_new_tokens, new_tokens)
+        new_tokens = min(self.max_new_tokens, architecture.max_positions - 1)
+        if whole_context:
+            new_tokens = architecture.max_positions
         return CacheGeometry(
             n_layers=architecture.n_decoder_layers,
             n_heads=architecture.n_heads,
