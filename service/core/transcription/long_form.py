@@ -79,9 +79,9 @@ async def transcribe_features(
     begin = settings.timestamp_begin_id
     content_frames = features.shape[-1] - 1
     seek, count, all_tokens, reset_since = 0, 0, [], 0
-    if options.initial_prompt is not None:
-        all_tokens += model.tokenizer.encode([" " + options.initial_prompt.strip()])[0].ids
     max_length = model.architecture.max_positions
+    if options.initial_prompt is not None:  # only its last tokens are ever read
+        all_tokens += model.tokenizer.text_ids(" " + options.initial_prompt.strip(), keep=max_length // 2 - 1)
     while seek < content_frames:
         time_offset = seek * FRAME_SECONDS
         size = min(WINDOW_FRAMES, content_frames - seek)
