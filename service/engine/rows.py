@@ -4,8 +4,9 @@ with Python work only for the rows that finish or stream. The cache moves these 
 row is freed (generation_cache.py).
 
 Counts of the rarer kinds of row (beams, sampled rows, rows that ignore eos, rows still waiting for their
-first token, rows under a model's own logit rules) are kept too: a step whose rows are all plain greedy ones skips the array operations that
-would find none, and on a small step each array operation costs more than the work it does."""
+first token, rows under a model's own logit rules) are kept too: a step whose rows are all plain greedy
+ones skips the array operations that would find none, and on a small step each array operation costs more
+than the work it does."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class RowState:
         self.counted = books(np.bool_)  # in the metrics (not the server's own probe)
         self.last_time = books(np.float64)  # when the row's last token came (0: none yet)
         self.tokens = books(np.int32, cache.geometry.target_tokens)  # the tokens so far (the forced ones first)
-        self.forced_count = books(np.int32)  # how many of the first tokens are forced (written in tokens at admission)
+        self.forced_count = books(np.int32)  # how many first tokens are forced (in tokens from admission on)
         self.ruled = books(np.bool_)  # the row's logits go through its sequence's rules (params.rules)
         self.scored = books(np.bool_)  # the row sums its tokens' log-probabilities (params.scores)
         self.log_prob = books(np.float64)  # their sum so far
