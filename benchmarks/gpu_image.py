@@ -43,6 +43,8 @@ CARRIED = (
     "marisa-trie",
     "sentencex",
     "py3langid",
+    "av",  # audio uploads (FFmpeg inside the wheel)
+    "python-multipart",  # the audio API's multipart bodies
 )
 # The image's own, at its versions, that the serve path imports: the rehearsal installs these.
 IMAGE_SERVE = ("numpy", "tokenizers", "sentencepiece", "safetensors", "packaging", "flatbuffers")
