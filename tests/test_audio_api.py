@@ -136,6 +136,16 @@ def test_uploads_over_the_limits_are_refused_naming_the_setting(client, server, 
     assert big.status_code == 413 and "(max_upload_bytes)" in big.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("samples", [1, 40, 2000])
+def test_a_recording_of_a_few_samples_is_heard_as_nothing(client, tmp_path, samples):
+    """Shorter than a frame or than a window's first token: no segment, no error."""
+    import numpy as np
+
+    path = write_wav(tmp_path / "short.wav", np.full(samples, 0.01, np.float32))
+    answer = client.audio.transcriptions.create(model=MODEL, file=path.open("rb"), response_format="verbose_json")
+    assert answer.duration == pytest.approx(samples / 16_000, abs=0.006) and answer.text == ""  # rounded to 0.01
+
+
 @settings(max_examples=15, deadline=None)
 @given(data=st.binary(max_size=4000))
 def test_any_bytes_are_refused_or_transcribed_never_a_server_error(client, speech, data):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..models.served_models import ServedSpeechModel
-from .log_mel import HOP, SAMPLE_RATE, WINDOW_FRAMES, log_mel
+from .log_mel import HOP, N_FFT, SAMPLE_RATE, WINDOW_FRAMES, log_mel
 from .window_decoding import DecodeOptions, decode_window, prompt_for, text_of
 
 FRAME_SECONDS = HOP / SAMPLE_RATE  # 0.01 s a log-mel frame
@@ -38,7 +38,9 @@ class Segment:
 def recording_features(audio: np.ndarray, n_mels: int) -> np.ndarray:
     """(n_mels, frames) of the whole recording, as faster-whisper computes them: 160 samples of silence
     appended, one frame per 10 ms, the clamp at the loudest frame's maximum - 8 taken over the recording."""
-    return log_mel(np.pad(np.asarray(audio, np.float32), (0, HOP)), n_mels)
+    samples = np.asarray(audio, np.float32)
+    # A recording shorter than one FFT's reflection (a few milliseconds) gets more silence: no frame to hear.
+    return log_mel(np.pad(samples, (0, max(HOP, N_FFT // 2 + 1 - len(samples)))), n_mels)
 
 
 def window_at(features: np.ndarray, seek: int, size: int) -> np.ndarray:
