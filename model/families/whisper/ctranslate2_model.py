@@ -27,9 +27,9 @@ from model.architecture.transformer import Seq2SeqModel, fairseq_sinusoid_table
 from model.architecture.weights import save_model_dir
 from modeldir.config import ModelConfig
 from modeldir.files import TOKENIZER_FILE
-from modeldir.whisper_tokens import multilingual_by_vocabulary, read_whisper_settings
+from modeldir.whisper_tokens import multilingual_by_vocabulary
 
-from .importer import WhisperImportError, default_alignment_heads, with_whisper_settings
+from .importer import WhisperImportError, settings_with_tokenizer, with_whisper_settings
 
 MODEL_FILE = "model.bin"
 SPEC_NAME = "WhisperSpec"
@@ -208,20 +208,14 @@ def import_ctranslate2_whisper(source: Path, out_dir: Path, name: str) -> Path:
     model = ctranslate2_whisper_model(source)
     settings_path = source / "config.json"
     settings = json.loads(settings_path.read_text()) if settings_path.is_file() else {}
-    tokenizer = json.loads(tokenizer_path.read_text(encoding="utf-8"))
-    config = model.config
-    try:
-        whisper = read_whisper_settings(
-            tokenizer,
-            config.vocab_size,
-            multilingual=multilingual_by_vocabulary(config.vocab_size),
-            suppress_ids=settings.get("suppress_ids") or [],
-            begin_suppress_ids=settings.get("suppress_ids_begin") or [],
-            alignment_heads=settings.get("alignment_heads")
-            or default_alignment_heads(config.n_decoder_layers, config.n_heads),
-        )
-    except ValueError as error:
-        raise WhisperImportError(f"{tokenizer_path}: {error}") from None
+    whisper = settings_with_tokenizer(
+        tokenizer_path,
+        model.config,
+        multilingual=multilingual_by_vocabulary(model.config.vocab_size),  # CTranslate2's rule too
+        suppress_ids=settings.get("suppress_ids"),
+        begin_suppress_ids=settings.get("suppress_ids_begin"),
+        alignment_heads=settings.get("alignment_heads"),
+    )
     model = with_whisper_settings(model, whisper)
     out_dir = save_model_dir(model, name, out_dir)
     shutil.copyfile(tokenizer_path, Path(out_dir) / TOKENIZER_FILE)

@@ -142,16 +142,30 @@ def whisper_settings(source: Path, config: ModelConfig) -> WhisperSettings:
     hf = json.loads((source / "config.json").read_text())
     generation_path = source / "generation_config.json"
     generation = {**hf, **(json.loads(generation_path.read_text()) if generation_path.is_file() else {})}
+    return settings_with_tokenizer(
+        tokenizer_path,
+        config,
+        multilingual=generation.get("is_multilingual", multilingual_by_vocabulary(config.vocab_size)),
+        suppress_ids=generation.get("suppress_tokens"),
+        begin_suppress_ids=generation.get("begin_suppress_tokens"),
+        alignment_heads=generation.get("alignment_heads"),
+    )
+
+
+def settings_with_tokenizer(
+    tokenizer_path: Path, config: ModelConfig, *, multilingual: bool, suppress_ids, begin_suppress_ids, alignment_heads
+) -> WhisperSettings:
+    """The settings of a checkpoint's lists (None: none; alignment heads: OpenAI's default) and of its
+    tokenizer.json's special tokens, which are refused by name where they are missing or out of place."""
     tokenizer = json.loads(tokenizer_path.read_text(encoding="utf-8"))
     try:
         return read_whisper_settings(
             tokenizer,
             config.vocab_size,
-            multilingual=generation.get("is_multilingual", multilingual_by_vocabulary(config.vocab_size)),
-            suppress_ids=generation.get("suppress_tokens") or [],
-            begin_suppress_ids=generation.get("begin_suppress_tokens") or [],
-            alignment_heads=generation.get("alignment_heads")
-            or default_alignment_heads(config.n_decoder_layers, config.n_heads),
+            multilingual=multilingual,
+            suppress_ids=suppress_ids or [],
+            begin_suppress_ids=begin_suppress_ids or [],
+            alignment_heads=alignment_heads or default_alignment_heads(config.n_decoder_layers, config.n_heads),
         )
     except ValueError as error:
         raise WhisperImportError(f"{tokenizer_path}: {error}") from None
