@@ -79,6 +79,7 @@ class TranscriptionUpload(TranslationUpload):
         default_factory=list, alias="timestamp_granularities[]", json_schema_extra={"items": {"enum": ["segment"]}}
     )
     stream: bool = False
+    chunking_strategy: str = Field("auto", json_schema_extra={"enum": ["auto"]}, description="timestamp seeking")
 
 
 def boolean(value: str, field: str) -> bool:
