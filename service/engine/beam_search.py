@@ -52,20 +52,17 @@ class BeamSettings:
     patience: float = 1.0
 
 
-class BeamSearch:
-    def __init__(self, settings: BeamSettings, eos_id: int, max_steps: int):
+class Beams:
+    """What every beam search holds while it runs: k beams, only the first live at the start (so that the
+    first step does not pick one token k times), each with its tokens so far and its summed score."""
+
+    def __init__(self, settings: BeamSettings, eos_id: int):
         k = self.k = settings.num_beams
         self.settings, self.eos_id = settings, eos_id
-        self.max_length = 1 + max_steps  # the decoder's start token counts, as in transformers
         self.length = 1  # tokens so far in every running beam, the start token included
-        # Only the first beam starts live, so that the first step does not pick one token k times.
         self.running_scores = np.full(k, NEG, np.float32)
         self.running_scores[0] = 0.0
         self.running: list[list[int]] = [[] for _ in range(k)]  # generated tokens per running beam
-        self.finished_scores = np.full(k, NEG, np.float32)
-        self.finished: list[list[int]] = [[] for _ in range(k)]
-        self.is_finished = np.zeros(k, bool)
-        self.can_improve = True
         self.done = False
 
     @property
@@ -76,6 +73,17 @@ class BeamSearch:
     def tokens(self, beam: int) -> np.ndarray:
         """A running beam's tokens so far (the start token not among them)."""
         return np.asarray(self.running[beam], np.int64)
+
+
+class BeamSearch(Beams):
+    def __init__(self, settings: BeamSettings, eos_id: int, max_steps: int):
+        super().__init__(settings, eos_id)
+        k = self.k
+        self.max_length = 1 + max_steps  # the decoder's start token counts, as in transformers
+        self.finished_scores = np.full(k, NEG, np.float32)
+        self.finished: list[list[int]] = [[] for _ in range(k)]
+        self.is_finished = np.zeros(k, bool)
+        self.can_improve = True
 
     def _penalized(self, scores: np.ndarray, length: int) -> np.ndarray:
         return scores / np.float32(length**self.settings.length_penalty)

@@ -11,29 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .beam_search import NEG, BeamSearch, BeamSettings, top
+from .beam_search import NEG, Beams, BeamSearch, BeamSettings, top
 from .sequence import GenerationParams
 
 
-class PatientBeamSearch:
+class PatientBeamSearch(Beams):
     def __init__(self, settings: BeamSettings, eos_id: int, max_steps: int, forced: tuple[int, ...] = ()):
-        k = self.k = settings.num_beams
-        self.settings, self.eos_id, self.forced = settings, eos_id, list(forced)
+        super().__init__(settings, eos_id)  # each beam's tokens hold the forced ones first
+        self.forced = list(forced)
         self.search_steps = max_steps - len(forced)  # the search's own steps, the eos step included
-        self.wanted = round(k * settings.patience)
-        self.length = 1  # tokens so far in every beam, the start token included
-        self.running_scores = np.full(k, NEG, np.float32)
-        self.running_scores[0] = 0.0  # one live beam at first: the first step does not pick one token k times
-        self.running: list[list[int]] = [[] for _ in range(k)]  # each beam's tokens, the forced ones first
+        self.wanted = round(self.k * settings.patience)
         self.finished: list[tuple[list[int], bool, float]] = []  # (tokens, ended by eos, summed log p)
-        self.done = False
-
-    @property
-    def last_tokens(self) -> list[int | None]:
-        return [beam[-1] if beam else None for beam in self.running]
-
-    def tokens(self, beam: int) -> np.ndarray:
-        return np.asarray(self.running[beam], np.int64)
 
     def step(self, log_probs: np.ndarray) -> np.ndarray:
         """log_probs (k, vocab) of the beams, processed. -> the parent of each new beam."""

@@ -12,12 +12,9 @@ import numpy as np
 
 from modeldir.whisper_tokens import WhisperSettings
 
+from ...engine.beam_search import log_softmax
+
 MAX_INITIAL_TIMESTAMP = 1.0  # seconds: OpenAI's default, and faster-whisper's
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max()
-    return shifted - np.log(np.exp(shifted).sum())
 
 
 @dataclass(eq=False)
