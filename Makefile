@@ -15,6 +15,7 @@ $(VENV)/.export: pyproject.toml
 $(VENV)/.dev: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --editable '.[dev]'
+	$(BIN)/pip install --quiet --no-deps openai-whisper==20250625
 	touch $(VENV)/.export $@
 
 models: $(VENV)/.export

@@ -20,7 +20,7 @@ from .build import (
     cmd_train_number_rankers,
     cmd_train_numbers,
 )
-from .remote import KINDS, cmd_embed, cmd_generate, cmd_heads, cmd_health, cmd_models
+from .remote import KINDS, cmd_embed, cmd_generate, cmd_heads, cmd_health, cmd_models, cmd_transcribe
 from .serve import cmd_serve
 
 
@@ -102,6 +102,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--timeout", type=float, default=120.0, help="seconds; default: %(default)s")
     gen.set_defaults(run=cmd_generate)
+
+    transcribe = commands.add_parser(
+        "transcribe", help="transcribe a recording with a running server, each segment printed when final"
+    )
+    transcribe.add_argument("file", help="audio in any format FFmpeg reads (wav, mp3, flac, ogg, m4a, webm, ...)")
+    transcribe.add_argument("--model", default="", help="default: the server's first speech model")
+    _client_options(transcribe)
+    transcribe.add_argument("--task", choices=["transcribe", "translate"], default="transcribe")
+    transcribe.add_argument("--language", default="", help="ISO 639-1 code of the speech; default: detected")
+    transcribe.add_argument("--prompt", default="", help="text the speech continues (names, spellings)")
+    transcribe.add_argument("--temperature", type=float, default=0.0, help="the first; rises by 0.2 on fallback")
+    transcribe.add_argument("--beam-size", type=int, default=5, help="at temperature 0; 1: greedy")
+    transcribe.add_argument("--word-timestamps", action="store_true", help="time every word (with --format json)")
+    transcribe.add_argument(
+        "--format", choices=["timed", "text", "json"], default="timed", help="timed: [start --> end] text lines"
+    )
+    transcribe.add_argument("--timeout", type=float, default=3600.0, help="seconds; default: %(default)s")
+    transcribe.set_defaults(run=cmd_transcribe)
 
     heads = commands.add_parser(
         "heads",

@@ -1,4 +1,4 @@
-"""The commands that talk to a running server over gRPC: embed, generate, heads, health, models."""
+"""The commands that talk to a running server over gRPC: embed, generate, transcribe, heads, health, models."""
 
 from __future__ import annotations
 
@@ -74,6 +74,51 @@ def cmd_generate(args) -> None:
                     )
     except grpc.RpcError as error:
         sys.exit(f"\n{error.code().name}: {error.details()}")
+
+
+def clock(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds * 1000), 60_000)
+    return f"{minutes:02d}:{rest // 1000:02d}.{rest % 1000:03d}"
+
+
+def cmd_transcribe(args) -> None:
+    """Sends FILE in pieces (TranscribeStream) and prints each window's segments as they are final."""
+    import json
+
+    import grpc
+
+    from service.grpc_api.pb import inference_pb2 as pb
+
+    options = {
+        "task": pb.SPEECH_TASK_TRANSLATE if args.task == "translate" else pb.SPEECH_TASK_TRANSCRIBE,
+        "language": args.language,
+        "prompt": args.prompt,
+        "temperature": args.temperature,
+        "beam_size": args.beam_size,
+        "word_timestamps": args.word_timestamps,
+    }
+    try:
+        audio = Path(args.file).read_bytes()
+    except OSError as error:
+        sys.exit(f"{args.file}: {error.strerror}")
+    try:
+        with _client(args, timeout=args.timeout) as client:
+            for message in client.transcribe_stream(audio, model=args.model, **options):
+                for s in message.segments:
+                    if args.format == "json":
+                        words = [{"word": w.word, "start": w.start, "end": w.end} for w in s.words]
+                        segment = {"start": round(s.start, 2), "end": round(s.end, 2), "text": s.text}
+                        print(json.dumps({**segment, **({"words": words} if words else {})}), flush=True)
+                    elif args.format == "text":
+                        print(s.text, end="", flush=True)
+                    else:
+                        print(f"[{clock(s.start)} --> {clock(s.end)}] {s.text}", flush=True)
+                if message.done:
+                    if args.format == "text":
+                        print()
+                    print(f"[{message.model}: {message.duration:.1f} s of {message.language}]", file=sys.stderr)
+    except grpc.RpcError as error:
+        sys.exit(f"{error.code().name}: {error.details()}")
 
 
 KINDS = {"encoder": "encoder_self", "decoder": "decoder_self", "cross": "cross"}

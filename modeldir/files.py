@@ -42,6 +42,8 @@ ENCODER_FILE = "onnx/encoder.onnx"
 DECODER_FILE = "onnx/decoder.onnx"
 # Optional: the attention-map graph, loaded only when the server serves the Attention RPC.
 ATTENTION_FILE = "onnx/attention.onnx"
+# A speech model's word-alignment graph (model/families/whisper/alignment_graph.py): its word timestamps.
+WORD_ALIGNMENT_FILE = "onnx/word_alignment.onnx"
 
 # float32 graphs always; float16 (GPUs) and int8 (CPUs) ones beside them when exported with --precision.
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -219,6 +221,7 @@ class ModelFiles:
     graph_set: str  # the precision's graph set this CPU serves (GRAPH_SETS)
     graphs: dict[str, Path]  # role -> file: encoder; seq2seq: decoder and the cache graphs
     attention: Path | None = None  # only when asked for (always float32)
+    word_alignment: Path | None = None  # a speech model's, where its export wrote one (float32)
 
     @property
     def encoder(self) -> Path:
@@ -260,6 +263,8 @@ def open_model_dir(
                 "ONNX file holds has none"
             )
         served.append(ATTENTION_FILE)
+    aligned = WORD_ALIGNMENT_FILE in manifest["sha256"]
+    served += [WORD_ALIGNMENT_FILE] * aligned
     for relative in served:
         path = root / relative
         expected = manifest["sha256"].get(relative)
@@ -284,4 +289,5 @@ def open_model_dir(
         graph_set=chosen,
         graphs={role: root / relative for role, relative in graphs.items()},
         attention=root / ATTENTION_FILE if attention else None,
+        word_alignment=root / WORD_ALIGNMENT_FILE if aligned else None,
     )

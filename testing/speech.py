@@ -69,13 +69,23 @@ def spoken(text: str, voice: str = "en-us", words_per_minute: int = 160) -> np.n
 
 def recording(sentences: tuple[str, ...], seed: int = 0, noise: float = 0.003) -> np.ndarray:
     """The sentences spoken one after another, 0.2 to 1.5 s of silence before each, noise under all."""
+    return timed_recording(sentences, seed, noise)[0]
+
+
+def timed_recording(
+    sentences: tuple[str, ...], seed: int = 0, noise: float = 0.003
+) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """recording(), and each sentence's reading's (start, end) in seconds."""
     generator = np.random.default_rng(seed)
-    pieces = []
+    pieces, spans, samples = [], [], 0
     for sentence in sentences:
         pieces.append(np.zeros(int(generator.uniform(0.2, 1.5) * SAMPLE_RATE), np.float32))
         pieces.append(spoken(sentence))
+        samples += len(pieces[-2])
+        spans.append((samples / SAMPLE_RATE, (samples + len(pieces[-1])) / SAMPLE_RATE))
+        samples += len(pieces[-1])
     audio = np.concatenate(pieces)
-    return (audio + noise * generator.standard_normal(len(audio))).astype(np.float32)
+    return (audio + noise * generator.standard_normal(len(audio))).astype(np.float32), spans
 
 
 def write_wav(path: Path, audio: np.ndarray) -> Path:

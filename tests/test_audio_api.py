@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.core.transcription.transcription import TranscribeRequest
-from testing.speech import HARVARD, recording, write_wav
+from testing.speech import HARVARD, recording, timed_recording, write_wav
 
 MODEL = "whisper-tiny.en"
 
@@ -34,9 +34,9 @@ def client(server) -> openai.OpenAI:
 
 @pytest.fixture(scope="module")
 def speech(tmp_path_factory):
-    """Five Harvard sentences spoken by espeak-ng, as a WAV file, and their text."""
-    path = write_wav(tmp_path_factory.mktemp("speech") / "five.wav", recording(HARVARD[:5], seed=3))
-    return path, " ".join(HARVARD[:5])
+    """Five Harvard sentences spoken by espeak-ng, as a WAV file, their text, and when each is read."""
+    audio, spans = timed_recording(HARVARD[:5], seed=3)
+    return write_wav(tmp_path_factory.mktemp("speech") / "five.wav", audio), " ".join(HARVARD[:5]), spans
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,31 @@ def test_verbose_json_carries_every_segment_field(client, speech, transcript):
         assert theirs.temperature == ours.temperature and theirs.compression_ratio == ours.compression_ratio
     starts = [s.start for s in answer.segments]
     assert starts == sorted(starts) and all(s.start < s.end for s in answer.segments)
+
+
+def test_word_timestamps_time_every_word_where_it_is_spoken(client, speech):
+    """Each sentence's first word starts, and its last ends, within half a second of when espeak-ng read it;
+    the words spell the text; asked alone, they come without the segments."""
+    path, _, spans = speech
+    answer = client.audio.transcriptions.create(
+        model=MODEL, file=path.open("rb"), response_format="verbose_json", timestamp_granularities=["word", "segment"]
+    )
+    words = answer.words
+    assert " ".join(w.word for w in words) == " ".join(answer.text.split())
+    assert all(w.start <= w.end for w in words) and [w.start for w in words] == sorted(w.start for w in words)
+    assert all(0 < w.probability <= 1 for w in words)
+    firsts = [i for i, w in enumerate(words) if i == 0 or words[i - 1].word.endswith(".")]
+    assert len(firsts) == len(spans) == 5
+    lasts = [*(i - 1 for i in firsts[1:]), len(words) - 1]
+    for (start, end), first, last in zip(spans, firsts, lasts):
+        assert abs(words[first].start - start) < 0.5 and abs(words[last].end - end) < 0.5, (words[first], start)
+    for segment in answer.segments:  # the segments' edges are their words'
+        inside = [w for w in words if segment.start <= w.start and w.end <= segment.end]
+        assert " ".join(w.word for w in inside) == segment.text.strip()
+    alone = client.audio.transcriptions.create(
+        model=MODEL, file=path.open("rb"), response_format="verbose_json", timestamp_granularities=["word"]
+    )
+    assert alone.segments is None and [w.word for w in alone.words] == [w.word for w in words]
 
 
 @pytest.mark.parametrize("kind", ["srt", "vtt"])
@@ -106,10 +131,15 @@ def test_text_and_stream_give_the_same_transcript(client, speech, transcript):
         (lambda c, f: c.audio.transcriptions.create(model=MODEL, file=f, response_format="xml"), "response_format", ""),
         (
             lambda c, f: c.audio.transcriptions.create(
-                model=MODEL, file=f, response_format="verbose_json", timestamp_granularities=["word"]
+                model=MODEL, file=f, response_format="verbose_json", timestamp_granularities=["character"]
             ),
             "timestamp_granularities[]",
-            "word timestamps are not served yet",
+            "'character'; one of segment, word",
+        ),
+        (
+            lambda c, f: c.audio.transcriptions.create(model=MODEL, file=f, timestamp_granularities=["word"]),
+            "timestamp_granularities[]",
+            "only with response_format verbose_json",
         ),
         (lambda c, f: c.audio.transcriptions.create(model="nope", file=f), "model", "not served"),
     ],

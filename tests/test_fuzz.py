@@ -264,6 +264,8 @@ def raw_channel(server) -> grpc.Channel:
                 "Translate",
                 "Rerank",
                 "Classify",
+                "Transcribe",
+                "TranscribeStream",
             )
         ]
         + ["inference.GRPCInferenceService/" + m for m in ("ModelInfer", "ModelMetadata", "ModelConfig", "ModelReady")]
@@ -276,6 +278,8 @@ def test_raw_bytes(small_limits_server, method, data):
     rpc = f"/{method}"
     if method.endswith("GenerateStream"):
         result = code(lambda: list(channel.unary_stream(rpc)(data, timeout=30)))
+    elif method.endswith("TranscribeStream"):  # the bytes as the stream's one message, then twice
+        result = code(lambda: list(channel.stream_stream(rpc)(iter([data, data]), timeout=30)))
     else:
         result = code(lambda: channel.unary_unary(rpc)(data, timeout=30))
     assert result in ALLOWED

@@ -67,7 +67,9 @@ def test_one_window_equals_the_extractor(seconds, amplitude, n_mels, seed, kind)
     by_numpy = extractor._np_extract_fbank_features(padded_window(audio)[None], "cpu")[0]
     np.testing.assert_allclose(ours, by_numpy, rtol=0, atol=1e-5)
     by_torch = extractor._torch_extract_fbank_features(padded_window(audio)[None], "cpu")[0]
-    np.testing.assert_allclose(ours, by_torch, rtol=0, atol=2e-4)  # torch.stft's float32 rounding
+    # torch.stft rounds in float32: a quiet bin's power, far below its frame's loudest, carries that
+    # bin's rounding error relative to it (up to ~1e-3 of a quiet bin's log10, as hypothesis found).
+    np.testing.assert_allclose(ours, by_torch, rtol=0, atol=5e-4)
 
 
 def test_a_whole_file_is_one_clamp_over_all_its_frames():

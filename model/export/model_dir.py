@@ -39,6 +39,7 @@ from model.export.eight_bit import eight_bit
 from model.export.graphs import DecoderGraph, EncoderGraph, example_decoder_inputs, example_encoder_inputs
 from model.export.half_precision import half_decoder, half_encoder
 from model.export.parity import cpu_session, measure_against_half, measure_parity
+from model.families.whisper.alignment_graph import export_word_alignment, measure_word_alignment_parity
 from modeldir.config import CONFIG_FILE, ModelConfig
 from modeldir.files import (
     ATTENTION_FILE,
@@ -47,6 +48,7 @@ from modeldir.files import (
     MANIFEST_FORMAT,
     OPSET,
     WEIGHTS_FILE,
+    WORD_ALIGNMENT_FILE,
     decoder_inputs,
     decoder_outputs,
     encoder_inputs,
@@ -60,8 +62,9 @@ from modeldir.files import (
 
 REDUCED_PRECISIONS = ("fp16", "int8")  # written beside the float32 graphs when asked for
 # Raised when the exporter starts writing something optional that an earlier export lacks and the server
-# still serves without (1: the int8 ranges of embedding types): `attnserve build` exports such a model again.
-EXPORT_REVISION = 1
+# still serves without (1: the int8 ranges of embedding types; 2: a speech model's word-alignment graph):
+# `attnserve build` exports such a model again.
+EXPORT_REVISION = 2
 
 
 class Progress:
@@ -237,7 +240,9 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
         files = graph_files(config.task)
         sets = [graph_set for precision in reduced for graph_set in GRAPH_SETS[precision]]
         calibrated = config.task == "embedding" and config.head == "none" and config.sparse_head != "splade"
-        progress = Progress(f"export {name}", (5 if seq2seq else 4) + calibrated + 2 * len(sets), progress_stream)
+        audio = config.encoder_input == "log_mel"
+        steps = (5 if seq2seq else 4) + audio + calibrated + 2 * len(sets)
+        progress = Progress(f"export {name}", steps, progress_stream)
         (model_dir / "onnx").mkdir(exist_ok=True)
         graphs = {}
         with progress.step(f"encoder -> {files['encoder']}"):
@@ -261,10 +266,18 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
             if fits:
                 attention = export_attention(model, name, _to_onnx)
                 onnx.save_model(attention, model_dir / ATTENTION_FILE)
+        word_alignment = None  # a speech model's: for word timestamps
+        if audio and whole <= PROTOBUF_LIMIT:
+            with progress.step(f"word alignment -> {WORD_ALIGNMENT_FILE}"):
+                word_alignment = export_word_alignment(model, name, _to_onnx)
+                onnx.save_model(word_alignment, model_dir / WORD_ALIGNMENT_FILE)
         with progress.step("parity, ONNX Runtime vs PyTorch (float32)"):
             parity = measure_parity(model, model_dir, files)
             if attention is not None:
                 parity.update(measure_attention_parity(model, cpu_session(model_dir / ATTENTION_FILE)))
+            if word_alignment is not None:
+                session = cpu_session(model_dir / WORD_ALIGNMENT_FILE)
+                parity.update(measure_word_alignment_parity(model, session))
         calibration = {}
         if calibrated:
             with progress.step("int8 ranges of the vectors over a calibration corpus"):
@@ -284,11 +297,14 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
         with progress.step("checksums and manifest"):
             tokenizer = tokenizer_files(config.tokenizer)
             optional = [ATTENTION_FILE] if attention is not None else []
+            optional += [WORD_ALIGNMENT_FILE] if word_alignment is not None else []
             written = [*files.values(), *optional] + [f for c in copies.values() for f in _files_of(c)]
             checksums = {a: sha256_file(model_dir / a) for a in [CONFIG_FILE, WEIGHTS_FILE, *tokenizer, *written]}
             described = {role: {"file": files[role], **describe_graph(proto)} for role, proto in graphs.items()}
             if attention is not None:
                 described["attention"] = {"file": ATTENTION_FILE, **describe_graph(attention)}
+            if word_alignment is not None:
+                described["word_alignment"] = {"file": WORD_ALIGNMENT_FILE, **describe_graph(word_alignment)}
             manifest = {
                 "format": MANIFEST_FORMAT,
                 "name": name,

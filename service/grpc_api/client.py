@@ -20,6 +20,7 @@ FINISH_REASON_NAMES = {
     pb.FINISH_REASON_STOP: "stop",
     pb.FINISH_REASON_CANCELLED: "cancelled",
 }
+PIECE_BYTES = 1 << 20  # of a recording sent to TranscribeStream, a message each
 ATTENTION_KIND_NAMES = {
     pb.ATTENTION_KIND_ENCODER_SELF: "encoder_self",
     pb.ATTENTION_KIND_DECODER_SELF: "decoder_self",
@@ -160,6 +161,18 @@ class Client:
         request = pb.ClassifyRequest(model=model, inputs=texts, raw_scores=raw_scores)
         return self.stub.Classify(request, timeout=self.timeout)
 
+    def transcribe_stream(self, audio: bytes, model: str = "", **options) -> Iterator[pb.TranscribeStreamResponse]:
+        """A recording sent in pieces of PIECE_BYTES (any size passes max_message_bytes) -> a message as each
+        window's segments are final, then the whole text. options: TranscribeRequest's other fields."""
+        first = pb.TranscribeRequest(model=model, **options)
+
+        def pieces():
+            yield pb.TranscribeStreamRequest(options=first)
+            for start in range(0, len(audio), PIECE_BYTES):
+                yield pb.TranscribeStreamRequest(audio=audio[start : start + PIECE_BYTES])
+
+        return self.stub.TranscribeStream(pieces(), timeout=self.timeout)
+
     def tokenize(self, texts: list[str], model: str = "") -> pb.TokenizeResponse:
         return self.stub.Tokenize(pb.TokenizeRequest(model=model, inputs=texts), timeout=self.timeout)
 
@@ -176,7 +189,9 @@ def _read(path: str | None) -> bytes | None:
     return Path(path).read_bytes() if path else None
 
 
-class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+class _BearerToken(
+    grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor, grpc.StreamStreamClientInterceptor
+):
     def __init__(self, token: str):
         self.header = ("authorization", f"Bearer {token}")
 
@@ -189,6 +204,9 @@ class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInter
 
     def intercept_unary_stream(self, continuation, details, request):
         return continuation(self._with_token(details), request)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._with_token(details), requests)
 
 
 class _Details(grpc.ClientCallDetails):

@@ -20,6 +20,7 @@ from ..core.translation.translation import TranslateRequest, Translation, Transl
 from .call_handling import handler
 from .pb import inference_pb2 as pb
 from .pb import inference_pb2_grpc as pb_grpc
+from .transcription_messages import gathered_request, stream_messages, transcribe_request, transcript_message
 
 TASKS = {"embedding": pb.TASK_EMBEDDING, "seq2seq": pb.TASK_SEQ2SEQ, "classification": pb.TASK_CLASSIFICATION}
 PAIR_TRUNCATIONS = {
@@ -201,7 +202,8 @@ def attention_response(r: AttentionResult) -> pb.AttentionResponse:
 
 
 class InferenceServicer(pb_grpc.InferenceServicer):
-    field_names = {"split_sentences": "sentence_splitting"}  # the core's names that differ from this API's
+    # The core's names that differ from this API's.
+    field_names = {"split_sentences": "sentence_splitting", "file": "audio"}
 
     def __init__(self, core: ServingCore):
         self.core = core
@@ -324,3 +326,18 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         r = await self.core.cross_encoding.classify(classify, call.record)
         results = [pb.LabelScores(scores=row.tolist(), label=r.labels[int(row.argmax())]) for row in r.scores]
         return pb.ClassifyResponse(model=r.model, labels=r.labels, results=results, prompt_tokens=r.prompt_tokens)
+
+    @handler
+    async def Transcribe(self, request: pb.TranscribeRequest, context, call: Call) -> pb.TranscribeResponse:
+        transcript = await self.core.transcription.transcribe(transcribe_request(request), call.record.rpc)
+        return transcript_message(transcript)
+
+    @handler
+    async def TranscribeStream(self, requests, context, call: Call) -> None:
+        """Each window's segments as it is final, written as GenerateStream writes (the core's stream
+        policy), then the whole text."""
+        transcription = self.core.transcription
+        request = await gathered_request(requests, transcription.limits.max_upload_bytes)
+        heard = await transcription.prepare(request, call.record.rpc)
+        async for message in stream_messages(transcription, heard):
+            await self.core.streams.send(context.write(message), [call.record])

@@ -1,7 +1,8 @@
 """OpenAI's audio API on the HTTP port: POST /v1/audio/transcriptions and /v1/audio/translations, a
 multipart upload (file, model, language, prompt, response_format, temperature, timestamp_granularities[],
-stream) answered as OpenAI answers: json, text, srt, vtt or verbose_json (every segment's fields), or
-server-sent transcript.text.delta events, a window's segments at a time, and transcript.text.done."""
+stream) answered as OpenAI answers: json, text, srt, vtt or verbose_json (every segment's fields, and
+with word granularity every word's), or server-sent transcript.text.delta events, a window's segments at a
+time, and transcript.text.done."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import functools
 import logging
 import math
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import langcodes
 from fastapi import FastAPI
@@ -31,7 +33,7 @@ from .request_fields import FALSE, TRUE
 log = logging.getLogger("attnserve.http")
 MULTIPART = "multipart/form-data"
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
-GRANULARITIES = ("segment",)  # word timestamps: not served yet
+GRANULARITIES = ("segment", "word")
 PATHS = {"/v1/audio/transcriptions": "transcribe", "/v1/audio/translations": "translate"}
 FORM_ROOM = 64 * 1024  # bytes of an upload's body beside its file: the other fields, the parts' headers
 
@@ -51,8 +53,8 @@ class TranslationUpload(BaseModel):
 
 
 class TranscriptionUpload(TranslationUpload):
-    """The multipart body of /v1/audio/transcriptions. Segment timestamps come with verbose_json; a stream
-    sends text (json or text)."""
+    """The multipart body of /v1/audio/transcriptions. Segment and word timestamps come with verbose_json
+    (segments unless only words are asked for); a stream sends text (json or text)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -76,7 +78,9 @@ class TranscriptionUpload(TranslationUpload):
     model: str = Field("", json_schema_extra={"x-filled-from": "transcription_models"})
     language: str = Field("", description="ISO 639-1 code of the speech; empty: detected")
     timestamp_granularities: list[str] = Field(
-        default_factory=list, alias="timestamp_granularities[]", json_schema_extra={"items": {"enum": ["segment"]}}
+        default_factory=list,
+        alias="timestamp_granularities[]",
+        json_schema_extra={"items": {"enum": list(GRANULARITIES)}},
     )
     stream: bool = False
     chunking_strategy: str = Field("auto", json_schema_extra={"enum": ["auto"]}, description="timestamp seeking")
@@ -100,8 +104,18 @@ def number(value: str, field: str) -> float:
     return parsed
 
 
-async def read_form(request: Request, task: str) -> tuple[TranscribeRequest, str, bool]:
-    """The upload and its fields -> (the core's request, response_format, stream), refused by field name."""
+@dataclass(frozen=True)
+class Asked:
+    """What an upload asks of the answer."""
+
+    response_format: str
+    stream: bool
+    segments: bool  # verbose_json: its segments (all but a request for words alone)
+    words: bool  # verbose_json: its words
+
+
+async def read_form(request: Request, task: str) -> tuple[TranscribeRequest, Asked]:
+    """The upload and its fields -> (the core's request, what it asks of the answer), refused by field name."""
     try:
         form = await request.form(max_files=1, max_fields=64)
     except BodyTooLarge as error:
@@ -121,10 +135,11 @@ async def read_form(request: Request, task: str) -> tuple[TranscribeRequest, str
     response_format = fields.get("response_format", "json")
     if response_format not in FORMATS:
         raise invalid("response_format", f"{response_format!r}; one of {', '.join(FORMATS)}")
-    for granularity in form.getlist("timestamp_granularities[]"):
+    granularities = form.getlist("timestamp_granularities[]")
+    for granularity in granularities:
         if granularity not in GRANULARITIES:
-            raise invalid("timestamp_granularities[]", f"{granularity!r}; segment (word timestamps are not served yet)")
-    if form.getlist("timestamp_granularities[]") and response_format != "verbose_json":
+            raise invalid("timestamp_granularities[]", f"{granularity!r}; one of {', '.join(GRANULARITIES)}")
+    if granularities and response_format != "verbose_json":
         raise invalid("timestamp_granularities[]", "only with response_format verbose_json")
     if form.getlist("include[]"):
         raise invalid("include[]", "token log-probabilities are not served yet")
@@ -140,8 +155,10 @@ async def read_form(request: Request, task: str) -> tuple[TranscribeRequest, str
         language=fields.get("language", ""),
         prompt=fields.get("prompt", ""),
         temperature=number(fields["temperature"], "temperature") if "temperature" in fields else 0.0,
+        word_timestamps="word" in granularities,
     )
-    return transcription, response_format, stream
+    segments = not granularities or "segment" in granularities
+    return transcription, Asked(response_format, stream, segments, "word" in granularities)
 
 
 def language_name(code: str) -> str:
@@ -184,23 +201,34 @@ def segment_fields(index: int, s: Segment) -> dict:
     }
 
 
-def answer(transcript, response_format: str) -> Response:
+def word_fields(segments: tuple[Segment, ...]) -> list[dict]:
+    """Every word of the transcript, as OpenAI spells them (no leading space), with openai-whisper's probability."""
+    words = [w for s in segments for w in s.words]
+    return [
+        {"word": w.word.strip(), "start": round(w.start, 2), "end": round(w.end, 2), "probability": w.probability}
+        for w in words
+    ]
+
+
+def answer(transcript, asked: Asked) -> Response:
+    response_format = asked.response_format
     if response_format == "text":
         return PlainTextResponse(transcript.text.strip() + "\n")
     if response_format in ("srt", "vtt"):
         return PlainTextResponse(subtitles(transcript.segments, response_format))
     if response_format == "json":
         return FastJSONResponse({"text": transcript.text.strip(), "usage": usage(transcript.duration)})
-    return FastJSONResponse(
-        {
-            "task": transcript.task,
-            "language": language_name(transcript.language),
-            "duration": round(transcript.duration, 2),
-            "text": transcript.text.strip(),
-            "segments": [segment_fields(i, s) for i, s in enumerate(transcript.segments)],
-            "usage": usage(transcript.duration),
-        }
-    )
+    verbose = {
+        "task": transcript.task,
+        "language": language_name(transcript.language),
+        "duration": round(transcript.duration, 2),
+        "text": transcript.text.strip(),
+    }
+    if asked.segments:
+        verbose["segments"] = [segment_fields(i, s) for i, s in enumerate(transcript.segments)]
+    if asked.words:
+        verbose["words"] = word_fields(transcript.segments)
+    return FastJSONResponse({**verbose, "usage": usage(transcript.duration)})
 
 
 async def events(core: ServingCore, call: Call, heard: Heard) -> AsyncIterator[bytes]:
@@ -240,14 +268,14 @@ def audio_route(core: ServingCore, task: str, abort_connection: AbortConnection)
 
     async def route(request: Request) -> Response:
         async def transcribe(call: Call) -> Response:
-            transcription, response_format, stream = await read_form(request, task)
-            if stream:
+            transcription, asked = await read_form(request, task)
+            if asked.stream:
                 heard = await core.transcription.prepare(transcription, call.record.rpc)
                 call.hold()
                 abort = functools.partial(abort_connection, request.scope)
                 return PacedEventStream(events(core, call, heard), call, core.streams, abort)
             transcript = await core.transcription.transcribe(transcription, call.record.rpc)
-            return answer(transcript, response_format)
+            return answer(transcript, asked)
 
         return await handle(core, request, {}, transcribe)
 

@@ -38,7 +38,7 @@ TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 # Stages of a model call: "embed" (an embedding batch), "encode" (the encoder pass of newly admitted
 # generations), "decode" (one decoder step of all running sequences), "attention" (an Attention call's
-# attention-map graph, on servers that serve it).
+# attention-map graph, on servers that serve it), "word_alignment" (a window's word timestamps).
 
 
 class Metrics:
@@ -181,8 +181,8 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    def for_model(self, model: str, task: str, attention: bool = False) -> ModelMetrics:
-        return ModelMetrics(self, model, task, attention)
+    def for_model(self, model: str, task: str, side_graphs: tuple[str, ...] = ()) -> ModelMetrics:
+        return ModelMetrics(self, model, task, side_graphs)
 
 
 def observe_all(histogram: Histogram, values: np.ndarray) -> None:
@@ -203,8 +203,9 @@ def observe_all(histogram: Histogram, values: np.ndarray) -> None:
 class ModelMetrics:
     """The metrics of one model, its label bound: what the batcher and the scheduler report to."""
 
-    def __init__(self, metrics: Metrics, model: str, task: str, attention: bool = False):
-        """Only the series a model of this task has are created (an embedding model has no cache)."""
+    def __init__(self, metrics: Metrics, model: str, task: str, side_graphs: tuple[str, ...] = ()):
+        """Only the series a model of this task has are created (an embedding model has no cache); side_graphs:
+        the stages of the side graphs it loaded (attention, word_alignment)."""
         self.metrics, self.model = metrics, model
         self._queue = metrics.queue_duration.labels(model)
         self._prompt = metrics.prompt_tokens.labels(model)
@@ -214,7 +215,7 @@ class ModelMetrics:
                 metrics.batch_tokens.labels(model, stage),
                 metrics.inference_duration.labels(model, stage),
             )
-            for stage in (("embed",) if task == "embedding" else ("encode", "decode")) + (("attention",) * attention)
+            for stage in (("embed",) if task == "embedding" else ("encode", "decode")) + side_graphs
         }
         if task == "seq2seq":
             self._transfers = {

@@ -166,7 +166,8 @@ class AttentionMaps:
                 params = GenerationParams(max_new_tokens=new_tokens, stream=False)
                 target_text, generated, _ = await whole_answer(model, source.ids, params)
                 target_ids = [model.special.bos, *generated]
-            running = model.attention.submit(source.ids, target_ids, layers)
+            positions = len(source.ids) + len(target_ids or ())
+            running = model.attention.submit(source.ids, target_ids, layers, positions=positions)
             running.add_done_callback(self._done)
             maps = await asyncio.shield(running)
         finally:

@@ -24,7 +24,6 @@ from ...runner.decode_buckets import DecodeBuckets
 from ...runner.device_memory import cuda_memory_used
 from ...runner.sessions import CUDA, resolve_device
 from ..attention.maps import select_layers
-from .attention_graph import AttentionGraphCalls
 from .health import ModelHealth
 from .opening import LoadSettings, OpenedModel, open_model
 from .registry import ModelRegistry
@@ -37,6 +36,7 @@ from .served_models import (
     ServedSeq2SeqModel,
     ServedSpeechModel,
 )
+from .side_graphs import SideGraphCalls
 
 log = logging.getLogger("attnserve.loader")
 
@@ -58,7 +58,10 @@ def _warm_up_in_thread(model: ServedModel) -> None:
 def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metrics: Metrics, on_health_change):
     """The typed model with its loop (on the event loop): batcher or scheduler, metrics, health."""
     files, c = opened.files, opened.files.config
-    model_metrics = metrics.for_model(files.name, files.task, attention=opened.attention is not None)
+    side_graphs = ("attention",) * (opened.attention is not None) + ("word_alignment",) * (
+        opened.word_alignment is not None
+    )
+    model_metrics = metrics.for_model(files.name, files.task, side_graphs)
     health = ModelHealth(settings.fault_threshold, on_health_change)
     common = dict(
         name=files.name,
@@ -73,7 +76,7 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
         languages=languages_of(c),
         language_pair=c.language_pair,
         metrics=model_metrics,
-        attention=AttentionGraphCalls(opened.attention, executor, model_metrics) if opened.attention else None,
+        attention=SideGraphCalls(opened.attention, executor, model_metrics) if opened.attention else None,
     )
     metrics.model_info.labels(files.name, files.task, opened.provider, str(files.manifest["opset"])).set(1)
     if files.task == "embedding":
@@ -169,7 +172,16 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
     )
     seq2seq = dict(**common, runner=opened.runner, scheduler=scheduler, defaults=defaults, limits=limits)
     if c.whisper is not None:
-        return ServedSpeechModel(**seq2seq, whisper=c.whisper, n_mels=c.n_mels, source_positions=c.max_source_positions)
+        word_alignment = None
+        if opened.word_alignment is not None:
+            word_alignment = SideGraphCalls(opened.word_alignment, executor, model_metrics, "word_alignment")
+        return ServedSpeechModel(
+            **seq2seq,
+            whisper=c.whisper,
+            n_mels=c.n_mels,
+            source_positions=c.max_source_positions,
+            word_alignment=word_alignment,
+        )
     return ServedSeq2SeqModel(**seq2seq)
 
 

@@ -19,6 +19,7 @@ from ...runner.device_memory import cuda_memory
 from ...runner.embedding import EmbeddingRunner
 from ...runner.seq2seq import Seq2SeqRunner
 from ...runner.sessions import CPU, CUDA, ProviderError, SessionSettings, create_session, provider_of, threads_for
+from ...runner.word_alignment import WordAlignmentRunner
 from .served_models import Architecture, SpecialTokens
 
 log = logging.getLogger("attnserve.loader")
@@ -104,6 +105,7 @@ class OpenedModel:
     attention: AttentionMapsRunner | None
     geometry: CacheGeometry | None = None
     rows: int = 0
+    word_alignment: WordAlignmentRunner | None = None  # a speech model's, for word timestamps
 
 
 def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: int) -> OpenedModel:
@@ -148,14 +150,17 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
         left = cuda_memory() if provider == CUDA and settings.cache.auto else None
         auto_bytes = int(left[0] * DEVICE_SHARE / seq2seq_left) if left else CPU_CACHE_BYTES
         rows = _rows(files.name, settings.cache, geometry, provider, auto_bytes)
+    # The side graphs' threads sleep between calls instead of spinning: they run seldom, and spinning threads
+    # of an idle session would take cycles from the serving graphs' next calls.
+    quiet = dataclasses.replace(sessions, spinning=False)
     attention = None
     if settings.attention_maps:
-        # Its threads sleep between calls instead of spinning: the graph runs seldom, and spinning threads
-        # of an idle session would take cycles from the serving graphs' next calls.
-        quiet = dataclasses.replace(sessions, spinning=False)
         attention = AttentionMapsRunner(create_session(files.attention, quiet, provider), files.task)
+    word_alignment = None
+    if files.word_alignment is not None:
+        word_alignment = WordAlignmentRunner(create_session(files.word_alignment, quiet, provider))
     opened = OpenedModel(
-        files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, rows
+        files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, rows, word_alignment
     )
     graphs = precision if files.graph_set == precision else f"{precision}: {files.graph_set}, for this CPU"
     log.info("model %s (%s, %s) loaded from %s on %s", files.name, files.task, graphs, model_dir, opened.provider)

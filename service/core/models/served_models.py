@@ -24,8 +24,8 @@ from ...engine.sequence import GenerationParams
 from ...ops.metrics import ModelMetrics
 from ...runner.embedding import EmbeddingRunner
 from ...runner.seq2seq import Seq2SeqRunner
-from .attention_graph import AttentionGraphCalls
 from .health import ModelHealth
+from .side_graphs import SideGraphCalls
 
 PROBE_TEXT = "1"  # a token or two in every tokenizer
 
@@ -94,7 +94,7 @@ class ServedModel:
     language_pair: tuple[str, ...]  # (source, target) of a model of one pair that names it; else ()
     health: ModelHealth
     metrics: ModelMetrics
-    attention: AttentionGraphCalls | None  # with attention maps on
+    attention: SideGraphCalls | None  # with attention maps on
 
     task: ClassVar[str]
 
@@ -229,6 +229,7 @@ class ServedSpeechModel(ServedSeq2SeqModel):
     whisper: WhisperSettings
     n_mels: int
     source_positions: int  # a window's: its 3,000 frames halved by the convolution stem
+    word_alignment: SideGraphCalls | None  # its word-alignment graph: word timestamps (None: exported without)
 
     task: ClassVar[str] = "transcription"
 

@@ -3,10 +3,13 @@ generate_segments does it: the log-mel frames of the whole recording (the clamp 
 a 30-second window from the seek point (padded with zeros), decoded with the text so far as its prompt;
 the window's timestamp pairs cut it into segments, and the next window starts at its last complete
 segment's end (or after the window, where the last timestamp closes the speech). A window the model
-deems silent is skipped; a window decoded at a high temperature starts the prompt afresh."""
+deems silent is skipped; a window decoded at a high temperature starts the prompt afresh. With word
+timestamps, each window's words are timed (word_timing.py) and the next window starts at its last word's
+end, as openai-whisper and faster-whisper seek."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -15,10 +18,20 @@ import numpy as np
 from ..models.served_models import ServedSpeechModel
 from .log_mel import HOP, N_FFT, SAMPLE_RATE, WINDOW_FRAMES, log_mel
 from .window_decoding import DecodeOptions, decode_window, prompt_for, text_of
+from .word_timing import TimedSegment, find_alignment, place_words, split_to_word_tokens
 
 FRAME_SECONDS = HOP / SAMPLE_RATE  # 0.01 s a log-mel frame
 TIME_PRECISION = 0.02  # seconds a timestamp token
 FRAMES_PER_TIMESTAMP = 2  # the convolution stem's stride
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP
+
+
+@dataclass(frozen=True)
+class Word:
+    word: str  # as the model spells it, its leading space kept
+    start: float  # seconds in the recording, to 0.01
+    end: float
+    probability: float  # the mean of its tokens'
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,7 @@ class Segment:
     avg_logprob: float
     compression_ratio: float
     no_speech_prob: float
+    words: tuple[Word, ...] = ()  # with word timestamps
 
 
 def recording_features(audio: np.ndarray, n_mels: int) -> np.ndarray:
@@ -50,9 +64,14 @@ def window_at(features: np.ndarray, seek: int, size: int) -> np.ndarray:
     return window
 
 
+def single_timestamp_ending(tokens: list[int], begin: int) -> bool:
+    """Whether the window's tokens end with text and one timestamp: the speech ended in the window."""
+    return len(tokens) >= 2 and tokens[-2] < begin <= tokens[-1]
+
+
 def split_by_timestamps(tokens: list[int], begin: int, time_offset: float, size: int, seek: int):
     """The window's segments (start, end, tokens) cut at each pair of timestamps, and the next seek point."""
-    single_ending = len(tokens) >= 2 and tokens[-2] < begin <= tokens[-1]
+    single_ending = single_timestamp_ending(tokens, begin)
     pairs = [i for i in range(1, len(tokens)) if tokens[i] >= begin and tokens[i - 1] >= begin]
     if not pairs:
         stamps = [t for t in tokens if t >= begin]
@@ -80,7 +99,7 @@ async def transcribe_features(
     settings = model.whisper
     begin = settings.timestamp_begin_id
     content_frames = features.shape[-1] - 1
-    seek, count, all_tokens, reset_since = 0, 0, [], 0
+    seek, count, all_tokens, reset_since, last_speech = 0, 0, [], 0, 0.0
     max_length = model.architecture.max_positions
     if options.initial_prompt is not None:  # only its last tokens are ever read
         all_tokens += model.tokenizer.text_ids(" " + options.initial_prompt.strip(), keep=max_length // 2 - 1)
@@ -90,30 +109,82 @@ async def transcribe_features(
         prompt = prompt_for(
             settings, all_tokens[reset_since:], language, options.task, options.without_timestamps, max_length
         )
-        result = await decode_window(model, window_at(features, seek, size), prompt, options)
+        window = window_at(features, seek, size)
+        result = await decode_window(model, window, prompt, options)
         if options.no_speech_threshold is not None and result.no_speech_prob > options.no_speech_threshold:
             if options.log_prob_threshold is None or result.avg_logprob <= options.log_prob_threshold:
                 seek += size  # silence: on to the next window
                 continue
         window_seek = seek
         pieces, seek = split_by_timestamps(result.tokens, begin, time_offset, size, seek)
-        for start, end, tokens in pieces:
-            text = text_of(model, tokens)
-            if start == end or not text.strip():
+        timed = [TimedSegment(start, end, tokens) for start, end, tokens in pieces]
+        if options.word_timestamps:
+            spoken = dict(language=language or "en", task=options.task)
+            await time_words(model, window, size, timed, time_offset=time_offset, last_speech=last_speech, **spoken)
+            last_word_end = end_of_speech(timed)
+            if not single_timestamp_ending(result.tokens, begin) and last_word_end > time_offset:
+                seek = round(last_word_end * FRAMES_PER_SECOND)
+            last_speech = last_word_end
+        for piece in timed:
+            text = text_of(model, piece.tokens)
+            if piece.start == piece.end or not text.strip():
                 continue
-            all_tokens += tokens
+            all_tokens += piece.tokens
             count += 1
             yield Segment(
                 count,
                 window_seek,
-                start,
-                end,
+                piece.start,
+                piece.end,
                 text,
-                tokens,
+                piece.tokens,
                 result.temperature,
                 result.avg_logprob,
                 result.compression_ratio,
                 result.no_speech_prob,
+                tuple(Word(w["word"], w["start"], w["end"], w["probability"]) for w in piece.words),
             )
         if not options.condition_on_previous_text or result.temperature > options.prompt_reset_on_temperature:
             reset_since = len(all_tokens)
+
+
+def end_of_speech(segments: list[TimedSegment]) -> float:
+    """The end of the window's last word, else of its last segment (openai-whisper's get_end)."""
+    ends = [w["end"] for s in segments for w in s.words]
+    return ends[-1] if ends else segments[-1].end
+
+
+async def time_words(
+    model: ServedSpeechModel,
+    window: np.ndarray,
+    frames: int,
+    segments: list[TimedSegment],
+    *,
+    time_offset: float,
+    last_speech: float,
+    language: str,
+    task: str,
+) -> None:
+    """The window's words timed and given to its segments (timing.add_word_timestamps): its text tokens read
+    again after the start of the transcript and <|notimestamps|>, through the word-alignment graph."""
+    settings = model.whisper
+    end_of_text = settings.end_of_text_id
+    sot_sequence = [settings.start_of_transcript_id]
+    if settings.multilingual:
+        task_id = settings.translate_id if task == "translate" else settings.transcribe_id
+        sot_sequence += [settings.language_id(language), task_id]
+    text_tokens = [t for s in segments for t in s.tokens if t < end_of_text]
+    alignment = []
+    if text_tokens:
+        tokens = [*sot_sequence, settings.no_timestamps_id, *text_tokens, end_of_text]
+        weights, probabilities = await asyncio.shield(
+            model.word_alignment.submit(window, tokens, positions=len(tokens))
+        )
+        words, word_tokens = split_to_word_tokens(
+            lambda ids: model.tokenizer.decode(ids, skip_special_tokens=False),
+            text_tokens + [end_of_text],
+            end_of_text,
+            language,
+        )
+        alignment = find_alignment(weights, probabilities, words, word_tokens, len(sot_sequence), frames)
+    place_words(segments, alignment, end_of_text, time_offset, last_speech)

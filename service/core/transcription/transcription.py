@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...engine.sequence import GenerationParams
-from ...errors import NotFound, invalid
+from ...errors import FailedPrecondition, NotFound, invalid
 from ..models.registry import ModelRegistry
 from ..models.served_models import ServedSpeechModel
 from .audio_decoding import AudioLimits, decode_audio
@@ -40,6 +40,7 @@ class TranscribeRequest:
     temperature: float = 0.0  # the first; on fallback it rises by 0.2 up to 1
     beam_size: int = 5  # at temperature 0 (1: greedy)
     without_timestamps: bool = False
+    word_timestamps: bool = False  # each segment's words timed (openai-whisper's timing)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,12 @@ class TranscriptionService:
             raise invalid("beam_size", f"{request.beam_size}; 1 to {MAX_BEAMS}")
         if len(request.prompt) > MAX_PROMPT_CHARACTERS or "\x00" in request.prompt:
             raise invalid("prompt", f"{len(request.prompt)} characters; at most {MAX_PROMPT_CHARACTERS}, no NUL")
+        if request.word_timestamps and model.word_alignment is None:
+            raise FailedPrecondition(
+                f"word_timestamps: model {model.name!r} was exported without its word-alignment graph; export it "
+                "again (attnserve export MODEL_DIR)",
+                "word_timestamps",
+            )
         steps = int(round((1.0 - request.temperature) / FALLBACK_STEP))
         temperatures = tuple(round(request.temperature + FALLBACK_STEP * i, 4) for i in range(steps + 1))
         return DecodeOptions(
@@ -107,6 +114,7 @@ class TranscriptionService:
             temperatures=temperatures or (request.temperature,),
             initial_prompt=request.prompt or None,
             without_timestamps=request.without_timestamps,
+            word_timestamps=request.word_timestamps,
         )
 
     async def prepare(self, request: TranscribeRequest, rpc: str = "Transcribe") -> Heard:

@@ -45,6 +45,7 @@ class DecodeOptions:
     suppress_blank: bool = True
     without_timestamps: bool = False
     max_initial_timestamp: float = 1.0
+    word_timestamps: bool = False
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,10 @@ async def sentence_alignment(
             "return_alignment",
         )
     layer = alignment_layer(model)
-    maps = await asyncio.shield(model.attention.submit(source_ids, target_ids, {CROSS: [layer]}))
+    running = model.attention.submit(
+        source_ids, target_ids, {CROSS: [layer]}, positions=len(source_ids) + len(target_ids)
+    )
+    maps = await asyncio.shield(running)
     weights = maps.weights[CROSS][0].mean(axis=0)  # (heads, T, S) -> (T, S)
     special = model.special.of(True) | extra_special
     tokens = model.tokenizer.tokens

@@ -66,6 +66,11 @@ class PairTruncation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PAIR_TRUNCATION_LONGEST_FIRST: _ClassVar[PairTruncation]
     PAIR_TRUNCATION_ONLY_DOCUMENT: _ClassVar[PairTruncation]
+
+class SpeechTask(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPEECH_TASK_TRANSCRIBE: _ClassVar[SpeechTask]
+    SPEECH_TASK_TRANSLATE: _ClassVar[SpeechTask]
 EMBEDDING_OUTPUT_DENSE: EmbeddingOutput
 EMBEDDING_OUTPUT_SPARSE: EmbeddingOutput
 EMBEDDING_OUTPUT_MULTI_VECTOR: EmbeddingOutput
@@ -99,6 +104,8 @@ ATTENTION_KIND_DECODER_SELF: AttentionKind
 ATTENTION_KIND_CROSS: AttentionKind
 PAIR_TRUNCATION_LONGEST_FIRST: PairTruncation
 PAIR_TRUNCATION_ONLY_DOCUMENT: PairTruncation
+SPEECH_TASK_TRANSCRIBE: SpeechTask
+SPEECH_TASK_TRANSLATE: SpeechTask
 
 class EmbedRequest(_message.Message):
     __slots__ = ("model", "inputs", "normalize", "truncate", "prompt_name", "input_type", "truncation_direction", "outputs", "embedding_type")
@@ -527,3 +534,103 @@ class ClassifyResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[LabelScores]
     prompt_tokens: int
     def __init__(self, model: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., results: _Optional[_Iterable[_Union[LabelScores, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+
+class TranscribeRequest(_message.Message):
+    __slots__ = ("model", "audio", "task", "language", "prompt", "temperature", "beam_size", "word_timestamps", "without_timestamps")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    audio: bytes
+    task: SpeechTask
+    language: str
+    prompt: str
+    temperature: float
+    beam_size: int
+    word_timestamps: bool
+    without_timestamps: bool
+    def __init__(self, model: _Optional[str] = ..., audio: _Optional[bytes] = ..., task: _Optional[_Union[SpeechTask, str]] = ..., language: _Optional[str] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ..., beam_size: _Optional[int] = ..., word_timestamps: _Optional[bool] = ..., without_timestamps: _Optional[bool] = ...) -> None: ...
+
+class TranscribedWord(_message.Message):
+    __slots__ = ("word", "start", "end", "probability")
+    WORD_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    word: str
+    start: float
+    end: float
+    probability: float
+    def __init__(self, word: _Optional[str] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., probability: _Optional[float] = ...) -> None: ...
+
+class TranscriptSegment(_message.Message):
+    __slots__ = ("id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob", "compression_ratio", "no_speech_prob", "words")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SEEK_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    AVG_LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    NO_SPEECH_PROB_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: _containers.RepeatedCompositeFieldContainer[TranscribedWord]
+    def __init__(self, id: _Optional[int] = ..., seek: _Optional[int] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., temperature: _Optional[float] = ..., avg_logprob: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., no_speech_prob: _Optional[float] = ..., words: _Optional[_Iterable[_Union[TranscribedWord, _Mapping]]] = ...) -> None: ...
+
+class TranscribeResponse(_message.Message):
+    __slots__ = ("model", "task", "language", "duration", "text", "segments")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    task: SpeechTask
+    language: str
+    duration: float
+    text: str
+    segments: _containers.RepeatedCompositeFieldContainer[TranscriptSegment]
+    def __init__(self, model: _Optional[str] = ..., task: _Optional[_Union[SpeechTask, str]] = ..., language: _Optional[str] = ..., duration: _Optional[float] = ..., text: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[TranscriptSegment, _Mapping]]] = ...) -> None: ...
+
+class TranscribeStreamRequest(_message.Message):
+    __slots__ = ("options", "audio")
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    options: TranscribeRequest
+    audio: bytes
+    def __init__(self, options: _Optional[_Union[TranscribeRequest, _Mapping]] = ..., audio: _Optional[bytes] = ...) -> None: ...
+
+class TranscribeStreamResponse(_message.Message):
+    __slots__ = ("model", "language", "segments", "done", "text", "duration")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    language: str
+    segments: _containers.RepeatedCompositeFieldContainer[TranscriptSegment]
+    done: bool
+    text: str
+    duration: float
+    def __init__(self, model: _Optional[str] = ..., language: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[TranscriptSegment, _Mapping]]] = ..., done: _Optional[bool] = ..., text: _Optional[str] = ..., duration: _Optional[float] = ...) -> None: ...

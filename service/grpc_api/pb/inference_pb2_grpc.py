@@ -79,6 +79,16 @@ class InferenceStub:
                 request_serializer=attnserve_dot_v1_dot_inference__pb2.ClassifyRequest.SerializeToString,
                 response_deserializer=attnserve_dot_v1_dot_inference__pb2.ClassifyResponse.FromString,
                 _registered_method=True)
+        self.Transcribe = channel.unary_unary(
+                '/attnserve.v1.Inference/Transcribe',
+                request_serializer=attnserve_dot_v1_dot_inference__pb2.TranscribeRequest.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_inference__pb2.TranscribeResponse.FromString,
+                _registered_method=True)
+        self.TranscribeStream = channel.stream_stream(
+                '/attnserve.v1.Inference/TranscribeStream',
+                request_serializer=attnserve_dot_v1_dot_inference__pb2.TranscribeStreamRequest.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_inference__pb2.TranscribeStreamResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServicer:
@@ -153,6 +163,24 @@ class InferenceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Transcribe(self, request, context):
+        """Speech into text with a speech model (Whisper): one recording, in any format FFmpeg reads, into its
+        transcript, every segment timed (and, when asked, every word).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TranscribeStream(self, request_iterator, context):
+        """The same with the recording sent in pieces (a file too large for one message, or read as it is
+        written): the first message carries the options, every message may carry the next bytes. The
+        recording is decoded when the client half-closes; then a message comes back as each window's
+        segments are final, the last one with the whole text.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -200,6 +228,16 @@ def add_InferenceServicer_to_server(servicer, server):
                     servicer.Classify,
                     request_deserializer=attnserve_dot_v1_dot_inference__pb2.ClassifyRequest.FromString,
                     response_serializer=attnserve_dot_v1_dot_inference__pb2.ClassifyResponse.SerializeToString,
+            ),
+            'Transcribe': grpc.unary_unary_rpc_method_handler(
+                    servicer.Transcribe,
+                    request_deserializer=attnserve_dot_v1_dot_inference__pb2.TranscribeRequest.FromString,
+                    response_serializer=attnserve_dot_v1_dot_inference__pb2.TranscribeResponse.SerializeToString,
+            ),
+            'TranscribeStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.TranscribeStream,
+                    request_deserializer=attnserve_dot_v1_dot_inference__pb2.TranscribeStreamRequest.FromString,
+                    response_serializer=attnserve_dot_v1_dot_inference__pb2.TranscribeStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -445,6 +483,60 @@ class Inference:
             '/attnserve.v1.Inference/Classify',
             attnserve_dot_v1_dot_inference__pb2.ClassifyRequest.SerializeToString,
             attnserve_dot_v1_dot_inference__pb2.ClassifyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Transcribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attnserve.v1.Inference/Transcribe',
+            attnserve_dot_v1_dot_inference__pb2.TranscribeRequest.SerializeToString,
+            attnserve_dot_v1_dot_inference__pb2.TranscribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TranscribeStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/attnserve.v1.Inference/TranscribeStream',
+            attnserve_dot_v1_dot_inference__pb2.TranscribeStreamRequest.SerializeToString,
+            attnserve_dot_v1_dot_inference__pb2.TranscribeStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

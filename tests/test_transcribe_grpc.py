@@ -1,0 +1,113 @@
+"""attnserve.v1's Transcribe and TranscribeStream, and `attnserve transcribe FILE` over them: Whisper
+tiny.en's transcript of espeak-ng speech, whole or sent in pieces, is the core's (segments, their fields,
+words); refusals name the field or the setting (audio that is not audio, a stream over max_upload_bytes,
+a stream with no options, a translation by an English-only model), and the server goes on serving."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import grpc
+import pytest
+
+from service.core.transcription.transcription import TranscribeRequest
+from service.grpc_api.pb import inference_pb2 as pb
+from testing.speech import HARVARD, recording, write_wav
+
+MODEL = "whisper-tiny.en"
+LIMIT = 2_000_000  # max_upload_bytes
+
+
+@pytest.fixture(scope="module")
+def server(whisper_tiny_en):
+    from testing.server_thread import ServerThread
+
+    server = ServerThread([whisper_tiny_en], max_upload_bytes=LIMIT)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory):
+    return write_wav(tmp_path_factory.mktemp("speech") / "four.wav", recording(HARVARD[5:9], seed=5))
+
+
+@pytest.fixture(scope="module")
+def transcript(server, speech):
+    """The core's, words timed."""
+    request = TranscribeRequest(audio=speech.read_bytes(), model=MODEL, word_timestamps=True)
+    return server.run(server.server.core.transcription.transcribe(request), timeout=300)
+
+
+def assert_segments_are(messages, segments):
+    assert len(messages) == len(segments) >= 3
+    for i, (message, ours) in enumerate(zip(messages, segments), 1):
+        assert (message.id, message.seek, message.text, list(message.tokens)) == (i, ours.seek, ours.text, ours.tokens)
+        assert message.start == pytest.approx(ours.start, abs=1e-5) and message.end == pytest.approx(ours.end, abs=1e-5)
+        assert message.avg_logprob == pytest.approx(ours.avg_logprob, abs=1e-6)
+        assert message.no_speech_prob == pytest.approx(ours.no_speech_prob, abs=1e-6)
+        assert [(w.word, round(w.start, 2), round(w.end, 2)) for w in message.words] == [
+            (w.word, round(w.start, 2), round(w.end, 2)) for w in ours.words
+        ]
+        assert ours.words
+
+
+def test_transcribe_gives_the_cores_transcript(server, speech, transcript):
+    answer = server.stub().Transcribe(
+        pb.TranscribeRequest(audio=speech.read_bytes(), word_timestamps=True), timeout=300
+    )
+    assert (answer.model, answer.task, answer.language) == (MODEL, pb.SPEECH_TASK_TRANSCRIBE, "en")
+    assert answer.text == transcript.text and answer.duration == pytest.approx(transcript.duration, abs=1e-4)
+    assert_segments_are(answer.segments, transcript.segments)
+
+
+def test_a_recording_in_pieces_gives_each_windows_segments_then_the_text(server, speech, transcript):
+    audio = speech.read_bytes()
+
+    def pieces():
+        yield pb.TranscribeStreamRequest(options=pb.TranscribeRequest(model=MODEL, word_timestamps=True))
+        for start in range(0, len(audio), 10_000):
+            yield pb.TranscribeStreamRequest(audio=audio[start : start + 10_000])
+
+    messages = list(server.stub().TranscribeStream(pieces(), timeout=300))
+    assert [m.done for m in messages] == [False] * (len(messages) - 1) + [True]
+    assert_segments_are([s for m in messages for s in m.segments], transcript.segments)
+    assert messages[-1].text == transcript.text and messages[-1].duration == pytest.approx(
+        transcript.duration, abs=1e-4
+    )
+
+
+def refusal(call) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as refused:
+        call()
+    return refused.value.code(), refused.value.details()
+
+
+def test_what_cannot_be_transcribed_is_refused_by_name(server, speech):
+    stub = server.stub()
+    code, details = refusal(lambda: stub.Transcribe(pb.TranscribeRequest(audio=b"not audio"), timeout=60))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("audio: not audio"), details
+    translate = pb.TranscribeRequest(model=MODEL, audio=speech.read_bytes(), task=pb.SPEECH_TASK_TRANSLATE)
+    code, details = refusal(lambda: stub.Transcribe(translate, timeout=60))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("task:") and "English-only" in details
+    code, details = refusal(lambda: list(stub.TranscribeStream(iter([]), timeout=60)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("options:"), details
+    too_much = (pb.TranscribeStreamRequest(audio=b"\0" * 400_000) for _ in range(6))
+    code, details = refusal(lambda: list(stub.TranscribeStream(too_much, timeout=60)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "(max_upload_bytes)" in details, details
+    answer = stub.Transcribe(pb.TranscribeRequest(audio=speech.read_bytes(), beam_size=1), timeout=300)
+    assert len(answer.segments) >= 3  # still serving
+
+
+def test_the_command_prints_each_segment_as_json(server, speech, transcript):
+    command = [sys.executable, "-m", "cli", "transcribe", str(speech), "--target", server.target]
+    done = subprocess.run([*command, "--format", "json", "--word-timestamps"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    printed = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [p["text"] for p in printed] == [s.text for s in transcript.segments]
+    assert [w["word"] for p in printed for w in p["words"]] == [w.word for s in transcript.segments for w in s.words]
+    assert f"[{MODEL}: {transcript.duration:.1f} s of en]" in done.stderr
+    missing = subprocess.run([*command[:4], "nowhere.wav"], capture_output=True, text=True)
+    assert missing.returncode == 1 and "nowhere.wav: No such file" in missing.stderr
