@@ -1,9 +1,11 @@
 """The Open Inference Protocol (KServe v2) as the core serves it, whichever door carries it (gRPC's
-GRPCInferenceService, REST on the HTTP port): each model's tensors (one BYTES input, `text`, and its task's
-outputs), the parameters each task takes, and an infer: texts and parameters in, tensors and usage out."""
+GRPCInferenceService, REST on the HTTP port): each model's tensors (one BYTES input, `text`, or a speech
+model's `audio`: each element one recording's bytes; and its task's outputs), the parameters each task
+takes, and an infer: texts or recordings and parameters in, tensors and usage out."""
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 
@@ -14,10 +16,12 @@ from .core.embedding.embeddings import EmbedRequest
 from .core.generation.generation import GenerateResult
 from .core.info import ModelInfo
 from .core.ranking.cross_encoding import ClassifyRequest
+from .core.transcription.transcription import TranscribeRequest
 from .errors import NotFound, invalid
 from .ops.call_record import CallRecord
 
 TEXT = "text"
+AUDIO = "audio"  # a speech model's input: each element a recording, in any format FFmpeg reads
 # The parameters Triton's clients may add to any request (perf_analyzer always sends the last): they carry
 # nothing attnserve acts on. (A request's last response is never empty here.)
 CLIENT_PARAMETERS = frozenset(
@@ -49,10 +53,12 @@ GENERATION_PARAMETERS = {
     "target_language": str,
 }
 CLASSIFY_PARAMETERS = {"raw_scores": bool}
+TRANSCRIPTION_PARAMETERS = {"task": str, "language": str, "prompt": str, "temperature": float, "beam_size": int}
 PARAMETERS = {
     "embedding": EMBEDDING_PARAMETERS,
     "classification": CLASSIFY_PARAMETERS,
     "seq2seq": GENERATION_PARAMETERS,
+    "transcription": TRANSCRIPTION_PARAMETERS,
 }
 STREAM_PARAMETER = {"stream": bool}  # a seq2seq request answered piece by piece (gRPC's ModelStreamInfer)
 # The core's field names, as this protocol's callers name them.
@@ -60,13 +66,25 @@ FIELD_NAMES = {
     "model": "model_name",
     "inputs": TEXT,
     "input": TEXT,
+    "file": AUDIO,
     "dimensions": "parameters.dimensions",
     "stream": "parameters.stream",
     **{name: f"parameters.{name}" for name in ("prompt_name", "input_type", "truncation_direction")},
     **{f"params.{name}": f"parameters.{name}" for name in GENERATION_PARAMETERS},
     **{name: f"parameters.{name}" for name in ("source_language", "target_language")},
+    **{name: f"parameters.{name}" for name in ("task", "language", "prompt", "temperature", "beam_size")},
 }
-OUTPUTS = {"embedding": ["embedding"], "seq2seq": [TEXT, "token_ids", "finish_reason"], "classification": ["scores"]}
+OUTPUTS = {
+    "embedding": ["embedding"],
+    "seq2seq": [TEXT, "token_ids", "finish_reason"],
+    "classification": ["scores"],
+    "transcription": [TEXT, "language"],
+}
+
+
+def input_name(task: str) -> str:
+    """The one input tensor of a model of this task."""
+    return AUDIO if task == "transcription" else TEXT
 
 
 def unpack_bytes(raw: bytes, field: str) -> list[bytes]:
@@ -113,10 +131,12 @@ def bytes_tensor(name: str, texts: list[str], shape: tuple[int, ...]) -> Tensor:
 
 
 def tensor_metadata(model: ModelInfo) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """A model's (inputs, outputs). A speech model's: each recording's bytes in, its text out (infer refuses
-    it, for now: check_served)."""
+    """A model's (inputs, outputs). A speech model's: each recording's bytes in, its text and language out."""
     if model.task == "transcription":
-        return [TensorSpec("audio", "BYTES", (-1,))], [TensorSpec(TEXT, "BYTES", (-1,))]
+        return [TensorSpec(AUDIO, "BYTES", (-1,))], [
+            TensorSpec(TEXT, "BYTES", (-1,)),
+            TensorSpec("language", "BYTES", (-1,)),
+        ]
     inputs = [TensorSpec(TEXT, "BYTES", (-1,))]
     if model.task == "embedding":
         return inputs, [TensorSpec("embedding", "FP32", (-1, model.dimensions))]
@@ -139,13 +159,9 @@ def check_version(model: ModelInfo, requested_version: str) -> None:
 
 
 def check_served(model: ModelInfo) -> None:
-    """A model of a task this protocol serves; a speech model is refused, naming where it is served."""
+    """A model of a task this protocol serves."""
     if model.task not in OUTPUTS:
-        raise invalid(
-            "model_name",
-            f"{model.name!r} is a {model.task} model, which this protocol does not serve yet "
-            "(transcribe with /v1/audio/transcriptions)",
-        )
+        raise invalid("model_name", f"{model.name!r} is a {model.task} model, which this protocol does not serve")
 
 
 def requested(names: list[str], model: ModelInfo) -> list[str]:
@@ -180,9 +196,23 @@ def generation_tensors(results: list[GenerateResult], n_best: int) -> list[Tenso
     ]
 
 
-async def infer(core, model: ModelInfo, texts: list[str], options: dict, record: CallRecord):
-    """One infer of a model's texts with its task's parameters (read as PARAMETERS says) -> (its output
-    tensors, the usage a response's parameters report)."""
+async def transcribe_all(core, model: ModelInfo, recordings: list[bytes], options: dict, record: CallRecord):
+    """Each recording transcribed at once -> text [N], language [N] and the seconds of audio, rounded up
+    (OpenAI's usage)."""
+    requests = [TranscribeRequest(audio=audio, model=model.name, **options) for audio in recordings]
+    transcripts = await core.transcription.transcribe_all(requests, record.rpc, core.settings.max_client_batch_size)
+    shape = (len(transcripts),)
+    tensors = [bytes_tensor(TEXT, [t.text for t in transcripts], shape)]
+    tensors.append(bytes_tensor("language", [t.language for t in transcripts], shape))
+    return tensors, {"audio_seconds": math.ceil(sum(t.duration for t in transcripts))}
+
+
+async def infer(core, model: ModelInfo, inputs: list, options: dict, record: CallRecord):
+    """One infer of a model's inputs (texts; a speech model's recordings) with its task's parameters (read as
+    PARAMETERS says) -> (its output tensors, the usage a response's parameters report)."""
+    if model.task == "transcription":
+        return await transcribe_all(core, model, inputs, options, record)
+    texts = inputs
     if model.task == "embedding":
         embed = EmbedRequest(
             model=model.name,

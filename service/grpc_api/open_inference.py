@@ -26,6 +26,7 @@ from ..kserve_protocol import (
     check_version,
     generation_options,
     infer,
+    input_name,
     numbers_tensor,
     requested,
     tensor_metadata,
@@ -118,7 +119,8 @@ class OpenInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """The request's model (of a task that streams, if `stream`), the outputs it wants, and its texts."""
         model = self.core.model(request.model_name, stream=stream)
         check_version(model, request.model_version)
-        return model, requested([o.name for o in request.outputs], model), read_text_input(request)
+        wanted = requested([o.name for o in request.outputs], model)
+        return model, wanted, read_text_input(request, input_name(model.task))
 
     async def _infer(self, request: pb.ModelInferRequest, call: Call) -> pb.ModelInferResponse:
         model, wanted, text = self._read(request)

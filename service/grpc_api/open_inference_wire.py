@@ -13,30 +13,32 @@ from .pb import open_inference_pb2 as pb
 
 @dataclass(frozen=True)
 class TextInput:
-    texts: list[str]
+    texts: list  # str; a speech model's recordings: bytes
     raw: bool  # the request sent raw_input_contents: answer with raw_output_contents
 
 
-def read_text_input(request: pb.ModelInferRequest) -> TextInput:
-    """The one input, `text`: BYTES of shape [N] or [N, 1], UTF-8 elements."""
+def read_text_input(request: pb.ModelInferRequest, name: str = TEXT) -> TextInput:
+    """The one input: BYTES of shape [N] or [N, 1]; `text`'s elements UTF-8, `audio`'s any bytes."""
     names = [t.name for t in request.inputs]
-    if names != [TEXT]:
-        raise invalid("inputs.name", f"{names}; the model takes one input tensor, {TEXT!r} (BYTES, shape [N])")
+    if names != [name]:
+        raise invalid("inputs.name", f"{names}; the model takes one input tensor, {name!r} (BYTES, shape [N])")
     tensor = request.inputs[0]
     if tensor.datatype != "BYTES":
-        raise invalid(TEXT, f"datatype {tensor.datatype!r}; send BYTES")
+        raise invalid(name, f"datatype {tensor.datatype!r}; send BYTES")
     shape = list(tensor.shape)
     if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1) or shape[0] < 0:
-        raise invalid(TEXT, f"shape {shape}; send [N] or [N, 1] texts")
+        raise invalid(name, f"shape {shape}; send [N] or [N, 1] elements")
     raw = len(request.raw_input_contents) > 0
     if raw:
         if len(request.raw_input_contents) != 1:
             raise invalid("raw_input_contents", f"{len(request.raw_input_contents)} entries for 1 input tensor")
-        elements = unpack_bytes(request.raw_input_contents[0], TEXT)
+        elements = unpack_bytes(request.raw_input_contents[0], name)
     else:
         elements = list(tensor.contents.bytes_contents)
     if len(elements) != shape[0]:
-        raise invalid(TEXT, f"shape {shape} holds {shape[0]} elements; the contents have {len(elements)}")
+        raise invalid(name, f"shape {shape} holds {shape[0]} elements; the contents have {len(elements)}")
+    if name != TEXT:
+        return TextInput(elements, raw)
     texts = []
     for i, element in enumerate(elements):
         try:

@@ -27,6 +27,7 @@ from ..kserve_protocol import (
     check_served,
     check_version,
     infer,
+    input_name,
     pack_bytes,
     requested,
     tensor_metadata,
@@ -93,19 +94,20 @@ def flattened(data) -> list:
     return [x for item in data for x in flattened(item)] if isinstance(data, list) else [data]
 
 
-def read_texts(body: dict, binary: bytes) -> list[str]:
-    """The one input, `text`: BYTES of shape [N] or [N, 1], as JSON strings or binary data."""
+def read_texts(body: dict, binary: bytes, name: str = TEXT) -> list:
+    """The one input: BYTES of shape [N] or [N, 1], as JSON strings or binary data; `text`'s elements
+    UTF-8, `audio`'s any bytes (binary data only: JSON strings cannot carry them)."""
     inputs = body.get("inputs")
     if (
         not isinstance(inputs, list)
         or len(inputs) != 1
         or not isinstance(inputs[0], dict)
-        or inputs[0].get("name") != TEXT
+        or inputs[0].get("name") != name
     ):
-        raise invalid("inputs.name", f"the model takes one input tensor, {TEXT!r} (BYTES, shape [N])")
+        raise invalid("inputs.name", f"the model takes one input tensor, {name!r} (BYTES, shape [N])")
     tensor = inputs[0]
     if tensor.get("datatype") != "BYTES":
-        raise invalid(TEXT, f"datatype {tensor.get('datatype')!r}; send BYTES")
+        raise invalid(name, f"datatype {tensor.get('datatype')!r}; send BYTES")
     shape = tensor.get("shape")
     if isinstance(shape, list):  # JSON Schema's integers include 3.0
         shape = [int(n) if type(n) is float and n.is_integer() else n for n in shape]
@@ -116,21 +118,27 @@ def read_texts(body: dict, binary: bytes) -> list[str]:
         or (len(shape) == 2 and shape[1] != 1)
         or shape[0] < 0
     ):
-        raise invalid(TEXT, f"shape {shape}; send [N] or [N, 1] texts")
-    size = mapping(tensor.get("parameters"), f"{TEXT}.parameters").get("binary_data_size")
+        raise invalid(name, f"shape {shape}; send [N] or [N, 1] elements")
+    size = mapping(tensor.get("parameters"), f"{name}.parameters").get("binary_data_size")
     if size is not None:
         if type(size) is not int or not 0 <= size <= len(binary):
-            raise invalid(f"{TEXT}.parameters.binary_data_size", f"{size}; the body holds {len(binary)} bytes")
-        try:
-            texts = [e.decode("utf-8") for e in unpack_bytes(binary[:size], TEXT)]
-        except UnicodeDecodeError as error:
-            raise invalid(TEXT, f"not UTF-8 ({error.reason})") from None
+            raise invalid(f"{name}.parameters.binary_data_size", f"{size}; the body holds {len(binary)} bytes")
+        elements = unpack_bytes(binary[:size], name)
+        if name != TEXT:
+            texts = elements
+        else:
+            try:
+                texts = [e.decode("utf-8") for e in elements]
+            except UnicodeDecodeError as error:
+                raise invalid(TEXT, f"not UTF-8 ({error.reason})") from None
+    elif name != TEXT:
+        raise invalid(name, "send the recordings as binary data (the binary_data_size parameter)")
     else:
         texts = flattened(tensor.get("data", []))
         if not all(isinstance(t, str) for t in texts):
             raise invalid(TEXT, "data: send the texts as strings")
     if len(texts) != shape[0]:
-        raise invalid(TEXT, f"shape {shape} holds {shape[0]} elements; the data has {len(texts)}")
+        raise invalid(name, f"shape {shape} holds {shape[0]} elements; the data has {len(texts)}")
     return texts
 
 
@@ -311,7 +319,7 @@ def add_kserve_routes(app: FastAPI, core: ServingCore) -> None:
                 body, binary = await read_body(request)
                 names, binary_outputs = outputs_of(body, OUTPUTS[info.task])
                 wanted = requested(names, info)
-                texts = read_texts(body, binary)
+                texts = read_texts(body, binary, input_name(info.task))
                 options = parameters_of(body.get("parameters"), PARAMETERS[info.task])
                 tensors, usage = await infer(core, info, texts, options, call.record)
                 return infer_answer(body, info.name, [t for t in tensors if t.name in wanted], binary_outputs, usage)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...engine.sequence import GenerationParams
-from ...errors import FailedPrecondition, NotFound, invalid
+from ...errors import FailedPrecondition, NotFound, ServiceError, invalid
 from ..models.registry import ModelRegistry
 from ..models.served_models import ServedSpeechModel
 from .audio_decoding import AudioLimits, decode_audio
@@ -144,6 +144,27 @@ class TranscriptionService:
         segments = tuple([segment async for segment in self.segments(heard)])
         text = "".join(s.text for s in segments)
         return Transcript(text, heard.model.name, request.task, heard.language, heard.duration, segments)
+
+    async def transcribe_all(self, requests: list[TranscribeRequest], rpc: str, limit: int) -> list[Transcript]:
+        """1 to `limit` recordings (max_client_batch_size) transcribed at once, every window a row of the
+        model's batch, answered in order. One refused or failed recording stops the others."""
+        if not 1 <= len(requests) <= limit:
+            raise invalid("file", f"{len(requests)} recordings; send 1 to {limit} (max_client_batch_size)")
+
+        async def one(i: int, request: TranscribeRequest) -> Transcript:
+            try:
+                return await self.transcribe(request, rpc)
+            except ServiceError as error:
+                if len(requests) > 1 and error.field == "file":  # which recording: "file[3]: ..."
+                    error.field, error.message = f"file[{i}]", f"file[{i}]" + error.message[len("file") :]
+                raise
+
+        tasks = [asyncio.ensure_future(one(i, request)) for i, request in enumerate(requests)]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:
+                task.cancel()
 
     async def detect_language(self, model: ServedSpeechModel, features: np.ndarray) -> str:
         """The likeliest language of the first window: one decoder step after <|startoftranscript|>, its

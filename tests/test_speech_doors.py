@@ -1,7 +1,9 @@
-"""attnserve.v1's Transcribe and TranscribeStream, and `attnserve transcribe FILE` over them: Whisper
-tiny.en's transcript of espeak-ng speech, whole or sent in pieces, is the core's (segments, their fields,
-words); refusals name the field or the setting (audio that is not audio, a stream over max_upload_bytes,
-a stream with no options, a translation by an English-only model), and the server goes on serving."""
+"""Speech on the doors beside OpenAI's: attnserve.v1's Transcribe and TranscribeStream, `attnserve
+transcribe FILE` over them, and KServe v2's infer with an `audio` tensor (gRPC, and REST called with
+tritonclient.http). Whisper tiny.en's transcript of espeak-ng speech, whole or sent in pieces, is the
+core's (segments, their fields, words); refusals name the field or the setting (audio that is not audio,
+which recording of several, a stream over max_upload_bytes, a stream with no options, a translation by an
+English-only model, recordings sent as JSON strings), and the server goes on serving."""
 
 from __future__ import annotations
 
@@ -10,10 +12,16 @@ import subprocess
 import sys
 
 import grpc
+import numpy as np
 import pytest
+import tritonclient.http as triton
+from tritonclient.utils import InferenceServerException
 
 from service.core.transcription.transcription import TranscribeRequest
 from service.grpc_api.pb import inference_pb2 as pb
+from service.grpc_api.pb import open_inference_pb2 as oip
+from service.grpc_api.pb import open_inference_pb2_grpc as oip_grpc
+from service.kserve_protocol import pack_bytes
 from testing.speech import HARVARD, recording, write_wav
 
 MODEL = "whisper-tiny.en"
@@ -111,3 +119,60 @@ def test_the_command_prints_each_segment_as_json(server, speech, transcript):
     assert f"[{MODEL}: {transcript.duration:.1f} s of en]" in done.stderr
     missing = subprocess.run([*command[:4], "nowhere.wav"], capture_output=True, text=True)
     assert missing.returncode == 1 and "nowhere.wav: No such file" in missing.stderr
+
+
+@pytest.fixture(scope="module")
+def short_speech(tmp_path_factory):
+    return write_wav(tmp_path_factory.mktemp("speech") / "one.wav", recording(HARVARD[9:10], seed=6))
+
+
+@pytest.fixture(scope="module")
+def short_transcript(server, short_speech):
+    request = TranscribeRequest(audio=short_speech.read_bytes(), model=MODEL)
+    return server.run(server.server.core.transcription.transcribe(request), timeout=300)
+
+
+def test_kserve_grpc_infers_each_recording_of_an_audio_tensor(
+    server, speech, short_speech, transcript, short_transcript
+):
+    """Raw contents, as tritonclient sends them: the recordings, then text and language for each."""
+    stub = oip_grpc.GRPCInferenceServiceStub(server.channel())
+    metadata = stub.ModelMetadata(oip.ModelMetadataRequest(name=MODEL), timeout=30)
+    assert [(t.name, t.datatype) for t in metadata.inputs] == [("audio", "BYTES")]
+    assert [(t.name, t.datatype) for t in metadata.outputs] == [("text", "BYTES"), ("language", "BYTES")]
+    request = oip.ModelInferRequest(
+        model_name=MODEL,
+        inputs=[oip.ModelInferRequest.InferInputTensor(name="audio", datatype="BYTES", shape=[2])],
+        raw_input_contents=[pack_bytes([speech.read_bytes(), short_speech.read_bytes()])],
+    )
+    request.parameters["beam_size"].int64_param = 5
+    answer = stub.ModelInfer(request, timeout=300)
+    outputs = {o.name: i for i, o in enumerate(answer.outputs)}
+    texts = [t.decode() for t in unpack(answer.raw_output_contents[outputs["text"]])]
+    assert texts == [transcript.text, short_transcript.text]
+    assert unpack(answer.raw_output_contents[outputs["language"]]) == [b"en", b"en"]
+    seconds = answer.parameters["audio_seconds"].int64_param
+    assert seconds == int(np.ceil(transcript.duration + short_transcript.duration))
+    request.raw_input_contents[0] = pack_bytes([short_speech.read_bytes(), b"not audio"])
+    code, details = refusal(lambda: stub.ModelInfer(request, timeout=60))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("audio[1]: not audio"), details
+
+
+def unpack(raw: bytes) -> list[bytes]:
+    from service.kserve_protocol import unpack_bytes
+
+    return unpack_bytes(raw, "output")
+
+
+def test_kserve_rest_infers_audio_sent_as_binary_data_by_tritonclient(server, short_speech, short_transcript):
+    with triton.InferenceServerClient(f"localhost:{server.server.http.port}") as client:
+        audio = triton.InferInput("audio", [1], "BYTES")
+        audio.set_data_from_numpy(np.array([short_speech.read_bytes()], dtype=np.object_), binary_data=True)
+        result = client.infer(MODEL, [audio], parameters={"language": "en"})
+        assert [t.decode() for t in result.as_numpy("text")] == [short_transcript.text]
+        assert list(result.as_numpy("language")) == [b"en"]
+        as_json = triton.InferInput("audio", [1], "BYTES")
+        as_json.set_data_from_numpy(np.array([b"RIFF"], dtype=np.object_), binary_data=False)
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer(MODEL, [as_json])
+        assert "audio: send the recordings as binary data" in refused.value.message()
