@@ -106,7 +106,7 @@ def cmd_transcribe(args) -> None:
             for message in client.transcribe_stream(audio, model=args.model, **options):
                 for s in message.segments:
                     if args.format == "json":
-                        words = [{"word": w.word, "start": w.start, "end": w.end} for w in s.words]
+                        words = [{"word": w.word, "start": round(w.start, 2), "end": round(w.end, 2)} for w in s.words]
                         segment = {"start": round(s.start, 2), "end": round(s.end, 2), "text": s.text}
                         print(json.dumps({**segment, **({"words": words} if words else {})}), flush=True)
                     elif args.format == "text":

@@ -174,8 +174,8 @@ def test_the_readme_translation_examples_work_verbatim(server):
 
 
 def test_the_readme_transcription_examples_work_verbatim(server, tmp_path, monkeypatch):
-    """espeak-ng speaks, curl uploads (the install line aside), and the OpenAI SDK asks for subtitles: each
-    answer as the README shows it."""
+    """espeak-ng speaks, curl uploads (the install line aside), the OpenAI SDK asks for subtitles, and
+    `attnserve transcribe` prints the segments: each answer as the README shows it."""
     monkeypatch.chdir(tmp_path)
     for command in readme_block("`make run` serves tiny.en beside the other models:", "sh").strip().splitlines():
         if command.startswith(("sudo ", "#")):
@@ -190,6 +190,11 @@ def test_the_readme_transcription_examples_work_verbatim(server, tmp_path, monke
         exec(compile(example, "README.md", "exec"), {})
     expected = [line.removeprefix("# ").removeprefix("#") for line in example.splitlines() if line.startswith("#")]
     assert printed.getvalue().strip().splitlines() == expected
+    shown = readme_block("(`--format json --word-timestamps`: a JSON line per segment, with its words):", "sh")
+    command, *output = shown.strip().splitlines()
+    done = subprocess.run(["bash", "-c", f"{ROOT}/{command}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [line.removeprefix("# ") for line in output]
 
 
 def test_the_readme_rerank_and_classify_examples_work_verbatim(server):
