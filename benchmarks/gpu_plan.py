@@ -22,6 +22,7 @@ PHASES = {  # phase -> seconds it is estimated to take on the device, in order o
     "embeddings": 60,
     "generation": 120,
     "memory": 5,
+    "speech": 90,
     "moonshot": 120,
     "cuda-graphs": 90,
 }
@@ -29,7 +30,7 @@ PHASES = {  # phase -> seconds it is estimated to take on the device, in order o
 CALL_PHASES = (
     ("a", ("preflight", "parity")),
     ("b", ("parity-marian", "embeddings", "generation", "memory")),
-    (None, ("moonshot", "cuda-graphs")),
+    (None, ("speech", "moonshot", "cuda-graphs")),
 )
 RESULTS = "$OUT/gpu"
 

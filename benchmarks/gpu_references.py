@@ -1,7 +1,8 @@
 """The GPU check's inputs and their float32 outputs on the CPU, computed here when the device kit is built, so
 that the device compares its float16 answers with them and needs neither the float32 graphs nor num2words'
 spellings: MiniLM on the oracle texts, the numbers model on sampled numbers and 32 lockstep decode steps
-(the preflight's), the Marian-shaped model's greedy tokens."""
+(the preflight's), the Marian-shaped model's greedy tokens, and Whisper tiny.en's transcripts of espeak-ng
+recordings (written into the kit beside them)."""
 
 from __future__ import annotations
 
@@ -94,9 +95,37 @@ def marian(model_dir: Path, sizes: Sizes) -> dict:
     return {"prompts": prompts, "new_tokens": sizes.new_tokens, "tokens": expected}
 
 
-def references(dirs: dict[str, Path], sizes: Sizes) -> dict:
+def speech(model_dir: Path, sizes: Sizes, folder: Path) -> dict:
+    """sizes.speech_recordings recordings of Harvard sentences (30-60 s; a few seconds in a small kit) as WAV
+    files in `folder`, and the float32 graphs' transcripts of them, served here on the CPU."""
+    from service.core.transcription.transcription import TranscribeRequest
+    from testing.server_thread import ServerThread
+    from testing.speech import HARVARD, recording, write_wav
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files, spoken = [], []
+    small = sizes.speech_recordings < 8
+    for i in range(sizes.speech_recordings):
+        rng = np.random.default_rng(i)
+        count = 2 if small else int(rng.integers(9, 17))
+        chosen = tuple(HARVARD[j] for j in rng.permutation(len(HARVARD))[:count])
+        write_wav(folder / f"speech-{i}.wav", recording(chosen, seed=i)[: 60 * 16_000])
+        files.append(f"speech-{i}.wav")
+        spoken.append(" ".join(chosen))
+    server = ServerThread([model_dir], precision="fp32", device="cpu")
+    try:
+        core = server.server.core
+        requests = [TranscribeRequest(audio=(folder / f).read_bytes()) for f in files]
+        texts = [server.run(core.transcription.transcribe(r), timeout=600).text for r in requests]
+    finally:
+        server.close()
+    return {"files": files, "spoken": spoken, "texts": texts}
+
+
+def references(dirs: dict[str, Path], sizes: Sizes, speech_folder: Path) -> dict:
     return {
         "minilm": minilm(dirs["minilm"]),
         "numbers": numbers(dirs["numbers"], sizes),
         "marian": marian(dirs["marian"], sizes),
+        "speech": speech(dirs["whisper-tiny.en"], sizes, speech_folder),
     }

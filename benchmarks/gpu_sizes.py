@@ -36,10 +36,12 @@ class Sizes:
     moonshot_streams: int
     marian: dict = field(default_factory=dict)  # MarianShape's fields
     marian_seed: int = 0
+    speech_recordings: int = 8  # distinct espeak-ng recordings of 30-60 s, for Whisper tiny.en
+    speech_calls: int = 64  # transcriptions at once, the recordings in turn
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 FULL = Sizes(2000, 100, 64, 8192, 64, 16, 256, 64, 64, 256, MARIAN_BASE)
-SMALL = Sizes(25, 10, 8, 256, 8, 16, 16, 8, 8, 16, MARIAN_SMALL)
+SMALL = Sizes(25, 10, 8, 256, 8, 16, 16, 8, 8, 16, MARIAN_SMALL, speech_recordings=2, speech_calls=2)

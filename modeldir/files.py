@@ -263,7 +263,9 @@ def open_model_dir(
                 "ONNX file holds has none"
             )
         served.append(ATTENTION_FILE)
-    aligned = WORD_ALIGNMENT_FILE in manifest["sha256"]
+    # Optional like the attention maps, but loaded whenever it is there: a copy of the directory made for
+    # one precision (a device kit's) may leave its float32 weights out, and serves without word timestamps.
+    aligned = WORD_ALIGNMENT_FILE in manifest["sha256"] and (root / WORD_ALIGNMENT_FILE).is_file()
     served += [WORD_ALIGNMENT_FILE] * aligned
     for relative in served:
         path = root / relative

@@ -79,7 +79,7 @@ def report_of(path: Path) -> dict[str, set[str]]:
 def test_the_device_environment_serves_every_door(device, tmp_path):
     python, unpacked, site = device
     report = tmp_path / "serve-audit.json"
-    models = [str(unpacked / "models" / name) for name in ("minilm", "numbers", "marian")]
+    models = [str(unpacked / "models" / name) for name in ("minilm", "numbers", "marian", "whisper-tiny.en")]
     server = ServerProcess(
         "--device",
         "cpu",
@@ -107,6 +107,14 @@ def test_the_device_environment_serves_every_door(device, tmp_path):
             lines = [client.generate(line, model="marian").text for line in ("A test.", "Another one.")]
         assert deepl["translations"][0]["text"] == "\n".join(lines)
         assert {"code": "en", "name": "English", "targets": ["de"]} in httpx.get(f"{root}/languages").json()
+        # Speech: the kit's recording, decoded by the kit's PyAV, heard by the float16 graphs as the float32
+        # ones heard it here (a word may differ).
+        speech = json.loads((unpacked / "references.json").read_text())["speech"]
+        recording = unpacked / "speech" / speech["files"][0]
+        upload = {"file": recording.open("rb")}
+        heard = httpx.post(f"{base}/audio/transcriptions", files=upload, data={"model": "whisper-tiny.en"}, timeout=300)
+        words, expected = heard.json()["text"].split(), speech["texts"][0].split()
+        assert len(set(words) & set(expected)) >= 0.8 * len(set(expected)), (words, expected)
     finally:
         assert server.stop() == 0
     loaded = report_of(report)
@@ -182,6 +190,11 @@ def test_the_staged_check_runs_every_phase_goes_on_after_a_failure_and_reruns_wh
     assert (
         every["moonshot"]["marian"]["tokens_per_second"] > 0 and every["moonshot"]["minilm"]["sentences_per_second"] > 0
     )
+    speech = every["speech"]
+    assert (
+        speech["calls"] == 2 and speech["audio_seconds_per_second"] > 0 and speech["one_file"]["real_time_factor"] > 0
+    )
+    assert speech["same_as_cpu"] >= 0.5 and set(speech["texts"]) == {"speech-0.wav", "speech-1.wav"}
     state.unlink()
     broken = tmp_path / "broken-kit"
     subprocess.run(["cp", "-r", str(unpacked), str(broken)], check=True)
@@ -211,6 +224,7 @@ def test_what_the_check_runs_on_the_device_imports_only_the_image_and_the_kit():
     device_side = [
         "gpu_check",
         "gpu_phases",
+        "gpu_speech_phase",
         "gpu_preflight",
         "gpu_references",
         "gpu_unpack",

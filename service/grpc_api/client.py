@@ -161,6 +161,10 @@ class Client:
         request = pb.ClassifyRequest(model=model, inputs=texts, raw_scores=raw_scores)
         return self.stub.Classify(request, timeout=self.timeout)
 
+    def transcribe(self, audio: bytes, model: str = "", **options) -> pb.TranscribeResponse:
+        """A recording in one message (up to the server's max_message_bytes). options: TranscribeRequest's."""
+        return self.stub.Transcribe(pb.TranscribeRequest(model=model, audio=audio, **options), timeout=self.timeout)
+
     def transcribe_stream(self, audio: bytes, model: str = "", **options) -> Iterator[pb.TranscribeStreamResponse]:
         """A recording sent in pieces of PIECE_BYTES (any size passes max_message_bytes) -> a message as each
         window's segments are final, then the whole text. options: TranscribeRequest's other fields."""

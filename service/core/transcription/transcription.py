@@ -102,8 +102,8 @@ class TranscriptionService:
             raise invalid("prompt", f"{len(request.prompt)} characters; at most {MAX_PROMPT_CHARACTERS}, no NUL")
         if request.word_timestamps and model.word_alignment is None:
             raise FailedPrecondition(
-                f"word_timestamps: model {model.name!r} was exported without its word-alignment graph; export it "
-                "again (attnserve export MODEL_DIR)",
+                f"word_timestamps: model {model.name!r} is served without its word-alignment graph "
+                "(onnx/word_alignment.onnx: export the model again, or copy the file beside its other graphs)",
                 "word_timestamps",
             )
         steps = int(round((1.0 - request.temperature) / FALLBACK_STEP))
