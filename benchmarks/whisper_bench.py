@@ -58,17 +58,21 @@ def seconds_of(path: Path) -> float:
     return (path.stat().st_size - 44) / 2 / SAMPLE_RATE  # 16-bit mono WAV
 
 
-def run_attnserve(precision: str, files: list[Path], threads: int) -> dict:
+def run_attnserve(precision: str, files: list[Path], threads: int, words: bool = False) -> dict:
+    """words: every word timed too (verbose_json with word granularity)."""
+    form = {"model": "whisper-tiny.en"}
+    if words:
+        form.update({"response_format": "verbose_json", "timestamp_granularities[]": "word"})
     server = ServerProcess("--precision", precision, "--intra-op-threads", str(threads), models=[str(MODEL.resolve())])
     try:
         url = f"http://127.0.0.1:{server.http_port}/v1/audio/transcriptions"
         with httpx.Client(timeout=3600) as client:
-            client.post(url, files={"file": files[0].open("rb")}, data={"model": "whisper-tiny.en"})  # warm up
+            client.post(url, files={"file": files[0].open("rb")}, data=form)  # warm up
         started = time.perf_counter()
 
         def call(path: Path) -> tuple[str, float]:
             with httpx.Client(timeout=3600) as client:
-                answer = client.post(url, files={"file": path.open("rb")}, data={"model": "whisper-tiny.en"})
+                answer = client.post(url, files={"file": path.open("rb")}, data=form)
             answer.raise_for_status()
             return answer.json()["text"], time.perf_counter() - started
 
@@ -115,6 +119,7 @@ def figures(result: dict, audio_seconds: float, spoken: list[str]) -> dict:
 ENGINES = {
     "attnserve fp32": lambda files, threads: run_attnserve("fp32", files, threads),
     "attnserve int8": lambda files, threads: run_attnserve("int8", files, threads),
+    "attnserve int8, word timestamps": lambda files, threads: run_attnserve("int8", files, threads, words=True),
     "faster-whisper float32 batched": lambda files, threads: run_faster_whisper("float32", "batched", files, threads),
     "faster-whisper int8 batched": lambda files, threads: run_faster_whisper("int8", "batched", files, threads),
     "faster-whisper int8 sequential": lambda files, threads: run_faster_whisper("int8", "sequential", files, threads),
