@@ -1,0 +1,71 @@
+"""Where a Whisper decode step's time goes: `make run`'s tiny.en decoder graph (int8 and float32) alone in
+ONNX Runtime, one step at a time, at several row counts and source lengths (the cross-attention K/V each
+row reads), with and without every row's logits fetched. Each graph in a fresh session; medians of --reps
+steps after 3 warm-up steps; the machine and its GEMM probe first.
+
+    .venv/bin/python -m benchmarks.whisper_step_bench [--reps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from modeldir.config import ModelConfig
+from modeldir.files import decoder_inputs, read_manifest
+
+from .common import print_table
+from .machine import describe, print_machine
+
+MODEL = Path("build/models/whisper-tiny.en")
+SHAPES = [(27, 1500, 27), (27, 1500, 0), (27, 150, 27), (5, 1500, 5), (1, 1500, 1)]  # rows, source, logit rows
+
+
+def step_ms(session, config: ModelConfig, rows: int, source: int, logit_rows: int, reps: int) -> float:
+    """One step of `rows` rows, each with 100 of its 448 cache positions filled."""
+    rng = np.random.default_rng(0)
+    buffer, past = config.max_positions, 100
+    feeds = {
+        "input_ids": rng.integers(0, config.vocab_size, (rows, 1)),
+        "past_lengths": np.full(rows, past, np.int32),
+        "source_lengths": np.full(rows, source, np.int32),
+        "logit_rows": np.arange(logit_rows, dtype=np.int64),
+        "total_length": np.array([past + 1], np.int32),
+    }
+    names = decoder_inputs(config.n_decoder_layers)
+    for name in names[5:]:
+        length = source if name.startswith("cross") else buffer
+        feeds[name] = rng.standard_normal((rows, config.n_heads, length, config.d_head), dtype=np.float32)
+    for _ in range(3):
+        session.run(None, feeds)
+    times = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - started)
+    return float(np.median(times)) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    print_machine(describe(args.threads))
+    config = ModelConfig.from_dict(read_manifest(MODEL)["config"])
+    rows = []
+    for graph in ("onnx/int8/decoder.onnx", "onnx/decoder.onnx"):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = args.threads
+        session = ort.InferenceSession(str(MODEL / graph), options, providers=["CPUExecutionProvider"])
+        for shape in SHAPES:
+            rows.append([graph, *shape, step_ms(session, config, *shape, args.reps)])
+    print_table(f"a decode step, medians of {args.reps}", ["graph", "rows", "source", "logit rows", "ms"], rows)
+
+
+if __name__ == "__main__":
+    main()
