@@ -129,6 +129,25 @@ class TextTokenizer:
     def token_to_id(self, token: str) -> int | None:
         return self._tokenizer.token_to_id(token)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """A token's own bytes: a byte-level BPE token's (GPT-2's, Whisper's) even where they end inside a
+        character, which its decoded text cannot show; else its text's UTF-8."""
+        token = self._tokenizer.id_to_token(token_id) or ""
+        if all(c in BYTE_LEVEL for c in token):
+            return bytes(BYTE_LEVEL[c] for c in token)
+        return token.encode()
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2's bytes_to_unicode): the printable bytes are written as themselves,
+    the others as the characters from U+0100 on, in byte order. -> character: byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(others)}
+
+
+BYTE_LEVEL = _byte_level_alphabet()
+
 
 class MarianTokenizer:
     """Source text -> pieces of source.spm -> ids through vocab.json (unknown pieces: <unk>), then </s>.

@@ -97,3 +97,13 @@ def write_wav(path: Path, audio: np.ndarray) -> Path:
         out.setframerate(SAMPLE_RATE)
         out.writeframes(samples.tobytes())
     return Path(path)
+
+
+def real_and_spoken(folder: Path) -> list[Path]:
+    """pytest-audioeval's 27 recordings (9 languages), and a minute of espeak-ng speech with silences and
+    noise (20 Harvard sentences, 68 s: three windows of timestamp seeking) written into `folder`."""
+    from pytest_audioeval.samples.registry import SampleRegistry
+
+    registry = SampleRegistry()
+    samples = [Path(getattr(registry, name).audio_path) for name in sorted(registry._catalog)]
+    return [*samples, write_wav(folder / "harvard.wav", recording(HARVARD[:20], seed=1))]

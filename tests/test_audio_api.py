@@ -92,6 +92,23 @@ def test_word_timestamps_time_every_word_where_it_is_spoken(client, speech):
     assert alone.segments is None and [w.word for w in alone.words] == [w.word for w in words]
 
 
+def test_logprobs_are_each_text_tokens_own(client, speech, transcript):
+    """Their bytes spell the transcript; each is a log-probability; the stream's deltas carry their own."""
+    answer = client.audio.transcriptions.create(model=MODEL, file=speech[0].open("rb"), include=["logprobs"])
+    assert b"".join(bytes(map(int, t.bytes)) for t in answer.logprobs).decode() == transcript.text
+    end_of_text = 50256  # tiny.en's: every token below it is text
+    texts = [t for s in transcript.segments for t in s.tokens if t < end_of_text]
+    assert len(answer.logprobs) == len(texts) and all(t.logprob <= 0 for t in answer.logprobs)
+    chosen = [p for s in transcript.segments for t, p in zip(s.tokens, s.token_log_probs) if t < end_of_text]
+    assert [t.logprob for t in answer.logprobs] == pytest.approx(chosen, abs=1e-6)
+    events = client.audio.transcriptions.create(
+        model=MODEL, file=speech[0].open("rb"), include=["logprobs"], stream=True
+    )
+    for event in events:
+        if event.type == "transcript.text.delta":
+            assert b"".join(bytes(map(int, t.bytes)) for t in event.logprobs).decode() == event.delta
+
+
 @pytest.mark.parametrize("kind", ["srt", "vtt"])
 def test_subtitles_time_each_segment(client, speech, transcript, kind):
     text = client.audio.transcriptions.create(model=MODEL, file=speech[0].open("rb"), response_format=kind)
@@ -142,6 +159,13 @@ def test_text_and_stream_give_the_same_transcript(client, speech, transcript):
             "only with response_format verbose_json",
         ),
         (lambda c, f: c.audio.transcriptions.create(model="nope", file=f), "model", "not served"),
+        (
+            lambda c, f: c.audio.transcriptions.create(
+                model=MODEL, file=f, include=["logprobs"], response_format="verbose_json"
+            ),
+            "include[]",
+            "logprobs come with response_format json, not verbose_json",
+        ),
     ],
 )
 def test_what_cannot_be_done_is_refused_by_name(client, speech, call, field, words):

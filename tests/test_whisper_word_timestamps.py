@@ -18,7 +18,7 @@ from service.core.transcription.audio_decoding import decode_audio
 from service.core.transcription.long_form import recording_features, split_by_timestamps, time_words, window_at
 from service.core.transcription.window_decoding import DecodeOptions, decode_window, prompt_for
 from service.core.transcription.word_timing import TimedSegment, dtw, median_filter, split_to_word_tokens
-from testing.speech import HARVARD, LIMITS, recording, write_wav
+from testing.speech import LIMITS, real_and_spoken
 
 MODEL = "whisper-tiny.en"
 finite = st.floats(-100, 100, width=32)
@@ -73,12 +73,7 @@ def server(whisper_tiny_en):
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory) -> list[Path]:
-    from pytest_audioeval.samples.registry import SampleRegistry
-
-    registry = SampleRegistry()
-    samples = [getattr(registry, name).audio_path for name in sorted(registry._catalog)]
-    harvard = write_wav(tmp_path_factory.mktemp("speech") / "harvard.wav", recording(HARVARD[:20], seed=1))
-    return [*samples, harvard]
+    return real_and_spoken(tmp_path_factory.mktemp("speech"))
 
 
 def test_words_on_real_speech_are_openais(server, whisper_tiny_en, recordings):

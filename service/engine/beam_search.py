@@ -63,6 +63,7 @@ class Beams:
         self.running_scores = np.full(k, NEG, np.float32)
         self.running_scores[0] = 0.0
         self.running: list[list[int]] = [[] for _ in range(k)]  # generated tokens per running beam
+        self.running_log_probs: list[list[float]] = [[] for _ in range(k)]  # each of their tokens'
         self.done = False
 
     @property
@@ -82,6 +83,7 @@ class BeamSearch(Beams):
         self.max_length = 1 + max_steps  # the decoder's start token counts, as in transformers
         self.finished_scores = np.full(k, NEG, np.float32)
         self.finished: list[list[int]] = [[] for _ in range(k)]
+        self.finished_log_probs: list[list[float]] = [[] for _ in range(k)]
         self.is_finished = np.zeros(k, bool)
         self.can_improve = True
 
@@ -97,6 +99,7 @@ class BeamSearch(Beams):
         chosen = top(scores, 2 * k)
         chosen_scores = scores[chosen]
         parents, tokens = chosen // vocab, chosen % vocab
+        token_log_probs = log_probs[parents, tokens].astype(np.float32).tolist()
         ends = (tokens == self.eos_id) | (self.length + 1 >= self.max_length)
 
         # The k best that go on.
@@ -113,13 +116,19 @@ class BeamSearch(Beams):
         candidates = candidates + (~just_finished).astype(np.float32) * NEG
         merged_scores = np.concatenate([self.finished_scores, candidates])
         merged = [*self.finished, *(self.running[p] + [t] for p, t in zip(parents.tolist(), tokens.tolist()))]
+        merged_log_probs = [
+            *self.finished_log_probs,
+            *(self.running_log_probs[p] + [lp] for p, lp in zip(parents.tolist(), token_log_probs)),
+        ]
         merged_flags = np.concatenate([self.is_finished, just_finished])
         keep = top(merged_scores, k)
         self.finished_scores, self.is_finished = merged_scores[keep], merged_flags[keep]
         self.finished = [merged[i] for i in keep]
+        self.finished_log_probs = [merged_log_probs[i] for i in keep]
 
         self.running_scores = going_scores[going]
         self.running = [self.running[parents[i]] + [int(tokens[i])] for i in going]
+        self.running_log_probs = [self.running_log_probs[parents[i]] + [token_log_probs[i]] for i in going]
         self.length += 1
 
         if early == "never" and self.settings.length_penalty > 0.0:
@@ -132,9 +141,9 @@ class BeamSearch(Beams):
         self.done = (not self.can_improve) or (self.is_finished.all() and early == "true") or bool(ends.all())
         return parents[going]
 
-    def best(self, n: int = 1) -> list[tuple[list[int], float, float]]:
+    def best(self, n: int = 1) -> list[tuple[list[int], float, float, list[float]]]:
         """The n best finished hypotheses, best first: their tokens (eos included when one ended so),
-        scores and summed log-probabilities. Once done, all k are finished."""
+        scores, summed log-probabilities and each token's. Once done, all k are finished."""
         penalty = self.settings.length_penalty
-        found = [(list(self.finished[i]), float(self.finished_scores[i])) for i in range(n)]
-        return [(tokens, score, score * len(tokens) ** penalty) for tokens, score in found]
+        found = [(list(self.finished[i]), float(self.finished_scores[i]), self.finished_log_probs[i]) for i in range(n)]
+        return [(tokens, score, score * len(tokens) ** penalty, lps) for tokens, score, lps in found]

@@ -21,7 +21,8 @@ class PatientBeamSearch(Beams):
         self.forced = list(forced)
         self.search_steps = max_steps - len(forced)  # the search's own steps, the eos step included
         self.wanted = round(self.k * settings.patience)
-        self.finished: list[tuple[list[int], bool, float]] = []  # (tokens, ended by eos, summed log p)
+        # (tokens, ended by eos, summed log p, each token's log p: the forced ones' 0)
+        self.finished: list[tuple[list[int], bool, float, list[float]]] = []
 
     def step(self, log_probs: np.ndarray) -> np.ndarray:
         """log_probs (k, vocab) of the beams, processed. -> the parent of each new beam."""
@@ -29,12 +30,14 @@ class PatientBeamSearch(Beams):
         if self.length <= len(self.forced):  # a forced token, whatever the model says
             token = self.forced[self.length - 1]
             self.running = [beam + [token] for beam in self.running]
+            self.running_log_probs = [beam + [0.0] for beam in self.running_log_probs]
             self.length += 1
             return np.arange(k)
         vocab = log_probs.shape[1]
         scores = (log_probs.astype(np.float32) + self.running_scores[:, None]).reshape(-1)
         chosen = top(scores, 2 * k)
         chosen_scores, parents, tokens = scores[chosen], chosen // vocab, chosen % vocab
+        token_log_probs = log_probs[parents, tokens].astype(np.float32).tolist()
         last = self.length - len(self.forced) == self.search_steps
         ends = (tokens == self.eos_id) | last
         going, spare = [], k
@@ -44,7 +47,8 @@ class PatientBeamSearch(Beams):
                 parent, token = int(parents[slot]), int(tokens[slot])
                 ended = token == self.eos_id
                 hypothesis = self.running[parent] + ([] if ended else [token])
-                self.finished.append((hypothesis, ended, float(chosen_scores[slot])))
+                log_probs_so_far = self.running_log_probs[parent] + [token_log_probs[slot]]  # eos's too
+                self.finished.append((hypothesis, ended, float(chosen_scores[slot]), log_probs_so_far))
                 while spare < 2 * k and tokens[spare] == self.eos_id:
                     spare += 1
                 pick = spare if spare < 2 * k else None
@@ -52,18 +56,20 @@ class PatientBeamSearch(Beams):
             going.append(pick)
         self.running_scores = np.array([NEG if i is None else chosen_scores[i] for i in going], np.float32)
         self.running = [self.running[parents[i or 0]] + [int(tokens[i or 0])] for i in going]
+        self.running_log_probs = [self.running_log_probs[parents[i or 0]] + [token_log_probs[i or 0]] for i in going]
         self.length += 1
         self.done = bool(last) or len(self.finished) >= self.wanted
         return np.array([parents[i or 0] for i in going])
 
-    def best(self, n: int = 1) -> list[tuple[list[int], float, float]]:
+    def best(self, n: int = 1) -> list[tuple[list[int], float, float, list[float]]]:
         """The n best finished hypotheses, best first: their tokens (the forced ones first, eos last where
-        one ended so), score (sum(log p) / the model's tokens ** length_penalty) and summed log p."""
+        one ended so), score (sum(log p) / the model's tokens ** length_penalty), summed log p and each
+        token's."""
         penalty = self.settings.length_penalty
         ranked = []
-        for tokens, ended, total in self.finished:
+        for tokens, ended, total, log_probs in self.finished:
             length = max(len(tokens) - len(self.forced), 1)
-            ranked.append((tokens + [self.eos_id] * ended, total / length**penalty, total))
+            ranked.append((tokens + [self.eos_id] * ended, total / length**penalty, total, log_probs))
         ranked.sort(key=lambda hypothesis: -hypothesis[1])
         return ranked[:n]
 

@@ -38,6 +38,7 @@ class RowState:
         self.ruled = books(np.bool_)  # the row's logits go through its sequence's rules (params.rules)
         self.scored = books(np.bool_)  # the row sums its tokens' log-probabilities (params.scores)
         self.log_prob = books(np.float64)  # their sum so far
+        self.token_log_prob = books(np.float32, cache.geometry.target_tokens)  # each token's, where tokens are
         self.scored_tokens = books(np.int32)  # and how many
         self.index = np.arange(cache.rows)
         self.beams = self.sampled = self.ignoring_eos = self.awaiting_first = 0  # rows of each, now
@@ -89,11 +90,15 @@ class RowState:
         self.scoring -= bool(self.scored[row])
         self.ruling -= bool(self.ruled[row])
 
-    def mean_log_prob(self, row: int) -> float | None:
-        """A scored row's mean log-probability per token so far (None: not scored)."""
+    def scores(self, row: int) -> dict:
+        """A finishing row's scores, as Sequence.finish takes them: with params.scores, the mean
+        log-probability per token and each reported token's; else none."""
         if not self.scored[row]:
-            return None
-        return float(self.log_prob[row]) / max(int(self.scored_tokens[row]), 1)
+            return {"mean_log_prob": None}
+        first = int(self.forced_count[row])
+        reported = self.token_log_prob[row, first : first + len(self.reported(row))]
+        mean = float(self.log_prob[row]) / max(int(self.scored_tokens[row]), 1)
+        return {"mean_log_prob": mean, "token_log_probs": tuple(reported.tolist())}
 
     def forced_now(self, count: int) -> np.ndarray | None:
         """Which of the first `count` rows take a forced token this step (None: none do)."""

@@ -171,6 +171,9 @@ class Scheduler:
                 if self.metrics:
                     self.metrics.model_call(call.stage, call.inputs, call.positions, call.seconds)
                     self.metrics.transferred(call.stage, call.sent, call.fetched)
+            if self.metrics and getattr(plan.holders[0], "sequence", plan.holders[0]).features is not None:
+                # A speech model's: each sequence decodes one window (a beam search, or one of its samples).
+                self.metrics.windows_in_step(len({id(getattr(h, "sequence", h)) for h in plan.holders}))
             self._update(plan, result)
 
     async def _release_memory(self) -> None:
@@ -282,11 +285,11 @@ class Scheduler:
             forced = bool(state.forced_eos[row]) and int(state.count[row]) == int(state.max_steps[row]) - 1
             last_text = sequence.text.end() if per_token else self.decode(sequence.generated)
             reason = STOP if sequence.text.stopped else LENGTH if forced else EOS
-            sequence.finish(reason, last_text, mean_log_prob=state.mean_log_prob(row))
+            sequence.finish(reason, last_text, **state.scores(row))
             self._leave(sequence)
             return
         if not per_token:
-            sequence.finish(LENGTH, self.decode(sequence.generated), mean_log_prob=state.mean_log_prob(row))
+            sequence.finish(LENGTH, self.decode(sequence.generated), **state.scores(row))
             self._leave(sequence)
             return
         sequence.unsent.append(token)
@@ -296,7 +299,7 @@ class Scheduler:
         if sequence.text.stopped or at_limit:
             if not at_limit:
                 sequence.generated = state.reported(row)
-            sequence.finish(STOP if sequence.text.stopped else LENGTH, text, mean_log_prob=state.mean_log_prob(row))
+            sequence.finish(STOP if sequence.text.stopped else LENGTH, text, **state.scores(row))
             self._leave(sequence)
         else:
             sequence.send(text)

@@ -81,6 +81,7 @@ class Hypothesis:
     finish_reason: str
     score: float  # what it was ranked by: sum(log p) / generated_length ** length_penalty
     mean_log_prob: float  # sum(log p) / its tokens (eos included, the forced tokens not)
+    token_log_probs: tuple[float, ...] = ()  # each of token_ids'
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class Event:
     usage: Usage | None = None
     hypotheses: tuple[Hypothesis, ...] = ()
     mean_log_prob: float | None = None  # with params.scores, or a beam search's best
+    token_log_probs: tuple[float, ...] = ()  # the same: each token's (on the last event, of the whole answer)
 
 
 @dataclass(eq=False)
@@ -141,6 +143,7 @@ class Sequence:
         last_text: str = "",
         hypotheses: tuple[Hypothesis, ...] = (),
         mean_log_prob: float | None = None,
+        token_log_probs: tuple[float, ...] = (),
     ) -> None:
         now = time.perf_counter()
         usage = Usage(
@@ -152,8 +155,8 @@ class Sequence:
         if last_text:
             self.unsent_text.append(last_text)
         if hypotheses:
-            mean_log_prob = hypotheses[0].mean_log_prob
-        self.ending = Event("", [], reason, usage, hypotheses, mean_log_prob)
+            mean_log_prob, token_log_probs = hypotheses[0].mean_log_prob, hypotheses[0].token_log_probs
+        self.ending = Event("", [], reason, usage, hypotheses, mean_log_prob, token_log_probs)
         self._wake()
 
     def fail(self, error: Exception) -> None:
@@ -177,7 +180,7 @@ class Sequence:
         if self.ending is None:
             return Event(text, ids)
         e = self.ending
-        return Event(text, ids, e.finish_reason, e.usage, e.hypotheses, e.mean_log_prob)
+        return Event(text, ids, e.finish_reason, e.usage, e.hypotheses, e.mean_log_prob, e.token_log_probs)
 
 
 @dataclass(eq=False)

@@ -109,6 +109,7 @@ class TokenChoice:
             return
         log_probs = log_softmax(np.stack([logits[i] for i in scored.tolist()]))[np.arange(scored.size), tokens[scored]]
         rows.log_prob[scored] += log_probs
+        rows.token_log_prob[scored, rows.count[scored]] = log_probs  # where the token goes
         rows.scored_tokens[scored] += 1
 
     def beam_step(self, sequence: Sequence, step) -> list[int] | None:
@@ -140,11 +141,12 @@ class TokenChoice:
         tokens, and ended by length where the checkpoint forced eos."""
         found = []
         first = len(sequence.params.forced_tokens)
-        for tokens, score, total in sequence.search.best(sequence.params.beams.num_return_sequences):
+        for tokens, score, total, log_probs in sequence.search.best(sequence.params.beams.num_return_sequences):
             ended = bool(tokens) and tokens[-1] == self.eos_id
             forced = ended and self.forced_eos_at(sequence, len(tokens) - 1)
             generated = tokens[first : len(tokens) - ended]
             mean = total / max(len(tokens) - first, 1)  # the forced tokens' log p are 0
             reason = EOS if ended and not forced else LENGTH
-            found.append(Hypothesis(decode(generated), generated, reason, score, mean))
+            mine = tuple(log_probs[first : first + len(generated)])
+            found.append(Hypothesis(decode(generated), generated, reason, score, mean, mine))
         return tuple(found)

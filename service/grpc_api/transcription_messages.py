@@ -67,6 +67,7 @@ def segment_message(s: Segment) -> pb.TranscriptSegment:
         compression_ratio=s.compression_ratio,
         no_speech_prob=s.no_speech_prob,
         words=[pb.TranscribedWord(word=w.word, start=w.start, end=w.end, probability=w.probability) for w in s.words],
+        token_logprobs=s.token_log_probs,
     )
 
 

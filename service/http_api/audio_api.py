@@ -69,6 +69,10 @@ class TranscriptionUpload(TranslationUpload):
                     },
                 },
                 {
+                    "if": {"required": ["include[]"]},
+                    "then": {"properties": {"response_format": {"const": "json"}}},
+                },
+                {
                     "if": {"required": ["stream"], "properties": {"stream": {"enum": list(TRUE)}}},
                     "then": {"properties": {"response_format": {"enum": ["json", "text"]}}},
                 },
@@ -81,6 +85,12 @@ class TranscriptionUpload(TranslationUpload):
         default_factory=list,
         alias="timestamp_granularities[]",
         json_schema_extra={"items": {"enum": list(GRANULARITIES)}},
+    )
+    include: list[str] = Field(
+        default_factory=list,
+        alias="include[]",
+        json_schema_extra={"items": {"enum": ["logprobs"]}},
+        description="logprobs: each text token's log-probability (json, and the stream's deltas)",
     )
     stream: bool = False
     chunking_strategy: str = Field("auto", json_schema_extra={"enum": ["auto"]}, description="timestamp seeking")
@@ -112,6 +122,7 @@ class Asked:
     stream: bool
     segments: bool  # verbose_json: its segments (all but a request for words alone)
     words: bool  # verbose_json: its words
+    logprobs: bool  # json and stream events: each text token's log-probability
 
 
 async def read_form(request: Request, task: str) -> tuple[TranscribeRequest, Asked]:
@@ -141,8 +152,12 @@ async def read_form(request: Request, task: str) -> tuple[TranscribeRequest, Ask
             raise invalid("timestamp_granularities[]", f"{granularity!r}; one of {', '.join(GRANULARITIES)}")
     if granularities and response_format != "verbose_json":
         raise invalid("timestamp_granularities[]", "only with response_format verbose_json")
-    if form.getlist("include[]"):
-        raise invalid("include[]", "token log-probabilities are not served yet")
+    included = form.getlist("include[]")
+    for item in included:
+        if item != "logprobs":
+            raise invalid("include[]", f"{item!r}; logprobs")
+    if included and response_format != "json":
+        raise invalid("include[]", f"logprobs come with response_format json, not {response_format}")
     if fields.get("chunking_strategy", "auto") != "auto":
         raise invalid("chunking_strategy", f"{fields['chunking_strategy']!r}; auto (timestamp seeking)")
     stream = boolean(fields["stream"], "stream") if "stream" in fields else False
@@ -158,7 +173,7 @@ async def read_form(request: Request, task: str) -> tuple[TranscribeRequest, Ask
         word_timestamps="word" in granularities,
     )
     segments = not granularities or "segment" in granularities
-    return transcription, Asked(response_format, stream, segments, "word" in granularities)
+    return transcription, Asked(response_format, stream, segments, "word" in granularities, bool(included))
 
 
 def language_name(code: str) -> str:
@@ -210,14 +225,21 @@ def word_fields(segments: tuple[Segment, ...]) -> list[dict]:
     ]
 
 
-def answer(transcript, asked: Asked) -> Response:
+def logprob_fields(core: ServingCore, model: str, segments) -> list[dict]:
+    """OpenAI's logprobs: each text token's text, log-probability and bytes."""
+    found = core.transcription.text_logprobs(model, segments)
+    return [{"token": t.token, "logprob": t.logprob, "bytes": list(t.bytes)} for t in found]
+
+
+def answer(core: ServingCore, transcript, asked: Asked) -> Response:
     response_format = asked.response_format
     if response_format == "text":
         return PlainTextResponse(transcript.text.strip() + "\n")
     if response_format in ("srt", "vtt"):
         return PlainTextResponse(subtitles(transcript.segments, response_format))
     if response_format == "json":
-        return FastJSONResponse({"text": transcript.text.strip(), "usage": usage(transcript.duration)})
+        logprobs = {"logprobs": logprob_fields(core, transcript.model, transcript.segments)} if asked.logprobs else {}
+        return FastJSONResponse({"text": transcript.text.strip(), **logprobs, "usage": usage(transcript.duration)})
     verbose = {
         "task": transcript.task,
         "language": language_name(transcript.language),
@@ -231,13 +253,17 @@ def answer(transcript, asked: Asked) -> Response:
     return FastJSONResponse({**verbose, "usage": usage(transcript.duration)})
 
 
-async def events(core: ServingCore, call: Call, heard: Heard) -> AsyncIterator[bytes]:
-    """Each window's segments as one delta once final, then the whole text."""
+async def events(core: ServingCore, call: Call, heard: Heard, logprobs: bool) -> AsyncIterator[bytes]:
+    """Each segment as one delta once its window is final (with its tokens' log-probabilities, where asked),
+    then the whole text."""
     texts = []
     try:
         async for segment in core.transcription.segments(heard):
             texts.append(segment.text)
-            yield sse({"type": "transcript.text.delta", "delta": segment.text})
+            delta = {"type": "transcript.text.delta", "delta": segment.text}
+            if logprobs:
+                delta["logprobs"] = logprob_fields(core, heard.model.name, [segment])
+            yield sse(delta)
         yield sse({"type": "transcript.text.done", "text": "".join(texts).strip(), "usage": usage(heard.duration)})
     except asyncio.CancelledError:
         call.went_away()
@@ -273,9 +299,9 @@ def audio_route(core: ServingCore, task: str, abort_connection: AbortConnection)
                 heard = await core.transcription.prepare(transcription, call.record.rpc)
                 call.hold()
                 abort = functools.partial(abort_connection, request.scope)
-                return PacedEventStream(events(core, call, heard), call, core.streams, abort)
+                return PacedEventStream(events(core, call, heard, asked.logprobs), call, core.streams, abort)
             transcript = await core.transcription.transcribe(transcription, call.record.rpc)
-            return answer(transcript, asked)
+            return answer(core, transcript, asked)
 
         return await handle(core, request, {}, transcribe)
 

@@ -127,6 +127,13 @@ class Metrics:
             buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
             registry=registry,
         )
+        self.windows_per_step = Histogram(
+            "attnserve_transcription_windows_per_step",
+            "Audio windows decoded together in one decode step (each a beam search, or one sample of a fallback).",
+            ["model"],
+            buckets=SIZE_BUCKETS,
+            registry=registry,
+        )
         self.kv_cache_usage = Gauge(
             "attnserve_kv_cache_usage_ratio",
             "Share of the generation cache reserved by running sequences.",
@@ -266,6 +273,9 @@ class ModelMetrics:
         """A recording's windows all decoded, in `seconds`."""
         if audio_seconds > 0:
             self.metrics.real_time_factor.labels(self.model).observe(seconds / audio_seconds)
+
+    def windows_in_step(self, windows: int) -> None:
+        self.metrics.windows_per_step.labels(self.model).observe(windows)
 
     def watch_queue(self, depth: Callable[[], float]) -> None:
         """The queue depth, read when scraped."""

@@ -47,6 +47,7 @@ class Segment:
     compression_ratio: float
     no_speech_prob: float
     words: tuple[Word, ...] = ()  # with word timestamps
+    token_log_probs: tuple[float, ...] = ()  # each of tokens', as it was chosen
 
 
 def recording_features(audio: np.ndarray, n_mels: int) -> np.ndarray:
@@ -118,6 +119,8 @@ async def transcribe_features(
         window_seek = seek
         pieces, seek = split_by_timestamps(result.tokens, begin, time_offset, size, seek)
         timed = [TimedSegment(start, end, tokens) for start, end, tokens in pieces]
+        # The pieces are the window's tokens from the first on, one after another: their log-probabilities too.
+        offsets = np.cumsum([0, *(len(tokens) for _, _, tokens in pieces)])
         if options.word_timestamps:
             spoken = dict(language=language or "en", task=options.task)
             await time_words(model, window, size, timed, time_offset=time_offset, last_speech=last_speech, **spoken)
@@ -125,7 +128,7 @@ async def transcribe_features(
             if not single_timestamp_ending(result.tokens, begin) and last_word_end > time_offset:
                 seek = round(last_word_end * FRAMES_PER_SECOND)
             last_speech = last_word_end
-        for piece in timed:
+        for piece, offset in zip(timed, offsets.tolist()):
             text = text_of(model, piece.tokens)
             if piece.start == piece.end or not text.strip():
                 continue
@@ -143,6 +146,7 @@ async def transcribe_features(
                 result.compression_ratio,
                 result.no_speech_prob,
                 tuple(Word(w["word"], w["start"], w["end"], w["probability"]) for w in piece.words),
+                result.token_log_probs[offset : offset + len(piece.tokens)],
             )
         if not options.condition_on_previous_text or result.temperature > options.prompt_reset_on_temperature:
             reset_since = len(all_tokens)

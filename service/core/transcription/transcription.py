@@ -55,6 +55,13 @@ class Heard:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    token: str  # its text
+    logprob: float  # as it was chosen (Whisper's rules applied)
+    bytes: bytes  # its own bytes, which may end inside a character
+
+
+@dataclass(frozen=True)
 class Transcript:
     text: str
     model: str
@@ -165,6 +172,14 @@ class TranscriptionService:
         finally:
             for task in tasks:
                 task.cancel()
+
+    def text_logprobs(self, model: str, segments) -> list[TokenLogprob]:
+        """The log-probability of each text token of these segments (timestamps left out), in order."""
+        served = self.registry.models[model]
+        end_of_text = served.whisper.end_of_text_id
+        tokens = [(t, p) for s in segments for t, p in zip(s.tokens, s.token_log_probs) if t < end_of_text]
+        tokenizer = served.tokenizer
+        return [TokenLogprob(tokenizer.decode([t]), p, tokenizer.token_bytes(t)) for t, p in tokens]
 
     async def detect_language(self, model: ServedSpeechModel, features: np.ndarray) -> str:
         """The likeliest language of the first window: one decoder step after <|startoftranscript|>, its

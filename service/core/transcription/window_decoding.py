@@ -9,6 +9,7 @@ beside every other request's windows."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import zlib
 from dataclasses import dataclass
 
@@ -51,6 +52,7 @@ class DecodeOptions:
 @dataclass(frozen=True)
 class WindowResult:
     tokens: list[int]  # the model's own tokens, text and timestamps, without the end
+    token_log_probs: tuple[float, ...]  # each one's, as it was chosen (Whisper's rules applied)
     avg_logprob: float  # their summed log-probability (the end's included) / (tokens + 1)
     no_speech_prob: float
     temperature: float
@@ -154,7 +156,9 @@ async def _attempt(
         total = (event.mean_log_prob or 0.0) * counted  # the log-probabilities' sum, the end's included
         text = text_of(model, tokens).strip()
         no_speech = window_rules.no_speech_prob or 0.0
-        result = WindowResult(tokens, total / (len(tokens) + 1), no_speech, temperature, compression_ratio(text))
+        result = WindowResult(
+            tokens, event.token_log_probs, total / (len(tokens) + 1), no_speech, temperature, compression_ratio(text)
+        )
         # Samples are ranked as CTranslate2 ranks them: sum(log p) / tokens ** length_penalty.
         ranked.append((total / max(len(tokens), 1) ** options.length_penalty, result))
     return max(ranked, key=lambda pair: pair[0])[1]
@@ -185,4 +189,4 @@ async def decode_window(
         if not fallback:
             return result
     best = max(passable or every, key=lambda r: r.avg_logprob)
-    return WindowResult(best.tokens, best.avg_logprob, best.no_speech_prob, temperature, best.compression_ratio)
+    return dataclasses.replace(best, temperature=temperature)

@@ -570,7 +570,7 @@ class TranscribedWord(_message.Message):
     def __init__(self, word: _Optional[str] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., probability: _Optional[float] = ...) -> None: ...
 
 class TranscriptSegment(_message.Message):
-    __slots__ = ("id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob", "compression_ratio", "no_speech_prob", "words")
+    __slots__ = ("id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob", "compression_ratio", "no_speech_prob", "words", "token_logprobs")
     ID_FIELD_NUMBER: _ClassVar[int]
     SEEK_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
@@ -582,6 +582,7 @@ class TranscriptSegment(_message.Message):
     COMPRESSION_RATIO_FIELD_NUMBER: _ClassVar[int]
     NO_SPEECH_PROB_FIELD_NUMBER: _ClassVar[int]
     WORDS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     id: int
     seek: int
     start: float
@@ -593,7 +594,8 @@ class TranscriptSegment(_message.Message):
     compression_ratio: float
     no_speech_prob: float
     words: _containers.RepeatedCompositeFieldContainer[TranscribedWord]
-    def __init__(self, id: _Optional[int] = ..., seek: _Optional[int] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., temperature: _Optional[float] = ..., avg_logprob: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., no_speech_prob: _Optional[float] = ..., words: _Optional[_Iterable[_Union[TranscribedWord, _Mapping]]] = ...) -> None: ...
+    token_logprobs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, id: _Optional[int] = ..., seek: _Optional[int] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., temperature: _Optional[float] = ..., avg_logprob: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., no_speech_prob: _Optional[float] = ..., words: _Optional[_Iterable[_Union[TranscribedWord, _Mapping]]] = ..., token_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class TranscribeResponse(_message.Message):
     __slots__ = ("model", "task", "language", "duration", "text", "segments")
