@@ -10,8 +10,12 @@ Figures: audio seconds transcribed per second of wall time, and each recording's
 once: from the start to its answer) p50 and p99, and the word error rate against the spoken text. The
 machine and its GEMM probe come first.
 
+With --long-minutes N, one caller sends one recording of N minutes instead (the Harvard sentences over
+and over): its real-time factor (seconds of wall time per second of audio) is the figure.
+
     make whisper-reference   # faster-whisper's environment
     .venv/bin/python -m benchmarks.whisper_bench [--rounds 3] [--files 32]
+    .venv/bin/python -m benchmarks.whisper_bench --long-minutes 10 --engines "attnserve int8" "faster-whisper int8 batched"
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 
 from testing.environments import environment_python
 from testing.server_process import ServerProcess
-from testing.speech import HARVARD, recording, write_wav
+from testing.speech import HARVARD, recording, timed_recording, write_wav
 
 from .common import print_table, write_results
 from .machine import describe, print_machine
@@ -52,6 +56,21 @@ def recordings(count: int) -> list[tuple[Path, str]]:
             write_wav(path, audio)
         out.append((path, " ".join(chosen)))
     return out
+
+
+def long_recording(minutes: float) -> tuple[Path, str]:
+    """One recording of `minutes` of the Harvard sentences, read over and over: (file, text spoken)."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    path = WORK / f"long-{minutes:g}-minutes.wav"
+    rng = np.random.default_rng(0)
+    sentences = tuple(HARVARD[j] for j in rng.permutation(len(HARVARD)))
+    # Under 3 s a sentence with its silence: more than enough of them, the recording cut where a sentence ends.
+    chosen = (sentences * (int(minutes * 60 / 2 / len(sentences)) + 1))[: int(minutes * 60 / 2)]
+    audio, spans = timed_recording(chosen, seed=0)
+    kept = [sentence for sentence, (_, end) in zip(chosen, spans) if end <= minutes * 60]
+    if not path.exists():
+        write_wav(path, audio[: int(spans[len(kept) - 1][1] * SAMPLE_RATE)])
+    return path, " ".join(kept)
 
 
 def seconds_of(path: Path) -> float:
@@ -110,6 +129,7 @@ def figures(result: dict, audio_seconds: float, spoken: list[str]) -> dict:
     done = sorted(result["done"])
     return {
         "audio_per_second": audio_seconds / result["wall"],
+        "real_time_factor": result["wall"] / audio_seconds,
         "p50": float(np.percentile(done, 50)),
         "p99": float(np.percentile(done, 99)),
         "wer": word_error_rate(result["texts"], spoken),
@@ -130,12 +150,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--files", type=int, default=32)
+    parser.add_argument("--long-minutes", type=float, default=0, help="one caller, one recording of N minutes")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     args = parser.parse_args()
     machine = describe(args.threads)
     print_machine(machine)
-    made = recordings(args.files)
+    made = [long_recording(args.long_minutes)] if args.long_minutes else recordings(args.files)
     files, spoken = [f for f, _ in made], [s for _, s in made]
     audio_seconds = sum(seconds_of(f) for f in files)
     print(
@@ -153,12 +174,13 @@ def main() -> None:
     medians = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
     base = medians.get("faster-whisper int8 batched", {}).get("audio_per_second")
     rows = [
-        [name, m["audio_per_second"], m["audio_per_second"] / base if base else "-", m["p50"], m["p99"], m["wer"]]
+        [name, m["audio_per_second"], m["audio_per_second"] / base if base else "-"]
+        + [m["real_time_factor"], m["p50"], m["p99"], m["wer"]]
         for name, m in medians.items()
     ]
     print_table(
-        f"medians of {args.rounds}: audio s per s, against faster-whisper int8 batched, latency (s), WER",
-        ["engine", "audio s/s", "ratio", "p50 s", "p99 s", "WER"],
+        f"medians of {args.rounds}: audio s per s, against faster-whisper int8 batched, RTF, latency (s), WER",
+        ["engine", "audio s/s", "ratio", "RTF", "p50 s", "p99 s", "WER"],
         rows,
     )
     write_results(

@@ -123,7 +123,7 @@ def find_alignment(
     (tokens - 1,); words and word_tokens: the text and <|endoftext|> split into words; frames: the window's
     10 ms frames that hold audio."""
     n_text = sum(len(t) for t in word_tokens) - 1
-    if n_text == 0 or len(word_tokens) <= 1:
+    if n_text == 0 or len(word_tokens) <= 1 or frames < 2:  # no text, or no frame of audio to place it in
         return []
     heard = weights[:, :, : frames // 2]
     heard = heard / heard.sum(axis=-1, keepdims=True)  # the softmax over the heard frames alone
