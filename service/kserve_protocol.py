@@ -200,7 +200,7 @@ async def transcribe_all(core, model: ModelInfo, recordings: list[bytes], option
     """Each recording transcribed at once -> text [N], language [N] and the seconds of audio, rounded up
     (OpenAI's usage)."""
     requests = [TranscribeRequest(audio=audio, model=model.name, **options) for audio in recordings]
-    transcripts = await core.transcription.transcribe_all(requests, record.rpc, core.settings.max_client_batch_size)
+    transcripts = await core.transcription.transcribe_all(requests, record.rpc)
     shape = (len(transcripts),)
     tensors = [bytes_tensor(TEXT, [t.text for t in transcripts], shape)]
     tensors.append(bytes_tensor("language", [t.language for t in transcripts], shape))

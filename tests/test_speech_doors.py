@@ -15,6 +15,8 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.http as triton
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tritonclient.utils import InferenceServerException
 
 from service.core.transcription.transcription import TranscribeRequest
@@ -195,3 +197,41 @@ def test_the_metrics_count_audio_windows_and_word_timing(server, transcript):
     windows = samples[("attnserve_transcription_windows_per_step_count", None)]
     assert windows >= 1 and samples[("attnserve_transcription_windows_per_step_sum", None)] >= windows
     assert samples[("attnserve_batch_size_count", "word_alignment")] >= 2  # this module's word-timed windows
+
+
+@pytest.fixture(scope="module")
+def blip(tmp_path_factory) -> bytes:
+    """A quarter second of a tone: a recording that decodes fast whatever the options."""
+    t = np.arange(4000) / 16_000
+    path = write_wav(
+        tmp_path_factory.mktemp("speech") / "blip.wav", (0.1 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    )
+    return path.read_bytes()
+
+
+FIELDS = ("audio", "task", "language", "prompt", "temperature", "beam_size", "model")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    audio=st.sampled_from(["blip", "junk", "empty"]),
+    junk=st.binary(max_size=64),
+    task=st.integers(-1, 3),
+    language=st.sampled_from(["", "en", "de", "xx"]) | st.text(max_size=6),
+    prompt=st.text(max_size=30),
+    temperature=st.floats(width=32, allow_nan=True, allow_infinity=True) | st.just(0.0),
+    beam_size=st.integers(0, 2**32 - 1) | st.integers(0, 20),
+    word_timestamps=st.booleans(),
+    model=st.sampled_from(["", MODEL]) | st.text(max_size=8),
+)
+def test_any_transcribe_request_is_answered_or_refused_by_name(server, blip, audio, junk, **fields):
+    """Only OK, INVALID_ARGUMENT or NOT_FOUND, a refusal naming one of the request's fields; then the server
+    still transcribes."""
+    stub = server.stub()
+    recording = {"blip": blip, "junk": junk, "empty": b""}[audio]
+    try:
+        stub.Transcribe(pb.TranscribeRequest(audio=recording, **fields), timeout=120)
+    except grpc.RpcError as refused:
+        assert refused.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), refused.details()
+        assert refused.details().split(":")[0].split(".")[0] in FIELDS, refused.details()
+    assert stub.Transcribe(pb.TranscribeRequest(audio=blip, beam_size=1), timeout=120).model == MODEL

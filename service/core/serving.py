@@ -121,7 +121,7 @@ class ServingCore:
             max_sentences=s.translation_sentences,
         )
         self.translation = TranslationService(self.routing, self.tokenization, limits, s.max_beams)
-        self.transcription = TranscriptionService(registry, s.audio, self.tokenize_executor)
+        self.transcription = TranscriptionService(registry, s.audio, self.tokenize_executor, s.max_client_batch_size)
         self.registry = registry
         self.admission.loaded = True
         self._probes = asyncio.get_running_loop().create_task(self._probe_unhealthy_models(), name="probes")

@@ -72,9 +72,11 @@ class Transcript:
 
 
 class TranscriptionService:
-    def __init__(self, registry: ModelRegistry, limits: AudioLimits, executor: Executor):
-        """executor: where uploads are decoded and their log-mel frames made, off the event loop."""
+    def __init__(self, registry: ModelRegistry, limits: AudioLimits, executor: Executor, max_recordings: int):
+        """executor: where uploads are decoded and their log-mel frames made, off the event loop;
+        max_recordings: of one call that sends several (max_client_batch_size)."""
         self.registry, self.limits, self.executor = registry, limits, executor
+        self.max_recordings = max_recordings
 
     def model(self, name: str, rpc: str, task: str = "transcribe") -> ServedSpeechModel:
         """The speech model named; unnamed, the first served (for a translation, the first multilingual one)."""
@@ -152,9 +154,10 @@ class TranscriptionService:
         text = "".join(s.text for s in segments)
         return Transcript(text, heard.model.name, request.task, heard.language, heard.duration, segments)
 
-    async def transcribe_all(self, requests: list[TranscribeRequest], rpc: str, limit: int) -> list[Transcript]:
-        """1 to `limit` recordings (max_client_batch_size) transcribed at once, every window a row of the
-        model's batch, answered in order. One refused or failed recording stops the others."""
+    async def transcribe_all(self, requests: list[TranscribeRequest], rpc: str) -> list[Transcript]:
+        """1 to max_recordings recordings transcribed at once, every window a row of the model's batch,
+        answered in order. One refused or failed recording stops the others."""
+        limit = self.max_recordings
         if not 1 <= len(requests) <= limit:
             raise invalid("file", f"{len(requests)} recordings; send 1 to {limit} (max_client_batch_size)")
 
