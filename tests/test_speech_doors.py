@@ -183,8 +183,8 @@ def test_kserve_rest_infers_audio_sent_as_binary_data_by_tritonclient(server, sh
 
 
 def test_the_metrics_count_audio_windows_and_word_timing(server, transcript):
-    """After the transcriptions above: the audio heard, each recording's real-time factor, the windows each
-    decode step held, and the word-alignment graph's runs, as Prometheus reads them."""
+    """After the transcript's (words timed): the audio heard, each recording's real-time factor, the windows
+    each decode step held, and the word-alignment graph's runs, as Prometheus reads them."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -196,7 +196,7 @@ def test_the_metrics_count_audio_windows_and_word_timing(server, transcript):
     assert samples[("attnserve_transcription_real_time_factor_count", None)] >= 1
     windows = samples[("attnserve_transcription_windows_per_step_count", None)]
     assert windows >= 1 and samples[("attnserve_transcription_windows_per_step_sum", None)] >= windows
-    assert samples[("attnserve_batch_size_count", "word_alignment")] >= 2  # this module's word-timed windows
+    assert samples[("attnserve_batch_size_count", "word_alignment")] >= 1  # the transcript's word-timed window
 
 
 @pytest.fixture(scope="module")
