@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.engine.beam_search import BeamSettings, log_softmax
+from service.engine.beam_search import NEG, BeamSettings, log_softmax
 from service.engine.patient_beam_search import beam_search
 from service.engine.sequence import GenerationParams
 
@@ -33,12 +33,13 @@ def test_each_tokens_log_prob_is_the_one_it_was_chosen_by(beams, vocab, steps, f
     steps_seen = []  # each step's log-probabilities by beam, and each beam's tokens before it
     while not searching.done:
         log_probs = log_softmax(rng.standard_normal((beams, vocab)).astype(np.float32) * 3)
-        seen = {}
-        for b in range(beams):  # before the first step only beam 0 is live, and all are empty: it is kept
-            seen.setdefault(tuple(searching.running[b]), log_probs[b])
-        steps_seen.append(seen)
+        # The live beams' (a beam scored NEG is a placeholder, which may share a live one's tokens).
+        live = [b for b in range(beams) if searching.running_scores[b] > NEG / 2]
+        steps_seen.append({tuple(searching.running[b]): log_probs[b] for b in live})
         searching.step(log_probs)
     for tokens, _, total, token_log_probs in searching.best(beams):
+        if total < NEG / 2:  # a placeholder's: no hypothesis a search returns
+            continue
         assert len(token_log_probs) == len(tokens)
         assert abs(sum(token_log_probs) - total) < 1e-4 * max(1.0, abs(total))
         for position, (token, log_prob) in enumerate(zip(tokens, token_log_probs)):

@@ -51,10 +51,11 @@ def median_filter(x: np.ndarray, width: int) -> np.ndarray:
 
 def dtw(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The cheapest monotonic path through x (N, M) -> (row indices, column indices) along it: timing.dtw_cpu,
-    its costs in float32 and its ties broken alike, computed one anti-diagonal at a time."""
+    its ties broken alike, computed one anti-diagonal at a time. Its costs are float64: dtw_cpu allocates
+    them as float32 ones times inf, which numba (unlike numpy 2) makes float64."""
     n, m = x.shape
     x = x.astype(np.float64)
-    cost = np.full((n + 1, m + 1), np.inf, np.float32)
+    cost = np.full((n + 1, m + 1), np.inf, np.float64)
     trace = np.full((n + 1, m + 1), -1, np.int8)
     cost[0, 0] = 0
     for diagonal in range(2, n + m + 1):
