@@ -100,22 +100,20 @@ def speech(model_dir: Path, sizes: Sizes, folder: Path) -> dict:
     files in `folder`, and the float32 graphs' transcripts of them, served here on the CPU."""
     from service.core.transcription.transcription import TranscribeRequest
     from testing.server_thread import ServerThread
-    from testing.speech import HARVARD, recording, write_wav
+    from testing.speech import recording, shuffled_sentences, write_wav
 
     folder.mkdir(parents=True, exist_ok=True)
-    files, spoken = [], []
+    files, spoken, requests = [], [], []
     small = sizes.speech_recordings < 8
     for i in range(sizes.speech_recordings):
-        rng = np.random.default_rng(i)
-        count = 2 if small else int(rng.integers(9, 17))
-        chosen = tuple(HARVARD[j] for j in rng.permutation(len(HARVARD))[:count])
-        write_wav(folder / f"speech-{i}.wav", recording(chosen, seed=i)[: 60 * 16_000])
-        files.append(f"speech-{i}.wav")
+        chosen = shuffled_sentences(i, 2 if small else None)
+        path = write_wav(folder / f"speech-{i}.wav", recording(chosen, seed=i)[: 60 * 16_000])
+        files.append(path.name)
         spoken.append(" ".join(chosen))
+        requests.append(TranscribeRequest(audio=path.read_bytes()))
     server = ServerThread([model_dir], precision="fp32", device="cpu")
     try:
         core = server.server.core
-        requests = [TranscribeRequest(audio=(folder / f).read_bytes()) for f in files]
         texts = [server.run(core.transcription.transcribe(r), timeout=600).text for r in requests]
     finally:
         server.close()

@@ -33,7 +33,7 @@ import numpy as np
 
 from testing.environments import environment_python
 from testing.server_process import ServerProcess
-from testing.speech import HARVARD, recording, timed_recording, write_wav
+from testing.speech import HARVARD, recording, shuffled_sentences, timed_recording, write_wav
 
 from .common import print_table, write_results
 from .machine import describe, print_machine
@@ -48,8 +48,7 @@ def recordings(count: int) -> list[tuple[Path, str]]:
     WORK.mkdir(parents=True, exist_ok=True)
     out = []
     for i in range(count):
-        rng = np.random.default_rng(i)
-        chosen = tuple(HARVARD[j] for j in rng.permutation(len(HARVARD))[: int(rng.integers(9, 17))])
+        chosen = shuffled_sentences(i)
         path = WORK / f"speech-{i}-{len(chosen)}.wav"
         if not path.exists():
             audio = recording(chosen, seed=i)[: 60 * SAMPLE_RATE]
@@ -62,8 +61,7 @@ def long_recording(minutes: float) -> tuple[Path, str]:
     """One recording of `minutes` of the Harvard sentences, read over and over: (file, text spoken)."""
     WORK.mkdir(parents=True, exist_ok=True)
     path = WORK / f"long-{minutes:g}-minutes.wav"
-    rng = np.random.default_rng(0)
-    sentences = tuple(HARVARD[j] for j in rng.permutation(len(HARVARD)))
+    sentences = shuffled_sentences(0, len(HARVARD))
     # Under 3 s a sentence with its silence: more than enough of them, the recording cut where a sentence ends.
     chosen = (sentences * (int(minutes * 60 / 2 / len(sentences)) + 1))[: int(minutes * 60 / 2)]
     audio, spans = timed_recording(chosen, seed=0)

@@ -67,6 +67,14 @@ def spoken(text: str, voice: str = "en-us", words_per_minute: int = 160) -> np.n
         return decode_audio(path.read_bytes(), LIMITS)
 
 
+def shuffled_sentences(seed: int, count: int | None = None) -> tuple[str, ...]:
+    """Harvard sentences in the order `seed` draws: `count` of them, else 9 to 16 (read with their
+    silences, 30-60 s)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(HARVARD))
+    return tuple(HARVARD[j] for j in order[: count or int(rng.integers(9, 17))])
+
+
 def recording(sentences: tuple[str, ...], seed: int = 0, noise: float = 0.003) -> np.ndarray:
     """The sentences spoken one after another, 0.2 to 1.5 s of silence before each, noise under all."""
     return timed_recording(sentences, seed, noise)[0]

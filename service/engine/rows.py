@@ -95,8 +95,7 @@ class RowState:
         log-probability per token and each reported token's; else none."""
         if not self.scored[row]:
             return {"mean_log_prob": None}
-        first = int(self.forced_count[row])
-        reported = self.token_log_prob[row, first : first + len(self.reported(row))]
+        reported = self.token_log_prob[row, self.forced_count[row] : self.count[row]]  # where reported() reads
         mean = float(self.log_prob[row]) / max(int(self.scored_tokens[row]), 1)
         return {"mean_log_prob": mean, "token_log_probs": tuple(reported.tolist())}
 
