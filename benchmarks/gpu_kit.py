@@ -101,9 +101,10 @@ def build_models(work: Path, sizes: Sizes) -> dict[str, Path]:
 
 
 def served_copy(model_dir: Path, dest: Path) -> None:
-    """What the server reads to serve the float16 graphs: manifest, config, tokenizer files, onnx/fp16/."""
+    """What the server reads to serve the float16 graphs: manifest, config, tokenizer files, onnx/fp16/, and a
+    speech model's voice activity detector (1 MB)."""
     from modeldir.config import CONFIG_FILE
-    from modeldir.files import MANIFEST_FILE, graph_files, tokenizer_files
+    from modeldir.files import MANIFEST_FILE, VOICE_ACTIVITY_FILE, graph_files, tokenizer_files
 
     manifest = json.loads((model_dir / MANIFEST_FILE).read_text())
     files = [
@@ -111,6 +112,7 @@ def served_copy(model_dir: Path, dest: Path) -> None:
         CONFIG_FILE,
         *tokenizer_files(manifest["config"].get("tokenizer", "tokenizers")),
         *graph_files(manifest["task"], "fp16").values(),
+        *[VOICE_ACTIVITY_FILE] * (VOICE_ACTIVITY_FILE in manifest["sha256"]),
     ]
     for relative in files:
         (dest / relative).parent.mkdir(parents=True, exist_ok=True)

@@ -1,16 +1,20 @@
 """The GPU check's Whisper phase: tiny.en's float16 graphs transcribe the kit's espeak-ng recordings, first
-one alone (its real-time factor), then speech_calls of them at once over gRPC Transcribe (audio seconds per
-second, latency p50/p99, the GPU's utilisation); each transcript is set beside the float32 CPU one the kit
-was built with."""
+one alone (its real-time factor), then all of them joined into one long file cut at its silences (its pieces
+decoded at once: the long file's real-time factor), then speech_calls of them at once over gRPC Transcribe
+(audio seconds per second, latency p50/p99, the GPU's utilisation); each transcript is set beside the
+float32 CPU one the kit was built with."""
 
 from __future__ import annotations
 
+import io
 import time
+import wave
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from service.grpc_api.client import Client
+from service.grpc_api.pb import inference_pb2 as pb
 
 from .gpu_phases import Utilization
 
@@ -22,6 +26,17 @@ def seconds_of(audio: bytes) -> float:
     return (len(audio) - 44) / 2 / SAMPLE_RATE  # 16-bit mono WAV
 
 
+def joined(recordings: list[bytes]) -> bytes:
+    """The recordings one after another, as one 16-bit mono WAV."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SAMPLE_RATE)
+        w.writeframes(b"".join(r[44:] for r in recordings))
+    return out.getvalue()
+
+
 def speech(ctx) -> dict:
     refs, server = ctx.references["speech"], ctx.server
     recordings = [(ctx.kit / "speech" / name).read_bytes() for name in refs["files"]]
@@ -30,6 +45,10 @@ def speech(ctx) -> dict:
         started = time.perf_counter()
         alone = client.transcribe(recordings[0], model=MODEL)
         alone_seconds = time.perf_counter() - started
+        long_file = joined(recordings)
+        started = time.perf_counter()
+        cut = client.transcribe(long_file, model=MODEL, chunking_strategy=pb.SilenceCuts())
+        cut_seconds = time.perf_counter() - started
 
     calls = [i % len(recordings) for i in range(ctx.sizes.speech_calls)]
     started = time.perf_counter()
@@ -51,6 +70,11 @@ def speech(ctx) -> dict:
             "real_time_factor": alone_seconds / seconds_of(recordings[0]),
         },
         "one_file_same_as_cpu": alone.text == refs["texts"][0],
+        "long_file_cut_at_silences": {
+            "audio_seconds": seconds_of(long_file),
+            "real_time_factor": cut_seconds / seconds_of(long_file),
+            "segments": len(cut.segments),
+        },
         "calls": len(calls),
         "audio_seconds_per_second": audio / wall,
         "real_time_factor": wall / audio,

@@ -15,7 +15,8 @@ and over): its real-time factor (seconds of wall time per second of audio) is th
 
     make whisper-reference   # faster-whisper's environment
     .venv/bin/python -m benchmarks.whisper_bench [--rounds 3] [--files 32]
-    .venv/bin/python -m benchmarks.whisper_bench --long-minutes 10 --engines "attnserve int8" "faster-whisper int8 batched"
+    .venv/bin/python -m benchmarks.whisper_bench --long-minutes 10 --engines "attnserve int8" \
+        "attnserve int8, cut at silences" "faster-whisper int8 batched"
 """
 
 from __future__ import annotations
@@ -75,11 +76,14 @@ def seconds_of(path: Path) -> float:
     return (path.stat().st_size - 44) / 2 / SAMPLE_RATE  # 16-bit mono WAV
 
 
-def run_attnserve(precision: str, files: list[Path], threads: int, words: bool = False) -> dict:
-    """words: every word timed too (verbose_json with word granularity)."""
+def run_attnserve(precision: str, files: list[Path], threads: int, words: bool = False, cut: bool = False) -> dict:
+    """words: every word timed too (verbose_json with word granularity); cut: each recording cut at its
+    silences and its pieces decoded at once (chunking_strategy auto)."""
     form = {"model": "whisper-tiny.en"}
     if words:
         form.update({"response_format": "verbose_json", "timestamp_granularities[]": "word"})
+    if cut:
+        form["chunking_strategy"] = "auto"
     server = ServerProcess("--precision", precision, "--intra-op-threads", str(threads), models=[str(MODEL.resolve())])
     try:
         url = f"http://127.0.0.1:{server.http_port}/v1/audio/transcriptions"
@@ -138,6 +142,7 @@ ENGINES = {
     "attnserve fp32": lambda files, threads: run_attnserve("fp32", files, threads),
     "attnserve int8": lambda files, threads: run_attnserve("int8", files, threads),
     "attnserve int8, word timestamps": lambda files, threads: run_attnserve("int8", files, threads, words=True),
+    "attnserve int8, cut at silences": lambda files, threads: run_attnserve("int8", files, threads, cut=True),
     "faster-whisper float32 batched": lambda files, threads: run_faster_whisper("float32", "batched", files, threads),
     "faster-whisper int8 batched": lambda files, threads: run_faster_whisper("int8", "batched", files, threads),
     "faster-whisper int8 sequential": lambda files, threads: run_faster_whisper("int8", "sequential", files, threads),

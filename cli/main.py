@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     transcribe.add_argument("--beam-size", type=int, default=5, help="at temperature 0; 1: greedy")
     transcribe.add_argument("--word-timestamps", action="store_true", help="time every word (with --format json)")
     transcribe.add_argument(
+        "--cut-at-silences",
+        action="store_true",
+        help="cut the recording at its silences (voice activity) and decode the pieces at once: faster on long "
+        "recordings, each piece without the text before it",
+    )
+    transcribe.add_argument(
         "--format", choices=["timed", "text", "json"], default="timed", help="timed: [start --> end] text lines"
     )
     transcribe.add_argument("--timeout", type=float, default=3600.0, help="seconds; default: %(default)s")

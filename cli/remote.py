@@ -97,6 +97,8 @@ def cmd_transcribe(args) -> None:
         "beam_size": args.beam_size,
         "word_timestamps": args.word_timestamps,
     }
+    if args.cut_at_silences:
+        options["chunking_strategy"] = pb.SilenceCuts()  # the server's defaults
     try:
         audio = Path(args.file).read_bytes()
     except OSError as error:

@@ -44,6 +44,9 @@ DECODER_FILE = "onnx/decoder.onnx"
 ATTENTION_FILE = "onnx/attention.onnx"
 # A speech model's word-alignment graph (model/families/whisper/alignment_graph.py): its word timestamps.
 WORD_ALIGNMENT_FILE = "onnx/word_alignment.onnx"
+# A speech model's voice activity detector (Silero VAD, model/families/whisper/voice_activity.py): long
+# recordings cut at their silences, their pieces decoded at once.
+VOICE_ACTIVITY_FILE = "onnx/voice_activity.onnx"
 
 # float32 graphs always; float16 (GPUs) and int8 (CPUs) ones beside them when exported with --precision.
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -222,6 +225,7 @@ class ModelFiles:
     graphs: dict[str, Path]  # role -> file: encoder; seq2seq: decoder and the cache graphs
     attention: Path | None = None  # only when asked for (always float32)
     word_alignment: Path | None = None  # a speech model's, where its export wrote one (float32)
+    voice_activity: Path | None = None  # a speech model's, where its export copied one
 
     @property
     def encoder(self) -> Path:
@@ -267,6 +271,8 @@ def open_model_dir(
     # one precision (a device kit's) may leave its float32 weights out, and serves without word timestamps.
     aligned = WORD_ALIGNMENT_FILE in manifest["sha256"] and (root / WORD_ALIGNMENT_FILE).is_file()
     served += [WORD_ALIGNMENT_FILE] * aligned
+    hears_silence = VOICE_ACTIVITY_FILE in manifest["sha256"]  # small, and in every copy: it must be there
+    served += [VOICE_ACTIVITY_FILE] * hears_silence
     for relative in served:
         path = root / relative
         expected = manifest["sha256"].get(relative)
@@ -292,4 +298,5 @@ def open_model_dir(
         graphs={role: root / relative for role, relative in graphs.items()},
         attention=root / ATTENTION_FILE if attention else None,
         word_alignment=root / WORD_ALIGNMENT_FILE if aligned else None,
+        voice_activity=root / VOICE_ACTIVITY_FILE if hears_silence else None,
     )

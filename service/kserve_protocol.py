@@ -16,6 +16,8 @@ from .core.embedding.embeddings import EmbedRequest
 from .core.generation.generation import GenerateResult
 from .core.info import ModelInfo
 from .core.ranking.cross_encoding import ClassifyRequest
+from .core.transcription.speech_chunks import FIELD as CHUNKING
+from .core.transcription.speech_chunks import SERVER_VAD_FIELDS, silence_cuts
 from .core.transcription.transcription import TranscribeRequest
 from .errors import NotFound, invalid
 from .ops.call_record import CallRecord
@@ -53,7 +55,14 @@ GENERATION_PARAMETERS = {
     "target_language": str,
 }
 CLASSIFY_PARAMETERS = {"raw_scores": bool}
-TRANSCRIPTION_PARAMETERS = {"task": str, "language": str, "prompt": str, "temperature": float, "beam_size": int}
+TRANSCRIPTION_PARAMETERS = {
+    "task": str,
+    "language": str,
+    "prompt": str,
+    "temperature": float,
+    "beam_size": int,
+    "chunking_strategy": str,  # auto, or a server_vad object's JSON text
+}
 PARAMETERS = {
     "embedding": EMBEDDING_PARAMETERS,
     "classification": CLASSIFY_PARAMETERS,
@@ -72,7 +81,8 @@ FIELD_NAMES = {
     **{name: f"parameters.{name}" for name in ("prompt_name", "input_type", "truncation_direction")},
     **{f"params.{name}": f"parameters.{name}" for name in GENERATION_PARAMETERS},
     **{name: f"parameters.{name}" for name in ("source_language", "target_language")},
-    **{name: f"parameters.{name}" for name in ("task", "language", "prompt", "temperature", "beam_size")},
+    **{name: f"parameters.{name}" for name in TRANSCRIPTION_PARAMETERS},
+    **{f"{CHUNKING}.{name}": f"parameters.{CHUNKING}.{name}" for name in ("type", *SERVER_VAD_FIELDS)},
 }
 OUTPUTS = {
     "embedding": ["embedding"],
@@ -199,6 +209,8 @@ def generation_tensors(results: list[GenerateResult], n_best: int) -> list[Tenso
 async def transcribe_all(core, model: ModelInfo, recordings: list[bytes], options: dict, record: CallRecord):
     """Each recording transcribed at once -> text [N], language [N] and the seconds of audio, rounded up
     (OpenAI's usage)."""
+    if CHUNKING in options:
+        options = {**options, CHUNKING: silence_cuts(options[CHUNKING])}
     requests = [TranscribeRequest(audio=audio, model=model.name, **options) for audio in recordings]
     transcripts = await core.transcription.transcribe_all(requests, record.rpc)
     shape = (len(transcripts),)

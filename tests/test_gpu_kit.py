@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 from benchmarks.gpu_image import CARRIED, audit, audited, normalized
 from benchmarks.gpu_plan import PHASES, calls
-from benchmarks.gpu_rehearsal import clean_env, image_environment, unpack_kit
+from benchmarks.gpu_rehearsal import clean_env, image_environment, linked_copy, unpack_kit
 from service.grpc_api.client import Client
 from testing.server_process import ServerProcess
 
@@ -43,15 +44,18 @@ def kit(tmp_path_factory) -> tuple[Path, str]:
         timeout=900,
     )
     assert made.returncode == 0, made.stderr[-3000:]
-    return out, made.stdout
+    yield out, made.stdout
+    shutil.rmtree(out)  # hundreds of MiB: the suite's disk stays small on a small CI machine
 
 
 @pytest.fixture(scope="module")
 def device(kit, tmp_path_factory) -> tuple[Path, Path, Path]:
     """The device rehearsed: -> (its python, the unpacked kit, the wheels' folder)."""
     python = image_environment()
-    unpacked, site = unpack_kit(kit[0], python, tmp_path_factory.mktemp("device"))
-    return python, unpacked, site
+    root = tmp_path_factory.mktemp("device")
+    unpacked, site = unpack_kit(kit[0], python, root)
+    yield python, unpacked, site
+    shutil.rmtree(root)
 
 
 def test_one_command_makes_the_kit_its_parts_and_its_calls(kit):
@@ -195,10 +199,16 @@ def test_the_staged_check_runs_every_phase_goes_on_after_a_failure_and_reruns_wh
         speech["calls"] == 2 and speech["audio_seconds_per_second"] > 0 and speech["one_file"]["real_time_factor"] > 0
     )
     assert speech["same_as_cpu"] >= 0.5 and set(speech["texts"]) == {"speech-0.wav", "speech-1.wav"}
+    cut = speech["long_file_cut_at_silences"]
+    assert (
+        cut["segments"] >= 4
+        and cut["real_time_factor"] > 0
+        and cut["audio_seconds"] > speech["one_file"]["audio_seconds"]
+    )
     state.unlink()
     broken = tmp_path / "broken-kit"
-    subprocess.run(["cp", "-r", str(unpacked), str(broken)], check=True)
-    subprocess.run(["rm", "-r", str(broken / "models" / "marian")], check=True)
+    linked_copy(unpacked, broken)
+    shutil.rmtree(broken / "models" / "marian")
     phases = check(broken, "parity,parity-marian,memory")
     assert phases["parity"]["ok"] and phases["memory"]["ok"] and not phases["parity-marian"]["ok"]
     assert "marian" in phases["parity-marian"]["error"] and phases["parity-marian"]["server_log"]

@@ -21,7 +21,7 @@ from model.families.whisper.ctranslate2_model import read_model_bin
 from model.families.whisper.importer import WhisperImportError, import_whisper, whisper_model
 from model.families.whisper.random_checkpoint import WhisperShape, random_whisper_checkpoint
 from modeldir.config import load_config
-from modeldir.files import graph_files
+from modeldir.files import VOICE_ACTIVITY_FILE, graph_files, graph_set_for, open_model_dir, sha256_file
 
 SHAPES = {
     "multilingual": WhisperShape(),
@@ -57,7 +57,8 @@ def test_the_graphs_hold_to_pytorch_in_every_precision(exported, name):
     assert manifest["parity"]["decoder_logits_max_abs_diff"] < 1e-4
     half = manifest["fp16"]["parity_against_float16"]
     assert half["encoder_max_abs_diff"] < 0.05 and half["first_divergent_step"] is None
-    assert manifest["int8"]["parity"]["decoder_logits_max_abs_diff"] < 0.5
+    # The 8-bit set this CPU serves: full-range weights saturate on x86 without VNNI (modeldir/files.py).
+    assert manifest[graph_set_for("int8")]["parity"]["decoder_logits_max_abs_diff"] < 0.5
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
@@ -70,6 +71,20 @@ def test_the_encoder_reads_log_mel_frames_in_every_precision(exported, name):
         assert features == {"name": "input_features", "dtype": "float32", "shape": ["batch", shape.n_mels, "frames"]}
         assert (model_dir / graph_files("seq2seq", graph_set)["encoder"]).is_file()
     assert "attention" not in manifest["graphs"]  # no attention maps over 1,500 frames
+
+
+def test_the_voice_activity_detector_is_silero_s_graph_under_the_manifest(exported):
+    """Copied from the silero-vad package, its checksum in the manifest, its inputs what the server feeds."""
+    model_dir, manifest = exported["multilingual"]
+    detector = manifest["graphs"]["voice_activity"]
+    assert detector["file"] == VOICE_ACTIVITY_FILE and detector["source"].startswith("silero-vad 6.2.3 ")
+    assert [(i["name"], i["shape"]) for i in detector["inputs"]] == [
+        ("input", ["sequence_length", 576]),
+        ("h", [1, 1, 128]),
+        ("c", [1, 1, 128]),
+    ]
+    assert manifest["sha256"][VOICE_ACTIVITY_FILE] == sha256_file(model_dir / VOICE_ACTIVITY_FILE)
+    assert open_model_dir(model_dir).voice_activity == model_dir / VOICE_ACTIVITY_FILE
 
 
 def test_the_tokens_and_rules_are_read_from_the_checkpoint(exported, checkpoints):

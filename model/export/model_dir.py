@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import io
 import json
-import platform
 import sys
 import time
 import warnings
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 
 import onnx
@@ -38,8 +36,10 @@ from model.export.calibration import calibration_ranges
 from model.export.eight_bit import eight_bit
 from model.export.graphs import DecoderGraph, EncoderGraph, example_decoder_inputs, example_encoder_inputs
 from model.export.half_precision import half_decoder, half_encoder
+from model.export.manifest_entries import describe_graph, library_versions
 from model.export.parity import cpu_session, measure_against_half, measure_parity
 from model.families.whisper.alignment_graph import export_word_alignment, measure_word_alignment_parity
+from model.families.whisper.voice_activity import copy_voice_activity
 from modeldir.config import CONFIG_FILE, ModelConfig
 from modeldir.files import (
     ATTENTION_FILE,
@@ -47,6 +47,7 @@ from modeldir.files import (
     MANIFEST_FILE,
     MANIFEST_FORMAT,
     OPSET,
+    VOICE_ACTIVITY_FILE,
     WEIGHTS_FILE,
     WORD_ALIGNMENT_FILE,
     decoder_inputs,
@@ -62,9 +63,9 @@ from modeldir.files import (
 
 REDUCED_PRECISIONS = ("fp16", "int8")  # written beside the float32 graphs when asked for
 # Raised when the exporter starts writing something optional that an earlier export lacks and the server
-# still serves without (1: the int8 ranges of embedding types; 2: a speech model's word-alignment graph):
-# `attnserve build` exports such a model again.
-EXPORT_REVISION = 2
+# still serves without (1: the int8 ranges of embedding types; 2: a speech model's word-alignment graph;
+# 3: its voice activity detector): `attnserve build` exports such a model again.
+EXPORT_REVISION = 3
 
 
 class Progress:
@@ -157,41 +158,6 @@ def export_decoder(model: Seq2SeqModel, name: str) -> onnx.ModelProto:
     )
 
 
-def describe_graph(proto: onnx.ModelProto) -> dict:
-    """Names, element types and shapes (symbolic axes by name) of a graph's inputs and outputs."""
-
-    def describe(values):
-        out = []
-        for v in values:
-            t = v.type.tensor_type
-            shape = [d.dim_param or d.dim_value for d in t.shape.dim]
-            out.append(
-                {"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name, "shape": shape}
-            )
-        return out
-
-    return {"inputs": describe(proto.graph.input), "outputs": describe(proto.graph.output)}
-
-
-def library_versions() -> dict:
-    versions = {"python": platform.python_version()}
-    for package in (
-        "attnserve",
-        "torch",
-        "onnx",
-        "onnxruntime",
-        "onnxruntime-gpu",
-        "tokenizers",
-        "sentencepiece",
-        "safetensors",
-    ):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            pass
-    return versions
-
-
 PROTOBUF_LIMIT = 2 << 30  # bytes: the largest ONNX graph with its weights inside it
 
 
@@ -266,11 +232,14 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
             if fits:
                 attention = export_attention(model, name, _to_onnx)
                 onnx.save_model(attention, model_dir / ATTENTION_FILE)
-        word_alignment = None  # a speech model's: for word timestamps
-        if audio and whole <= PROTOBUF_LIMIT:
-            with progress.step(f"word alignment -> {WORD_ALIGNMENT_FILE}"):
-                word_alignment = export_word_alignment(model, name, _to_onnx)
-                onnx.save_model(word_alignment, model_dir / WORD_ALIGNMENT_FILE)
+        # A speech model's: its word timestamps, and the detector that cuts long recordings at their silences.
+        word_alignment = voice_activity = None
+        if audio:
+            with progress.step(f"word alignment, voice activity -> {WORD_ALIGNMENT_FILE}, {VOICE_ACTIVITY_FILE}"):
+                if whole <= PROTOBUF_LIMIT:
+                    word_alignment = export_word_alignment(model, name, _to_onnx)
+                    onnx.save_model(word_alignment, model_dir / WORD_ALIGNMENT_FILE)
+                voice_activity = copy_voice_activity(model_dir)
         with progress.step("parity, ONNX Runtime vs PyTorch (float32)"):
             parity = measure_parity(model, model_dir, files)
             if attention is not None:
@@ -298,6 +267,7 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
             tokenizer = tokenizer_files(config.tokenizer)
             optional = [ATTENTION_FILE] if attention is not None else []
             optional += [WORD_ALIGNMENT_FILE] if word_alignment is not None else []
+            optional += [VOICE_ACTIVITY_FILE] if voice_activity is not None else []
             written = [*files.values(), *optional] + [f for c in copies.values() for f in _files_of(c)]
             checksums = {a: sha256_file(model_dir / a) for a in [CONFIG_FILE, WEIGHTS_FILE, *tokenizer, *written]}
             described = {role: {"file": files[role], **describe_graph(proto)} for role, proto in graphs.items()}
@@ -305,6 +275,11 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
                 described["attention"] = {"file": ATTENTION_FILE, **describe_graph(attention)}
             if word_alignment is not None:
                 described["word_alignment"] = {"file": WORD_ALIGNMENT_FILE, **describe_graph(word_alignment)}
+            if voice_activity is not None:
+                described["voice_activity"] = {
+                    **voice_activity,
+                    **describe_graph(onnx.load(model_dir / VOICE_ACTIVITY_FILE)),
+                }
             manifest = {
                 "format": MANIFEST_FORMAT,
                 "name": name,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from ..core.transcription.long_form import Segment
+from ..core.transcription.speech_chunks import SilenceCuts
 from ..core.transcription.transcription import Heard, TranscribeRequest, Transcript, TranscriptionService
 from ..errors import InvalidArgument, RequestTooLarge, invalid
 from .call_handling import UnparsedRequest
@@ -29,7 +30,14 @@ def transcribe_request(request: pb.TranscribeRequest, audio: bytes | None = None
         beam_size=request.beam_size or DEFAULT_BEAMS,
         word_timestamps=request.word_timestamps,
         without_timestamps=request.without_timestamps,
+        chunking_strategy=silence_cuts(request.chunking_strategy) if request.HasField("chunking_strategy") else None,
     )
+
+
+def silence_cuts(message: pb.SilenceCuts) -> SilenceCuts:
+    """The fields set, over the defaults."""
+    fields = ("threshold", "silence_duration_ms", "prefix_padding_ms")
+    return SilenceCuts(**{name: getattr(message, name) for name in fields if message.HasField(name)})
 
 
 async def gathered_request(messages: AsyncIterator, max_upload_bytes: int) -> TranscribeRequest:

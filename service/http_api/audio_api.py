@@ -1,6 +1,6 @@
 """OpenAI's audio API on the HTTP port: POST /v1/audio/transcriptions and /v1/audio/translations, a
 multipart upload (file, model, language, prompt, response_format, temperature, timestamp_granularities[],
-stream) answered as OpenAI answers: json, text, srt, vtt or verbose_json (every segment's fields, and
+include[], stream, chunking_strategy) answered as OpenAI answers: json, text, srt, vtt or verbose_json (every segment's fields, and
 with word granularity every word's), or server-sent transcript.text.delta events, a window's segments at a
 time, and transcript.text.done."""
 
@@ -12,6 +12,7 @@ import logging
 import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Literal
 
 import langcodes
 from fastapi import FastAPI
@@ -25,6 +26,7 @@ from ..core.serving import ServingCore
 from ..core.transcription.long_form import Segment
 from ..core.transcription.transcription import Heard, TranscribeRequest
 from ..errors import ServiceError, invalid
+from .audio_chunking import ServerVad, chunking_of, is_chunking_key
 from .call_handling import OPENAI, BodyTooLarge, FastJSONResponse, handle, openai_error
 from .event_stream import AbortConnection, PacedEventStream, sse
 from .openapi_document import answers, request_body
@@ -93,7 +95,11 @@ class TranscriptionUpload(TranslationUpload):
         description="logprobs: each text token's log-probability (json, and the stream's deltas)",
     )
     stream: bool = False
-    chunking_strategy: str = Field("auto", json_schema_extra={"enum": ["auto"]}, description="timestamp seeking")
+    chunking_strategy: Literal["auto"] | ServerVad | None = Field(
+        None,
+        description="absent: window after window, each continuing the text before it; auto or server_vad: "
+        "cut at silences (the model's voice activity detector), the pieces decoded at once",
+    )
 
 
 def boolean(value: str, field: str) -> bool:
@@ -141,7 +147,7 @@ async def read_form(request: Request, task: str) -> tuple[TranscribeRequest, Ask
     if task == "transcribe":
         known |= {"language", "stream", "timestamp_granularities[]", "include[]", "chunking_strategy"}
     for key in fields:
-        if key not in known:
+        if key not in known and not (task == "transcribe" and is_chunking_key(key)):
             raise invalid(key, "not a field of this call")
     response_format = fields.get("response_format", "json")
     if response_format not in FORMATS:
@@ -158,8 +164,6 @@ async def read_form(request: Request, task: str) -> tuple[TranscribeRequest, Ask
             raise invalid("include[]", f"{item!r}; logprobs")
     if included and response_format != "json":
         raise invalid("include[]", f"logprobs come with response_format json, not {response_format}")
-    if fields.get("chunking_strategy", "auto") != "auto":
-        raise invalid("chunking_strategy", f"{fields['chunking_strategy']!r}; auto (timestamp seeking)")
     stream = boolean(fields["stream"], "stream") if "stream" in fields else False
     if stream and response_format not in ("json", "text"):
         raise invalid("stream", f"not with response_format {response_format}: a stream sends text events")
@@ -171,6 +175,7 @@ async def read_form(request: Request, task: str) -> tuple[TranscribeRequest, Ask
         prompt=fields.get("prompt", ""),
         temperature=number(fields["temperature"], "temperature") if "temperature" in fields else 0.0,
         word_timestamps="word" in granularities,
+        chunking_strategy=chunking_of(fields),
     )
     segments = not granularities or "segment" in granularities
     return transcription, Asked(response_format, stream, segments, "word" in granularities, bool(included))

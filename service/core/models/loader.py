@@ -181,6 +181,7 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
             n_mels=c.n_mels,
             source_positions=c.max_source_positions,
             word_alignment=word_alignment,
+            voice_activity=opened.voice_activity,
         )
     return ServedSeq2SeqModel(**seq2seq)
 

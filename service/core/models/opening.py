@@ -19,6 +19,7 @@ from ...runner.device_memory import cuda_memory
 from ...runner.embedding import EmbeddingRunner
 from ...runner.seq2seq import Seq2SeqRunner
 from ...runner.sessions import CPU, CUDA, ProviderError, SessionSettings, create_session, provider_of, threads_for
+from ...runner.voice_activity import VoiceActivityRunner
 from ...runner.word_alignment import WordAlignmentRunner
 from .served_models import Architecture, SpecialTokens
 
@@ -106,6 +107,7 @@ class OpenedModel:
     geometry: CacheGeometry | None = None
     rows: int = 0
     word_alignment: WordAlignmentRunner | None = None  # a speech model's, for word timestamps
+    voice_activity: VoiceActivityRunner | None = None  # a speech model's, to cut recordings at their silences
 
 
 def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: int) -> OpenedModel:
@@ -159,9 +161,12 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
     word_alignment = None
     if files.word_alignment is not None:
         word_alignment = WordAlignmentRunner(create_session(files.word_alignment, quiet, provider))
-    opened = OpenedModel(
-        files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, rows, word_alignment
-    )
+    voice_activity = None
+    if files.voice_activity is not None:  # a small LSTM, run frame after frame: on the CPU, one thread
+        tiny = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
+        voice_activity = VoiceActivityRunner(create_session(files.voice_activity, tiny, CPU))
+    parts = (files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, rows)
+    opened = OpenedModel(*parts, word_alignment=word_alignment, voice_activity=voice_activity)
     graphs = precision if files.graph_set == precision else f"{precision}: {files.graph_set}, for this CPU"
     log.info("model %s (%s, %s) loaded from %s on %s", files.name, files.task, graphs, model_dir, opened.provider)
     return opened

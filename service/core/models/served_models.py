@@ -24,6 +24,7 @@ from ...engine.sequence import GenerationParams
 from ...ops.metrics import ModelMetrics
 from ...runner.embedding import EmbeddingRunner
 from ...runner.seq2seq import Seq2SeqRunner
+from ...runner.voice_activity import VoiceActivityRunner
 from .health import ModelHealth
 from .side_graphs import SideGraphCalls
 
@@ -230,6 +231,7 @@ class ServedSpeechModel(ServedSeq2SeqModel):
     n_mels: int
     source_positions: int  # a window's: its 3,000 frames halved by the convolution stem
     word_alignment: SideGraphCalls | None  # its word-alignment graph: word timestamps (None: exported without)
+    voice_activity: VoiceActivityRunner | None  # its voice activity detector: recordings cut at their silences
 
     task: ClassVar[str] = "transcription"
 

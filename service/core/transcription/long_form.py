@@ -17,7 +17,7 @@ import numpy as np
 
 from ..models.served_models import ServedSpeechModel
 from .log_mel import HOP, N_FFT, SAMPLE_RATE, WINDOW_FRAMES, log_mel
-from .window_decoding import DecodeOptions, decode_window, prompt_for, text_of
+from .window_decoding import DecodeOptions, WindowResult, decode_window, prompt_for, text_of
 from .word_timing import TimedSegment, find_alignment, place_words, split_to_word_tokens
 
 FRAME_SECONDS = HOP / SAMPLE_RATE  # 0.01 s a log-mel frame
@@ -112,15 +112,12 @@ async def transcribe_features(
         )
         window = window_at(features, seek, size)
         result = await decode_window(model, window, prompt, options)
-        if options.no_speech_threshold is not None and result.no_speech_prob > options.no_speech_threshold:
-            if options.log_prob_threshold is None or result.avg_logprob <= options.log_prob_threshold:
-                seek += size  # silence: on to the next window
-                continue
+        if silent(result, options):
+            seek += size  # on to the next window
+            continue
         window_seek = seek
         pieces, seek = split_by_timestamps(result.tokens, begin, time_offset, size, seek)
         timed = [TimedSegment(start, end, tokens) for start, end, tokens in pieces]
-        # The pieces are the window's tokens from the first on, one after another: their log-probabilities too.
-        offsets = np.cumsum([0, *(len(tokens) for _, _, tokens in pieces)])
         if options.word_timestamps:
             spoken = dict(language=language or "en", task=options.task)
             await time_words(model, window, size, timed, time_offset=time_offset, last_speech=last_speech, **spoken)
@@ -128,15 +125,37 @@ async def transcribe_features(
             if not single_timestamp_ending(result.tokens, begin) and last_word_end > time_offset:
                 seek = round(last_word_end * FRAMES_PER_SECOND)
             last_speech = last_word_end
-        for piece, offset in zip(timed, offsets.tolist()):
-            text = text_of(model, piece.tokens)
-            if piece.start == piece.end or not text.strip():
-                continue
-            all_tokens += piece.tokens
-            count += 1
-            yield Segment(
-                count,
-                window_seek,
+        for segment in window_segments(model, result, timed, window_seek, count):
+            all_tokens += segment.tokens
+            count = segment.id
+            yield segment
+        if not options.condition_on_previous_text or result.temperature > options.prompt_reset_on_temperature:
+            reset_since = len(all_tokens)
+
+
+def silent(result: WindowResult, options: DecodeOptions) -> bool:
+    """Whether the model deems the window silence: likely no speech, and unsure of its text."""
+    if options.no_speech_threshold is None or result.no_speech_prob <= options.no_speech_threshold:
+        return False
+    return options.log_prob_threshold is None or result.avg_logprob <= options.log_prob_threshold
+
+
+def window_segments(
+    model: ServedSpeechModel, result: WindowResult, timed: list[TimedSegment], seek: int, before: int
+) -> list[Segment]:
+    """A window's pieces that hold text, as segments numbered on from `before`."""
+    segments, offset = [], 0
+    for piece in timed:
+        # The pieces are the window's tokens from the first on, one after another: their log-probabilities too.
+        log_probs = result.token_log_probs[offset : offset + len(piece.tokens)]
+        offset += len(piece.tokens)
+        text = text_of(model, piece.tokens)
+        if piece.start == piece.end or not text.strip():
+            continue
+        segments.append(
+            Segment(
+                before + len(segments) + 1,
+                seek,
                 piece.start,
                 piece.end,
                 text,
@@ -146,10 +165,10 @@ async def transcribe_features(
                 result.compression_ratio,
                 result.no_speech_prob,
                 tuple(Word(w["word"], w["start"], w["end"], w["probability"]) for w in piece.words),
-                result.token_log_probs[offset : offset + len(piece.tokens)],
+                log_probs,
             )
-        if not options.condition_on_previous_text or result.temperature > options.prompt_reset_on_temperature:
-            reset_since = len(all_tokens)
+        )
+    return segments
 
 
 def end_of_speech(segments: list[TimedSegment]) -> float:

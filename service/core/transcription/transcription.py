@@ -1,8 +1,9 @@
 """The transcription capability: an audio upload into text by a speech model (Whisper), with its segments
 and their timestamps: the upload decoded (audio_decoding.py), its log-mel frames made once, its language
 detected where none is given (one decoder step over the language tokens), and its windows decoded one after
-another by timestamp seeking (long_form.py), each window a row of the model's continuous batch. Translation
-is Whisper's other task: any language's speech into English text."""
+another by timestamp seeking (long_form.py), or, where the request asks for it, cut at its silences and all
+decoded at once (chunked.py); each window a row of the model's continuous batch. Translation is Whisper's
+other task: any language's speech into English text."""
 
 from __future__ import annotations
 
@@ -20,14 +21,17 @@ from ...errors import FailedPrecondition, NotFound, ServiceError, invalid
 from ..models.registry import ModelRegistry
 from ..models.served_models import ServedSpeechModel
 from .audio_decoding import AudioLimits, decode_audio
+from .chunked import ChunkedRecording, cut_at_silences, transcribe_chunks
 from .log_mel import SAMPLE_RATE, WINDOW_FRAMES
 from .long_form import Segment, recording_features, transcribe_features
+from .speech_chunks import SilenceCuts
 from .window_decoding import TASKS, DecodeOptions
 
 TASK = "transcription"  # the served models' task
 MAX_PROMPT_CHARACTERS = 4000  # a prompt's text: only its last 223 tokens are read
 FALLBACK_STEP = 0.2  # OpenAI's temperature_increment_on_fallback
 MAX_BEAMS = 16
+MAX_SILENCE_MS = 10_000  # of chunking's silence_duration_ms and prefix_padding_ms
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +45,8 @@ class TranscribeRequest:
     beam_size: int = 5  # at temperature 0 (1: greedy)
     without_timestamps: bool = False
     word_timestamps: bool = False  # each segment's words timed (openai-whisper's timing)
+    # Cut at its silences, the pieces decoded at once (None: window after window, by timestamp seeking).
+    chunking_strategy: SilenceCuts | None = None
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class Heard:
 
     model: ServedSpeechModel
     options: DecodeOptions
-    features: np.ndarray  # (n_mels, frames) of the whole recording
+    recording: np.ndarray | ChunkedRecording  # the log-mel frames (n_mels, frames) of all of it, or its chunks
     duration: float  # seconds
     language: str
 
@@ -115,6 +121,8 @@ class TranscriptionService:
                 "(onnx/word_alignment.onnx: export the model again, or copy the file beside its other graphs)",
                 "word_timestamps",
             )
+        if request.chunking_strategy is not None:
+            self.check_chunking(model, request.chunking_strategy)
         steps = int(round((1.0 - request.temperature) / FALLBACK_STEP))
         temperatures = tuple(round(request.temperature + FALLBACK_STEP * i, 4) for i in range(steps + 1))
         return DecodeOptions(
@@ -126,6 +134,21 @@ class TranscriptionService:
             word_timestamps=request.word_timestamps,
         )
 
+    @staticmethod
+    def check_chunking(model: ServedSpeechModel, cuts: SilenceCuts) -> None:
+        if model.voice_activity is None:
+            raise FailedPrecondition(
+                f"chunking_strategy: model {model.name!r} is served without its voice activity detector "
+                "(onnx/voice_activity.onnx: export the model again)",
+                "chunking_strategy",
+            )
+        if not math.isfinite(cuts.threshold) or not 0.0 < cuts.threshold < 1.0:
+            raise invalid("chunking_strategy.threshold", f"{cuts.threshold:.7g}; above 0, below 1")
+        for name in ("silence_duration_ms", "prefix_padding_ms"):
+            value = getattr(cuts, name)
+            if not 0 <= value <= MAX_SILENCE_MS:
+                raise invalid(f"chunking_strategy.{name}", f"{value}; 0 to {MAX_SILENCE_MS}")
+
     async def prepare(self, request: TranscribeRequest, rpc: str = "Transcribe") -> Heard:
         """The request checked, its audio decoded into log-mel frames and its language known (given, or
         detected on the first window): everything before the first window is decoded."""
@@ -133,9 +156,16 @@ class TranscriptionService:
         options = self.options(model, request)
         loop = asyncio.get_running_loop()
         audio = await loop.run_in_executor(self.executor, decode_audio, request.audio, self.limits)
-        features = await loop.run_in_executor(self.executor, recording_features, audio, model.n_mels)
-        language = request.language or await self.detect_language(model, features)
-        return Heard(model, options, features, len(audio) / SAMPLE_RATE, language)
+        cuts = request.chunking_strategy
+        if cuts is None:
+            recording = await loop.run_in_executor(self.executor, recording_features, audio, model.n_mels)
+            first = recording
+        else:
+            recording = await loop.run_in_executor(self.executor, cut_at_silences, model, audio, cuts)
+            # The language of the first speech heard (of silence, where none was).
+            first = recording.chunks[0].features if recording.chunks else np.zeros((model.n_mels, 0), np.float32)
+        language = request.language or await self.detect_language(model, first)
+        return Heard(model, options, recording, len(audio) / SAMPLE_RATE, language)
 
     async def segments(self, heard: Heard) -> AsyncIterator[Segment]:
         """The segments as each window's are final."""
@@ -143,7 +173,11 @@ class TranscriptionService:
         model.metrics.audio_heard(heard.duration)
         started = time.perf_counter()
         spoken = heard.language if model.whisper.multilingual else None
-        async for segment in transcribe_features(model, heard.features, heard.options, spoken):
+        if isinstance(heard.recording, ChunkedRecording):
+            segments = transcribe_chunks(model, heard.recording, heard.options, spoken)
+        else:
+            segments = transcribe_features(model, heard.recording, heard.options, spoken)
+        async for segment in segments:
             yield segment
         model.metrics.transcribed(heard.duration, time.perf_counter() - started)
 

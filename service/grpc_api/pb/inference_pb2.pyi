@@ -536,7 +536,7 @@ class ClassifyResponse(_message.Message):
     def __init__(self, model: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., results: _Optional[_Iterable[_Union[LabelScores, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
 
 class TranscribeRequest(_message.Message):
-    __slots__ = ("model", "audio", "task", "language", "prompt", "temperature", "beam_size", "word_timestamps", "without_timestamps")
+    __slots__ = ("model", "audio", "task", "language", "prompt", "temperature", "beam_size", "word_timestamps", "without_timestamps", "chunking_strategy")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -546,6 +546,7 @@ class TranscribeRequest(_message.Message):
     BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
     WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     WITHOUT_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKING_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     model: str
     audio: bytes
     task: SpeechTask
@@ -555,7 +556,18 @@ class TranscribeRequest(_message.Message):
     beam_size: int
     word_timestamps: bool
     without_timestamps: bool
-    def __init__(self, model: _Optional[str] = ..., audio: _Optional[bytes] = ..., task: _Optional[_Union[SpeechTask, str]] = ..., language: _Optional[str] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ..., beam_size: _Optional[int] = ..., word_timestamps: _Optional[bool] = ..., without_timestamps: _Optional[bool] = ...) -> None: ...
+    chunking_strategy: SilenceCuts
+    def __init__(self, model: _Optional[str] = ..., audio: _Optional[bytes] = ..., task: _Optional[_Union[SpeechTask, str]] = ..., language: _Optional[str] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ..., beam_size: _Optional[int] = ..., word_timestamps: _Optional[bool] = ..., without_timestamps: _Optional[bool] = ..., chunking_strategy: _Optional[_Union[SilenceCuts, _Mapping]] = ...) -> None: ...
+
+class SilenceCuts(_message.Message):
+    __slots__ = ("threshold", "silence_duration_ms", "prefix_padding_ms")
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    SILENCE_DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_PADDING_MS_FIELD_NUMBER: _ClassVar[int]
+    threshold: float
+    silence_duration_ms: int
+    prefix_padding_ms: int
+    def __init__(self, threshold: _Optional[float] = ..., silence_duration_ms: _Optional[int] = ..., prefix_padding_ms: _Optional[int] = ...) -> None: ...
 
 class TranscribedWord(_message.Message):
     __slots__ = ("word", "start", "end", "probability")
