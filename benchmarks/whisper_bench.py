@@ -1,6 +1,7 @@
 """Whisper tiny.en under load: 32 callers, each sending a 30-60 s recording of espeak-ng speech (Harvard
 sentences, silences and noise between them), against faster-whisper on the same weights (float32 and int8;
-its BatchedInferencePipeline and its sequential mode, the files one after another).
+its BatchedInferencePipeline and its sequential mode, the files one after another), and transformers'
+automatic-speech-recognition pipeline (float32, 30 s chunks, 8 a batch, beams of 5).
 
 attnserve is `make run`'s model directory served by `attnserve serve` (--precision fp32 or int8), called by
 32 threads at once through the OpenAI audio route (its defaults: beams of 5, the temperature fallback, the
@@ -25,6 +26,7 @@ import argparse
 import json
 import statistics
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -118,6 +120,19 @@ def run_faster_whisper(compute_type: str, mode: str, files: list[Path], threads:
     return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
 
 
+def run_transformers(files: list[Path], threads: int) -> dict:
+    """transformers' pipeline on the same weights, in a process of its own (benchmarks/transformers_whisper_engine.py)."""
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.transformers_whisper_engine",
+        str(MODEL),
+        str(threads),
+        *map(str, files),
+    ]
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+
+
 def word_error_rate(texts: list[str], spoken: list[str]) -> float:
     from jiwer import wer
 
@@ -146,6 +161,7 @@ ENGINES = {
     "faster-whisper float32 batched": lambda files, threads: run_faster_whisper("float32", "batched", files, threads),
     "faster-whisper int8 batched": lambda files, threads: run_faster_whisper("int8", "batched", files, threads),
     "faster-whisper int8 sequential": lambda files, threads: run_faster_whisper("int8", "sequential", files, threads),
+    "transformers pipeline float32": run_transformers,
 }
 
 

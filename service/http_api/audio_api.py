@@ -1,8 +1,8 @@
 """OpenAI's audio API on the HTTP port: POST /v1/audio/transcriptions and /v1/audio/translations, a
 multipart upload (file, model, language, prompt, response_format, temperature, timestamp_granularities[],
-include[], stream, chunking_strategy) answered as OpenAI answers: json, text, srt, vtt or verbose_json (every segment's fields, and
-with word granularity every word's), or server-sent transcript.text.delta events, a window's segments at a
-time, and transcript.text.done."""
+include[], stream, chunking_strategy) answered as OpenAI answers: json, text, srt, vtt or verbose_json
+(every segment's fields, and with word granularity every word's), or server-sent transcript.text.delta
+events, a window's segments at a time, and transcript.text.done."""
 
 from __future__ import annotations
 
