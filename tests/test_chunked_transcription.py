@@ -99,6 +99,24 @@ def test_the_pieces_are_decoded_at_once_and_heard_as_well(cut, window_after_wind
     assert answer.duration == pytest.approx(transcript.duration, abs=0.01)
 
 
+def test_a_request_s_pieces_in_the_batch_at_once_are_capped(server, speech, monkeypatch):
+    """One piece at a time: no step holds two windows, and the transcript is the same (as near as steps of
+    other sizes allow: a row's float32 sums may round otherwise in another batch)."""
+    from service.core.transcription import chunked
+
+    audio = speech[0].read_bytes()
+    request = TranscribeRequest(audio=audio, model=MODEL, chunking_strategy=SilenceCuts())
+    side_by_side = server.run(server.server.core.transcription.transcribe(request), timeout=600)
+    monkeypatch.setattr(chunked, "PIECES_AT_ONCE", 1)
+    before = steps_of_several_windows(server)
+    one_by_one = server.run(server.server.core.transcription.transcribe(request), timeout=600)
+    assert steps_of_several_windows(server) == before
+    from jiwer import wer
+
+    assert wer(" ".join(normalized(side_by_side.text)), " ".join(normalized(one_by_one.text))) <= 0.05
+    assert one_by_one.segments[-1].end == pytest.approx(side_by_side.segments[-1].end, abs=0.5)
+
+
 def test_segments_and_words_are_timed_on_the_recordings_clock(cut, speech):
     """Each word inside a sentence's reading, give or take the detector's padding and a timestamp's 20 ms;
     the silences the pieces left out are put back."""

@@ -201,7 +201,7 @@ def test_the_staged_check_runs_every_phase_goes_on_after_a_failure_and_reruns_wh
     assert speech["same_as_cpu"] >= 0.5 and set(speech["texts"]) == {"speech-0.wav", "speech-1.wav"}
     cut = speech["long_file_cut_at_silences"]
     assert (
-        cut["segments"] >= 4
+        cut["segments"] >= 2
         and cut["real_time_factor"] > 0
         and cut["audio_seconds"] > speech["one_file"]["audio_seconds"]
     )

@@ -19,6 +19,11 @@ from .long_form import FRAMES_PER_SECOND, Segment, Word, recording_features, tra
 from .speech_chunks import SilenceCuts, Timeline, collect_chunks, speech_spans
 from .window_decoding import DecodeOptions
 
+# A request's pieces decoded at once, the others waiting in order: a 4-hour upload cuts into about 480, and
+# another request's windows wait behind 16 of them, not all (16 pieces of 5 beams still fill the 64 rows a
+# step of a CPU).
+PIECES_AT_ONCE = 16
+
 
 @dataclass(frozen=True)
 class ChunkFeatures:
@@ -46,11 +51,14 @@ async def transcribe_chunks(
     model: ServedSpeechModel, recording: ChunkedRecording, options: DecodeOptions, language: str | None
 ) -> AsyncIterator[Segment]:
     """The recording's segments (language: the one spoken, on a multilingual model; None on an English-only
-    one). Every chunk starts at once; one that fails stops the others."""
+    one). Up to PIECES_AT_ONCE chunks are decoded at once; one that fails stops the others."""
+
+    room = asyncio.Semaphore(PIECES_AT_ONCE)  # its waiters go in the order they came: the pieces' order
 
     async def transcribe(chunk: ChunkFeatures) -> list[Segment]:
-        segments = transcribe_features(model, chunk.features, options, language)
-        return [on_the_recording(s, chunk.offset, recording.timeline) async for s in segments]
+        async with room:
+            segments = transcribe_features(model, chunk.features, options, language)
+            return [on_the_recording(s, chunk.offset, recording.timeline) async for s in segments]
 
     tasks = [asyncio.ensure_future(transcribe(chunk)) for chunk in recording.chunks]
     try:
