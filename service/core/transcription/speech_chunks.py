@@ -51,10 +51,10 @@ def silence_cuts(value: str | dict) -> SilenceCuts:
         raise invalid(f"{FIELD}.type", f"{value.get('type')!r}; server_vad")
     values = {}
     for key, given in value.items():
-        if key != "type" and key not in SERVER_VAD_FIELDS:
-            raise invalid(f"{FIELD}.{key}", f"not a field of server_vad; one of type, {', '.join(SERVER_VAD_FIELDS)}")
-        if key != "type":
+        if key in SERVER_VAD_FIELDS:
             values[key] = _number(key, given)
+        elif key != "type":
+            raise invalid(f"{FIELD}.{key}", f"not a field of server_vad; one of type, {', '.join(SERVER_VAD_FIELDS)}")
     return SilenceCuts(**values)
 
 
@@ -91,7 +91,7 @@ def speech_spans(probabilities: np.ndarray, length: int, cuts: SilenceCuts) -> l
     threshold = cuts.threshold
     negative = max(threshold - 0.15, 0.01)  # below it a frame is silence; between the two, what came before
     triggered, speeches, current = False, [], {}
-    temp_end = prev_end = next_start = 0
+    temp_end = 0  # where the silence now heard inside a span began (0: none)
     possible_ends: list[tuple[int, int]] = []  # (where a silence began, how long it lasted) inside the span
     for i, probability in enumerate(probabilities.tolist()):
         sample = FRAME_SAMPLES * i
@@ -99,42 +99,28 @@ def speech_spans(probabilities: np.ndarray, length: int, cuts: SilenceCuts) -> l
             if sample - temp_end > min_silence_at_max:
                 possible_ends.append((temp_end, sample - temp_end))
             temp_end = 0
-            if next_start < prev_end:
-                next_start = sample
         if probability >= threshold and not triggered:
             triggered, current["start"] = True, sample
             continue
         if triggered and sample - current["start"] > max_speech:
-            if possible_ends:  # cut at the longest silence of the span so far
-                prev_end, duration = max(possible_ends, key=lambda end: end[1])
-                current["end"] = prev_end
-                speeches.append(current)
-                current = {}
-                next_start = prev_end + duration
-                # Silero's own condition, kept as it is: true unless the silence reaches past this frame.
-                if next_start < prev_end + sample:
-                    current["start"] = next_start
-                else:
-                    triggered = False
-                prev_end = next_start = temp_end = 0
-                possible_ends = []
+            if possible_ends:  # cut at the longest silence of the span so far; speech goes on after it
+                end, duration = max(possible_ends, key=lambda possible: possible[1])
+                speeches.append({**current, "end": end})
+                current = {"start": end + duration}
             else:  # no silence to cut at: cut here
-                current["end"] = sample
-                speeches.append(current)
+                speeches.append({**current, "end": sample})
                 current, triggered = {}, False
-                prev_end = next_start = temp_end = 0
-                possible_ends = []
+            temp_end, possible_ends = 0, []
+            if not triggered:
                 continue
         if probability < negative and triggered:
             temp_end = temp_end or sample
             if sample - temp_end < min_silence:
                 continue
-            current["end"] = temp_end
-            if current["end"] - current["start"] > 0:
-                speeches.append(current)
+            if temp_end - current["start"] > 0:
+                speeches.append({**current, "end": temp_end})
             current, triggered = {}, False
-            prev_end = next_start = temp_end = 0
-            possible_ends = []
+            temp_end, possible_ends = 0, []
     if current and length - current["start"] > 0:
         current["end"] = length
         speeches.append(current)
