@@ -143,7 +143,7 @@ def check_in_place(kit: Path, device: str) -> dict:
     def row_move(rows: int) -> float:  # one row moved, every row of the buffer bound
         geometry = CacheGeometry(layers, heads, d_head, positions, MIN_SOURCE_CAPACITY, runner.precision)
         memory = runner.cache_memory(geometry, rows, MIN_SOURCE_CAPACITY)
-        return median_seconds(lambda: memory.move_rows(rows, [(0, 1)], []), repeats=7, warmup=1)
+        return median_seconds(lambda: memory.move_rows(rows, [(0, 1)], rows, []), repeats=7, warmup=1)
 
     move_big, move_small = row_move(big_rows), row_move(2)
     ids = np.full((64, 8), 5, np.int64)

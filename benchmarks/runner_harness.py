@@ -47,7 +47,7 @@ class RunnerHarness:
     def step(self, cache: GenerationCache, tokens: np.ndarray):
         """One decode step of every row: tokens (rows, T) -> the runner's StepOutput; the books advance."""
         rows = cache.used
-        out = self.runner.step(tokens, cache.lengths[:rows], cache.source_lengths[:rows], [], cache.memory, rows)
+        out = self.runner.step(tokens, cache.lengths[:rows], cache.cross_layout(rows), [], cache.memory, rows)
         cache.advance(rows)
         return out
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from .config import ModelConfig
 
-# 4: the decoder step's total_length, from the host; attention as fused contrib ops. (3: half-precision
+# 5: the decoder step's cross-attention K/V once per group of rows that share a source (query_slots,
+# row_slots). (4: the decoder step's total_length, from the host; attention as fused contrib ops. 3: half-precision
 # graphs beside the float32 ones; the cache graphs; next_token, logit_rows and source_lengths. 2: the
 # decoder step on cache buffers.)
-MANIFEST_FORMAT = "attnserve.manifest/4"
+MANIFEST_FORMAT = "attnserve.manifest/5"
 OPSET = 18
 CACHE_IR_VERSION = 8  # of the cache graphs, as the exporter writes the others
 MANIFEST_FILE = "manifest.json"
@@ -144,13 +145,17 @@ def decoder_inputs(n_layers: int) -> tuple[str, ...]:
     return (
         "input_ids",  # (B, T) the step's tokens; T > 1 only for a batch of one
         "past_lengths",  # (B) int32: positions each row has filled in the cache buffers
-        "source_lengths",  # (B) int32: each row's source tokens (the cross buffers are right-padded)
+        "source_lengths",  # (G) int32: each group's source tokens (the cross buffers are right-padded)
         "logit_rows",  # (K) int64: the rows whose whole logits the step returns (sampling, beam search)
         # (1) int32: the longest row after the step, max(past_lengths) + T. GroupQueryAttention reads it on
         # the host: given from there, a step on CUDA copies nothing back to compute it and does not wait.
         "total_length",
+        # The rows' groups: rows that share a source (a beam search's beams) share one row of the cross
+        # buffers, and their queries are read against it as one block of W slots, W the most rows of a group.
+        "query_slots",  # (G * W) int64: the row whose query sits in each slot (spare slots: any row)
+        "row_slots",  # (B) int64: each row's slot, group * W + its place in the group
         *cache_names("past", n_layers),  # (B, H, L, Dh) buffers; L >= each row's length + T
-        *cache_names("cross", n_layers),  # (B, H, S, Dh), S >= every source length
+        *cache_names("cross", n_layers),  # (G, H, S, Dh), S >= every source length
     )
 
 

@@ -41,7 +41,8 @@ def greedy_decode_onnx(
     for step in range(max_steps):
         lengths = np.full(batch, step, dtype=np.int32)
         total = np.array([step + 1], np.int32)
-        values = [tokens[:, -1:], lengths, source_lengths, every_row, total, *buffers, *cross]
+        # A group of its own for every row: its cross K/V is its source's.
+        values = [tokens[:, -1:], lengths, source_lengths, every_row, total, every_row, every_row, *buffers, *cross]
         next_tokens, logits, *buffers = decoder.run(None, dict(zip(names, values)))
         step_logits.append(logits)
         tokens = np.concatenate([tokens, next_tokens[:, None]], axis=1)

@@ -37,7 +37,7 @@ EVENTS = {
 
 
 def drive(runner, cache, tokenizer, step) -> tuple[list[dict], dict[str, list[np.ndarray]]]:
-    """EVENTS over 18 steps of `step(tokens, lengths, sources, rows) -> next tokens` -> each step's token
+    """EVENTS over 18 steps of `step(tokens, lengths, layout, rows) -> next tokens` -> each step's token
     by text, and each remaining sequence's filled self-attention K/V by text."""
     holders, tokens_by_step = [], []
     for t in range(18):
@@ -54,7 +54,7 @@ def drive(runner, cache, tokenizer, step) -> tuple[list[dict], dict[str, list[np
             cache.release(holders.pop(event))
         n = cache.used
         tokens = np.array([[h.token] for h in cache.holders], np.int64)
-        chosen = step(tokens, cache.lengths[:n].copy(), cache.source_lengths[:n].copy(), n)
+        chosen = step(tokens, cache.lengths[:n].copy(), cache.cross_layout(n), n)
         cache.advance(n)
         for holder, token in zip(cache.holders, chosen.tolist()):
             holder.token = token
@@ -73,8 +73,8 @@ def test_buckets_are_powers_of_two_and_the_cache_s_rows():
 def test_bucketed_steps_give_the_tokens_and_the_cache_of_eager_steps(numbers_dir):
     runner, eager_cache, tokenizer = generation(numbers_dir, 8, 24)
 
-    def eager(tokens, lengths, sources, rows):
-        return runner.step(tokens, lengths, sources, [], eager_cache.memory, rows).next_tokens
+    def eager(tokens, lengths, layout, rows):
+        return runner.step(tokens, lengths, layout, [], eager_cache.memory, rows).next_tokens
 
     expected, expected_filled = drive(runner, eager_cache, tokenizer, eager)
 
@@ -83,11 +83,12 @@ def test_bucketed_steps_give_the_tokens_and_the_cache_of_eager_steps(numbers_dir
     buckets = DecodeBuckets(runner, cache.memory, pad_id=0)
     used, graphs = set(), set()
 
-    def bucketed(tokens, lengths, sources, rows):
+    def bucketed(tokens, lengths, layout, rows):
         used.add(buckets.bucket(rows).rows)
-        out = buckets.step(tokens, lengths, sources, rows)
+        out = buckets.step(tokens, lengths, layout, rows)
         graphs.add(buckets.graph_id(buckets.bucket(rows)))
-        assert out.sent == buckets.bucket(rows).rows * 16 and out.fetched == buckets.bucket(rows).rows * 8
+        # a row's token, length, source length and two slots; its argmax back
+        assert out.sent == buckets.bucket(rows).rows * 32 and out.fetched == buckets.bucket(rows).rows * 8
         return out.next_tokens
 
     got, filled = drive(runner, cache, tokenizer, bucketed)

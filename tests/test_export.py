@@ -71,13 +71,15 @@ def test_cli_export_writes_graphs_manifest_and_progress(tmp_path):
         "source_lengths",
         "logit_rows",
         "total_length",
-        "past_key.0",
-        "past_value.0",
+        "query_slots",
+        "row_slots",
     ]
     assert names[-2:] == ["cross_key.2", "cross_value.2"]
     shapes = {i["name"]: i["shape"] for i in decoder["inputs"] + decoder["outputs"]}
     assert shapes["past_key.0"] == shapes["present_value.2"] == ["batch", 3, "buffer", 16]
-    assert shapes["past_lengths"] == shapes["source_lengths"] == shapes["next_token"] == ["batch"]
+    assert shapes["past_lengths"] == shapes["row_slots"] == shapes["next_token"] == ["batch"]
+    assert shapes["source_lengths"] == ["groups"] and shapes["cross_key.0"] == ["groups", 3, "source", 16]
+    assert shapes["query_slots"] == ["slots"]
     assert shapes["logits"] == ["logit_rows", 257]
 
     attention = manifest["graphs"]["attention"]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from model.export.cache_graphs import CACHE_GRAPHS
 from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheFull, GenerationCache
-from service.runner.cache_memory import CacheGeometry, CacheMemory
+from service.runner.cache_memory import CacheGeometry, CacheMemory, CrossLayout
 
 GEOMETRY = CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=40)
 SESSIONS = {
@@ -28,10 +28,11 @@ SESSIONS = {
 
 
 class Holder:
-    """What holds a row: the cache keeps its `row` up to date."""
+    """What holds a row: the cache keeps its `row` up to date. marker: what its K/V hold; cross_marker:
+    what its source's cross K/V hold (another holder's, when it shares that holder's group)."""
 
     def __init__(self, marker: float = 0.0):
-        self.marker, self.row = marker, None
+        self.marker, self.cross_marker, self.row = marker, marker, None
 
 
 def new_cache(rows: int, precision: str = "fp32") -> GenerationCache:
@@ -52,10 +53,14 @@ def encoded(markers: list[float], length: int, dtype=np.float32) -> list[ort.Ort
     return [ort.OrtValue.ortvalue_from_numpy(batch.copy()) for _ in range(2 * g.n_layers)]
 
 
-def admit(cache: GenerationCache, holder: Holder, source: int, new_tokens: int = 5, steps: int = 0) -> None:
-    """A sequence's row: its cross K/V written (its marker), and `steps` decode steps' K/V (its marker)."""
-    cache.allocate(holder, source, new_tokens)
-    cache.write_cross(encoded([holder.marker], source), [(holder.row, 0)])
+def admit(cache: GenerationCache, holder: Holder, source: int, steps: int = 0, shares: Holder | None = None) -> None:
+    """A sequence's row: its cross K/V written (its marker) unless it shares the group of `shares` (whose
+    source it has), and `steps` decode steps' K/V (its marker)."""
+    cache.allocate(holder, source, 5, shares=shares)
+    if shares is None:
+        cache.write_cross(encoded([holder.marker], source), [(holder.row, 0)])
+    else:
+        holder.cross_marker = shares.cross_marker
     self_views, _ = views(cache)
     for buffer in self_views:  # as a decode step writes: at the row's filled length
         buffer[holder.row, :, cache.lengths[holder.row] : cache.lengths[holder.row] + steps] = holder.marker
@@ -63,14 +68,16 @@ def admit(cache: GenerationCache, holder: Holder, source: int, new_tokens: int =
 
 
 def assert_holds(cache: GenerationCache, holder: Holder) -> None:
-    """The holder's row has its own K/V: the filled positions and the source (beyond the source's length, the
-    row holds what the encoder gave for padding, which the decoder masks)."""
+    """The holder's row has its own K/V at the filled positions, and its group's cross row its source's
+    (beyond the source's length, the row holds what the encoder gave for padding, which the decoder masks)."""
     self_views, cross_views = views(cache)
-    row, filled, source = holder.row, cache.lengths[holder.row], cache.source_lengths[holder.row]
+    row, filled, source = holder.row, cache.lengths[holder.row], cache.source_length(holder.row)
+    group = cache.group_of[row]
+    assert group < cache.groups
     for buffer in self_views:
         assert (buffer[row, :, :filled] == holder.marker).all()
     for buffer in cross_views:
-        assert (buffer[row, :, :source] == holder.marker).all()
+        assert (buffer[group, :, :source] == holder.cross_marker).all()
 
 
 def test_rows_are_allocated_then_refused_when_full():
@@ -99,7 +106,7 @@ def test_releasing_moves_the_last_row_with_its_data_and_its_holder(precision):
         cache.lengths[row] = 2 + row
     cache.release(holders[0])  # row 2 moves into row 0, on the device
     assert holders[0].row is None and holders[2].row == 0 and cache.holders == [holders[2], holders[1]]
-    assert cache.used == 2 and cache.lengths[0] == 4 and cache.source_lengths[0] == 5
+    assert cache.used == 2 and cache.lengths[0] == 4 and cache.source_length(0) == 5
     assert_holds(cache, holders[2])
     assert_holds(cache, holders[1])
     cache.release(holders[1])  # the last row: nothing moves
@@ -122,19 +129,42 @@ def test_the_source_capacity_follows_the_longest_running_source():
     assert cache.source_capacity == MIN_SOURCE_CAPACITY  # empty: back to the minimum
 
 
-def test_one_source_written_into_every_beam_row():
+def test_beams_share_one_copy_of_their_source():
     cache = new_cache(rows=4)
-    beams = [Holder(), Holder(), Holder()]
+    beams = [Holder(5.0), Holder(5.0), Holder(5.0)]
     for beam in beams:
-        cache.allocate(beam, 6, 5)
+        cache.allocate(beam, 6, 5, shares=beams[0] if beam is not beams[0] else None)
     other = Holder(4.0)
     cache.allocate(other, 9, 5)
+    assert cache.groups == 2 and list(cache.group_of[:4]) == [0, 0, 0, 1] and list(cache.members[:2]) == [3, 1]
     # One encoder call for two sources: the beams take item 1, the other sequence item 0.
     cache.write_cross(encoded([4.0, 5.0], 9), [(b.row, 1) for b in beams] + [(other.row, 0)])
-    for beam in beams:
-        beam.marker = 5.0
-        assert_holds(cache, beam)
+    for holder in beams + [other]:
+        assert_holds(cache, holder)
+    layout = cache.cross_layout(4)  # 2 groups of 3 query slots: the beams', and the other's with 2 spare
+    assert list(layout.source_lengths) == [6, 9] and list(layout.row_slots) == [0, 1, 2, 3]
+    assert list(layout.query_slots) == [0, 1, 2, 3, 0, 0]
+    cache.release(beams[0])  # the last row (the other) moves in; the beams' group stays
+    assert cache.groups == 2 and other.row == 0 and cache.group_of[0] == 1
+    cache.release(beams[1])
+    cache.release(beams[2])  # the beams' group closes; the other's moves into cross row 0
+    assert cache.groups == 1 and other.row == 0 and cache.group_of[0] == 0
     assert_holds(cache, other)
+
+
+@given(groups=st.lists(st.integers(0, 5), min_size=1, max_size=40))
+def test_a_layout_puts_each_row_s_query_in_its_group_s_block(groups):
+    """Any rows in any groups (renumbered 0..G-1 by first appearance): each row's slot lies in its group's
+    block of W slots, no two rows share a slot, and query_slots reads each row back from its slot."""
+    first_seen = {g: i for i, g in reversed(list(enumerate(dict.fromkeys(groups))))}
+    group_of = np.array([first_seen[g] for g in groups], np.int32)
+    count = len(first_seen)
+    layout = CrossLayout.of_rows(group_of, np.arange(1, count + 1, dtype=np.int32))
+    width = int(np.bincount(group_of).max())
+    assert layout.groups == count and len(layout.query_slots) == count * width
+    assert (layout.row_slots // width == group_of).all() and len(set(layout.row_slots.tolist())) == len(groups)
+    assert (layout.query_slots[layout.row_slots] == np.arange(len(groups))).all()
+    assert ((layout.query_slots >= 0) & (layout.query_slots < len(groups))).all()
 
 
 def test_beam_rows_follow_their_parents_copying_rows_on_the_device():
@@ -153,20 +183,24 @@ def test_beam_rows_follow_their_parents_copying_rows_on_the_device():
 
 @given(
     operations=st.lists(
-        st.tuples(st.sampled_from(["admit", "release", "step"]), st.integers(0, 7), st.integers(1, 40)), max_size=30
+        st.tuples(st.sampled_from(["admit", "share", "release", "step"]), st.integers(0, 7), st.integers(1, 40)),
+        max_size=30,
     )
 )
 def test_every_row_keeps_its_own_data_whatever_comes_and_goes(operations):
-    """Random admissions (sources 1-40: the capacity grows and shrinks), releases and steps: every holder's
-    row has its own K/V at every moment, and the books agree with the row table."""
+    """Random admissions (sources 1-40: the capacity grows and shrinks; some rows sharing another's group,
+    as beams do), releases and steps: every holder's row has its own K/V and its group its source's at
+    every moment, and the books agree with the row table."""
     cache = new_cache(rows=4)
     live: list[Holder] = []
     marker = 0.0
     for operation, pick, source in operations:
-        if operation == "admit" and cache.free_rows:
+        if operation in ("admit", "share") and cache.free_rows:
             marker += 1.0
+            shares = live[pick % len(live)] if operation == "share" and live else None
+            source = source if shares is None else cache.source_length(shares.row)
             live.append(Holder(marker))
-            admit(cache, live[-1], source, steps=pick % 3)
+            admit(cache, live[-1], source, steps=pick % 3, shares=shares)
         elif operation == "release" and live:
             cache.release(live.pop(pick % len(live)))
         elif operation == "step" and live and cache.lengths[: cache.used].max() < GEOMETRY.target_tokens:
@@ -179,4 +213,8 @@ def test_every_row_keeps_its_own_data_whatever_comes_and_goes(operations):
         )
         for holder in live:
             assert_holds(cache, holder)
-    assert cache.source_capacity >= max([cache.source_lengths[h.row] for h in live], default=0)
+        assert cache.groups == len({h.cross_marker for h in live})
+        assert (
+            np.bincount(cache.group_of[: cache.used], minlength=cache.groups) == cache.members[: cache.groups]
+        ).all()
+    assert cache.source_capacity >= max([cache.source_length(h.row) for h in live], default=0)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model.architecture.random_model import random_model_dir
-from model.export.graphs import DecoderGraph, EncoderGraph
+from model.export.graphs import DecoderGraph, EncoderGraph, slots_of
 from model.export.model_dir import export_model_dir
 from modeldir.config import ModelConfig
 from modeldir.files import decoder_inputs, decoder_outputs, encoder_outputs
@@ -44,10 +44,12 @@ def encoder_batches(draw, vocab_size: int, max_length: int):
 
 @st.composite
 def decoder_steps(draw, config: ModelConfig, max_past: int = 300, max_source: int = 300, max_step: int = 16):
-    """A step's inputs: ragged filled lengths in cache buffers with room to spare. A step of several
-    positions comes with a batch of one (as ONNX Runtime's GroupQueryAttention requires)."""
+    """A step's inputs: ragged filled lengths in cache buffers with room to spare; the rows in groups that
+    share their cross K/V, in any order. A step of several positions comes with a batch of one (as ONNX
+    Runtime's GroupQueryAttention requires)."""
     c = config
     batch = draw(st.integers(1, 16))
+    groups = draw(st.integers(1, batch))
     step = draw(st.integers(1, max_step)) if batch == 1 else 1
     past = draw(st.integers(0, max_past))
     source = draw(st.integers(1, max_source))
@@ -55,16 +57,20 @@ def decoder_steps(draw, config: ModelConfig, max_past: int = 300, max_source: in
     lengths = lengths_with_padding(rng, batch, past) if past else np.zeros(batch, np.int64)
     room = past + step + draw(st.integers(0, 20))
     caches = [
-        rng.standard_normal((batch, c.n_heads, length, c.d_head)).astype(np.float32)
-        for length in [room] * (2 * c.n_decoder_layers) + [source] * (2 * c.n_decoder_layers)
+        rng.standard_normal((rows, c.n_heads, length, c.d_head)).astype(np.float32)
+        for rows, length in [(batch, room)] * (2 * c.n_decoder_layers) + [(groups, source)] * (2 * c.n_decoder_layers)
     ]
+    group_of = rng.permutation(np.concatenate([np.arange(groups), rng.integers(0, groups, batch - groups)]))
+    query_slots, row_slots = slots_of(torch.from_numpy(group_of), groups)
     logit_rows = rng.permutation(batch)[: draw(st.integers(0, batch))]  # any rows, any order, maybe none
     return [
         rng.integers(0, c.vocab_size, size=(batch, step), dtype=np.int64),
         lengths.astype(np.int32),
-        lengths_with_padding(rng, batch, source).astype(np.int32),
+        lengths_with_padding(rng, groups, source).astype(np.int32),
         logit_rows.astype(np.int64),
         np.array([lengths.max() + step], np.int32),
+        query_slots.numpy(),
+        row_slots.numpy(),
         *caches,
     ]
 
@@ -180,6 +186,8 @@ def test_first_step_has_an_empty_past(exported):
         np.array([5, 3], dtype=np.int32),
         np.array([1, 0], dtype=np.int64),
         np.array([1], dtype=np.int32),  # the longest row after the step
+        np.arange(2),  # a group for each row
+        np.arange(2),
         *[np.zeros((2, c.n_heads, 4, c.d_head), np.float32)] * (2 * c.n_decoder_layers),
         *[rng.standard_normal((2, c.n_heads, 5, c.d_head)).astype(np.float32) for _ in range(2 * c.n_decoder_layers)],
     ]

@@ -25,7 +25,7 @@ def admit_and_step(runner, cache, tokenizer, texts: list[str], steps: int, logit
     counts = []
     for _ in range(steps):
         n = cache.used
-        out = runner.step(tokens, cache.lengths[:n], cache.source_lengths[:n], list(logit_rows), cache.memory, n)
+        out = runner.step(tokens, cache.lengths[:n], cache.cross_layout(n), list(logit_rows), cache.memory, n)
         cache.advance(n)
         tokens = out.next_tokens[:, None]
         counts.append((out.sent, out.fetched))
@@ -34,14 +34,14 @@ def admit_and_step(runner, cache, tokenizer, texts: list[str], steps: int, logit
 
 @pytest.mark.parametrize("rows", [1, 7])
 def test_a_greedy_step_moves_o_rows_bytes_whatever_the_cache_holds(numbers_dir, rows):
-    """In: the step's token ids (int64), past and source lengths (int32 each); out: each row's argmax
-    (int64). 24 bytes a row, at every step, for a cache of 8 rows of 16 positions or 64 rows of 64: the
-    cache never crosses."""
+    """In: the step's token ids (int64), past and source lengths (int32 each), the query and row slots of
+    the cross-attention's groups (int64 each); out: each row's argmax (int64). 40 bytes a row, at every
+    step, for a cache of 8 rows of 16 positions or 64 rows of 64: the cache never crosses."""
     texts = [str(7**i) for i in range(1, rows + 1)]
     for cache_rows, target in ((8, 16), (64, 64)):
         runner, cache, tokenizer = generation(numbers_dir, cache_rows, target)
         counts = admit_and_step(runner, cache, tokenizer, texts, steps=12)
-        assert counts == [(rows * (8 + 4 + 4), rows * 8)] * 12, (cache_rows, target)
+        assert counts == [(rows * (8 + 4 + 4 + 8 + 8), rows * 8)] * 12, (cache_rows, target)
         assert cache.memory.nbytes >= cache_rows * target * 2 * 3 * 64 * 4  # the self K/V alone: 3 layers, d 64
 
 
@@ -49,7 +49,7 @@ def test_rows_that_sample_or_search_fetch_their_logits_and_no_others(numbers_dir
     runner, cache, tokenizer = generation(numbers_dir, 8, 16)
     counts = admit_and_step(runner, cache, tokenizer, ["12", "345", "6789"], steps=3, logit_rows=[2, 0])
     vocab = open_model_dir(numbers_dir).config.vocab_size
-    assert counts == [(3 * 16 + 2 * 8, 3 * 8 + 2 * vocab * 4)] * 3
+    assert counts == [(3 * 32 + 2 * 8, 3 * 8 + 2 * vocab * 4)] * 3
 
 
 def test_greedy_tokens_of_the_device_argmax_are_the_model_s_translation(numbers_dir):
@@ -61,7 +61,7 @@ def test_greedy_tokens_of_the_device_argmax_are_the_model_s_translation(numbers_
     cache.write_cross(runner.encode(ids, mask).cross, [(0, 0), (1, 1)])
     tokens, out = np.ones((2, 1), np.int64), []
     for _ in range(12):
-        step = runner.step(tokens, cache.lengths[:2], cache.source_lengths[:2], [], cache.memory, 2)
+        step = runner.step(tokens, cache.lengths[:2], cache.cross_layout(2), [], cache.memory, 2)
         cache.advance(2)
         tokens = step.next_tokens[:, None]
         out.append(step.next_tokens.tolist())

@@ -26,7 +26,7 @@ from service.engine.sequence import LENGTH, Event, GenerationParams
 from service.engine.steps import SchedulerSettings
 from service.engine.token_choice import GenerationRules, TokenChoice
 from service.errors import InvalidArgument, QueueFull, Unavailable
-from service.runner.cache_memory import CacheGeometry, CacheMemory
+from service.runner.cache_memory import CacheGeometry, CacheMemory, CrossLayout
 from service.runner.seq2seq import EncoderOutput, StepOutput
 
 from .health_record import HealthRecord
@@ -112,7 +112,7 @@ def rows_per_step(needs: list[int], rows: int) -> list[int]:
 class FakeRunner:
     """encode() and step() as runner/seq2seq.py's, over the real cache memory: the encoder's cross K/V of a
     source is its token ids; a step writes each row's input token into the row's self-attention buffer at its
-    past length, reads the row's source from its cross buffer and its history (the start token, then every
+    past length, reads the source from its group's cross row and its history (the start token, then every
     token so far) from its self buffer, and gives model_logits of them. A row holding another row's data, or a
     stale one, gets other tokens."""
 
@@ -134,11 +134,13 @@ class FakeRunner:
         cross = [ort.OrtValue.ortvalue_from_numpy(values.copy()) for _ in cache_names("cross", GEOMETRY.n_layers)]
         return EncoderOutput(cross, input_ids.nbytes + attention_mask.nbytes, 0)
 
-    def step(self, input_ids, past_lengths, source_lengths, logit_rows, memory: CacheMemory, rows: int) -> StepOutput:
+    def step(self, input_ids, past_lengths, layout: CrossLayout, logit_rows, memory: CacheMemory, rows: int):
         if len(self.steps) in self.fail_steps:
             self.steps.append([])
             raise RuntimeError("fake decoder fault")
-        assert input_ids.shape == (rows, 1) and past_lengths.shape == source_lengths.shape == (rows,)
+        assert input_ids.shape == (rows, 1) and past_lengths.shape == layout.row_slots.shape == (rows,)
+        width = len(layout.query_slots) // layout.groups
+        assert (layout.query_slots[layout.row_slots] == np.arange(rows)).all(), layout
         history = memory.self_buffers[0].numpy()  # (cache rows, H, target tokens, Dh), the buffer itself
         sources = memory.cross_buffers[0].numpy()
         logits, prompts = np.empty((rows, VOCAB), np.float32), []
@@ -147,7 +149,8 @@ class FakeRunner:
             history[row, 0, filled, 0] = input_ids[row, 0]  # as a decoder step writes its K/V, in place
             tokens = history[row, 0, : filled + 1, 0].astype(np.int64).tolist()
             assert tokens[0] == BOS, f"row {row} does not start with the start token: {tokens}"
-            prompt = sources[row, 0, : source_lengths[row], 0].astype(np.int64).tolist()
+            group = int(layout.row_slots[row]) // width  # the cross row this row reads
+            prompt = sources[group, 0, : layout.source_lengths[group], 0].astype(np.int64).tolist()
             prompts.append(tuple(prompt))
             logits[row] = model_logits(prompt, tokens[1:])
         self.steps.append(prompts)

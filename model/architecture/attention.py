@@ -10,7 +10,8 @@ d_model x d_model matrix and split into heads by a reshape; likewise W^K and W^V
 - decoder masked self-attention: keys and values of earlier positions come from a cache, the step's
   own positions under a causal mask (how the cache is read and written: decoder_cache.py);
 - cross-attention: keys and values from the encoder output, projected once per sequence (project_kv)
-  and passed in at every step.
+  and passed in at every step; in a decoder step, once per group of rows that share a source (a beam
+  search's beams), whose queries are read as one block (CrossGroups).
 """
 
 from __future__ import annotations
@@ -57,6 +58,26 @@ def attention(
     return (output, weights) if return_weights else output
 
 
+class CrossSlots(tuple):
+    """Where a decoder step's rows find their groups' cross-attention K/V (CrossGroups): (lengths,
+    query_slots, row_slots)."""
+
+    def __new__(cls, lengths: Tensor, query_slots: Tensor, row_slots: Tensor):
+        return super().__new__(cls, (lengths, query_slots, row_slots))
+
+
+class CrossGroups(tuple):
+    """A decoder step's cross-attention K/V kept once per group of rows that share a source (the beams of a
+    beam search), and where each row's query goes: keys and values (G, H, S, Dh), right-padded; lengths
+    (G) int32, each group's source length; query_slots (G * W) int64, the row whose query sits in each of
+    the groups' W slots (a group with fewer rows repeats any row there, whose answer is not read);
+    row_slots (B) int64, each row's slot. The step then reads each group's K/V once for its W queries,
+    where a row-per-row layout reads a copy for each beam: over a long source, most of a step's time."""
+
+    def __new__(cls, keys: Tensor, values: Tensor, lengths: Tensor, query_slots: Tensor, row_slots: Tensor):
+        return super().__new__(cls, (keys, values, lengths, query_slots, row_slots))
+
+
 def padding_only(sources: list[KeysValues]) -> bool:
     """One source whose mask is the same for every query (B, 1, S): the encoder's self-attention over its
     tokens, the decoder's cross-attention over the source."""
@@ -92,7 +113,10 @@ class PaddedAttention(torch.autograd.Function):
             num_heads_i=n_heads,
             scale_f=scale,
         )
-        out.setType(query.type())  # the exporter cannot infer a contrib op's shapes
+        # The exporter cannot infer a contrib op's shapes: the output is shaped as the query, whose width (a
+        # beam group's query block has a reshaped type that lost it) is the heads' times the keys' head size.
+        sizes = query.type().varyingSizes() or [None, None, None]
+        out.setType(query.type().with_sizes([sizes[0], sizes[1], n_heads * keys.type().varyingSizes()[3]]))
         return out
 
 
@@ -121,6 +145,15 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of a sequence (B, S, d_model) -> two (B, H, S, Dh)."""
         return self.split_heads(self.w_k(source)), self.split_heads(self.w_v(source))
+
+    def grouped(self, x: Tensor, groups: CrossGroups) -> Tensor:
+        """Queries from x (B, T, d_model) over their groups' K/V (CrossGroups); returns (B, T, d_model)."""
+        keys, values, lengths, query_slots, row_slots = groups
+        query = self.w_q(x)
+        batch, steps, d_model = query.shape
+        block = query.index_select(0, query_slots).reshape(keys.shape[0], -1, d_model)  # (G, W * T, d_model)
+        out = PaddedAttention.apply(block, keys, values, lengths, self.n_heads, self.scale)
+        return self.w_o(out.reshape(-1, steps, d_model).index_select(0, row_slots))
 
     def forward(self, x: Tensor, sources: list[KeysValues]) -> Tensor:
         """Queries from x (B, T, d_model) attend over the sources; returns (B, T, d_model)."""

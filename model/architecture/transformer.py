@@ -8,8 +8,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from model.architecture.attention import KeysValues, MultiHeadAttention
+from model.architecture.attention import CrossGroups, CrossSlots, KeysValues, MultiHeadAttention
 from model.architecture.decoder_cache import ConcatCache
+from model.architecture.positions import fairseq_sinusoid_table, position_table
 from modeldir.config import ModelConfig
 
 ACTIVATIONS = {
@@ -18,44 +19,6 @@ ACTIVATIONS = {
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
     "silu": nn.SiLU,
 }
-
-
-def sinusoid_table(n_positions: int, d_model: int, split: bool = False) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)). (P, d_model)
-    split: the sines in the first half of each vector and the cosines in the second, as Marian lays them out."""
-    position = torch.arange(n_positions, dtype=torch.float64)[:, None]
-    frequency = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    sines, cosines = torch.sin(position * frequency), torch.cos(position * frequency[: d_model // 2])
-    if split:
-        return torch.cat([sines, cosines], dim=1).float()
-    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
-    table[:, 0::2] = sines
-    table[:, 1::2] = cosines
-    return table.float()
-
-
-def fairseq_sinusoid_table(n_positions: int, d_model: int, padding_idx: int | None) -> Tensor:
-    """fairseq's table (M2M100, NLLB; Whisper's encoder without a padding row): frequencies
-    exp(-i ln(10000) / (d/2 - 1)), all sines then all cosines (a zero column for an odd d_model), the
-    padding_idx row zero; in float32, as fairseq, openai-whisper and transformers compute it, so that the
-    values are theirs to the bit. (P, d_model)"""
-    half = d_model // 2
-    frequency = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
-    angles = torch.arange(n_positions, dtype=torch.int64).float()[:, None] * frequency[None]
-    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
-    if d_model % 2:
-        table = torch.cat([table, torch.zeros(n_positions, 1)], dim=1)
-    if padding_idx is not None:
-        table[padding_idx] = 0
-    return table
-
-
-def position_table(config: ModelConfig) -> Tensor:
-    """The fixed table of a sinusoidal kind, one row for each position the model takes, offset included."""
-    rows = config.max_positions + config.position_offset
-    if config.positions == "sinusoidal_fairseq":
-        return fairseq_sinusoid_table(rows, config.d_model, config.pad_id)
-    return sinusoid_table(rows, config.d_model, split=config.positions == "sinusoidal_split")
 
 
 class Embeddings(nn.Module):
@@ -167,13 +130,18 @@ class DecoderLayer(Block):
         self.feed_forward = FeedForward(config)
         self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def forward(self, x: Tensor, cache, index: int, cross: KeysValues) -> Tensor:
+    def forward(self, x: Tensor, cache, index: int, cross: KeysValues | CrossGroups) -> Tensor:
         """x (B, T, d_model): the step's positions. cache: where this layer (number `index`) finds the
-        earlier positions' K/V and leaves the step's (decoder_cache.py). cross: the encoder output's K/V."""
+        earlier positions' K/V and leaves the step's (decoder_cache.py). cross: the encoder output's K/V,
+        per row or per group of rows (attention.py)."""
         h = self.branch_input(self.self_attention_norm, x)
         x = self.residual(self.self_attention_norm, x, cache.attend(index, self.self_attention, h))
         h = self.branch_input(self.cross_attention_norm, x)
-        x = self.residual(self.cross_attention_norm, x, self.cross_attention(h, [cross]))
+        if isinstance(cross, CrossGroups):
+            attended = self.cross_attention.grouped(h, cross)
+        else:
+            attended = self.cross_attention(h, [cross])
+        x = self.residual(self.cross_attention_norm, x, attended)
         h = self.branch_input(self.feed_forward_norm, x)
         return self.residual(self.feed_forward_norm, x, self.feed_forward(h))
 
@@ -213,14 +181,20 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
         self.final_norm = _final_norm(config)
 
-    def forward(self, input_ids: Tensor, cache, cross: list[tuple[Tensor, Tensor]], cross_mask: Tensor) -> Tensor:
+    def forward(
+        self, input_ids: Tensor, cache, cross: list[tuple[Tensor, Tensor]], cross_mask: Tensor | CrossSlots
+    ) -> Tensor:
         """input_ids (B, T): the step's tokens, which follow the positions in `cache` (decoder_cache.py).
         cross[i]: layer i's K/V of the encoder output (B, H, S, Dh); cross_mask (B, S), 1 at real source tokens.
+        Or the K/V once per group of rows (G, H, S, Dh), with cross_mask the rows' CrossSlots.
         Returns hidden states (B, T, d_model); the cache holds the step's K/V afterwards."""
         x = self.embeddings(input_ids, cache.positions(input_ids))
-        cross_visible = cross_mask.bool()[:, None, :]  # (B, 1, S)
         for index, (layer, (cross_k, cross_v)) in enumerate(zip(self.layers, cross)):
-            x = layer(x, cache, index, KeysValues(cross_k, cross_v, cross_visible))
+            if isinstance(cross_mask, CrossSlots):
+                source = CrossGroups(cross_k, cross_v, *cross_mask)
+            else:
+                source = KeysValues(cross_k, cross_v, cross_mask.bool()[:, None, :])  # mask (B, 1, S)
+            x = layer(x, cache, index, source)
         return self.final_norm(x)
 
 

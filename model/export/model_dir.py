@@ -144,14 +144,16 @@ def export_decoder(model: Seq2SeqModel, name: str) -> onnx.ModelProto:
     axes = {
         "input_ids": {0: "batch", 1: "step"},
         "past_lengths": {0: "batch"},
-        "source_lengths": {0: "batch"},
+        "source_lengths": {0: "groups"},
         "logit_rows": {0: "logit_rows"},
+        "query_slots": {0: "slots"},
+        "row_slots": {0: "batch"},
         "next_token": {0: "batch"},
         "logits": {0: "logit_rows"},
     }
     buffers = [name_ for name_ in inputs + outputs if name_.startswith(("past_key", "past_value", "present_"))]
     axes.update({name_: {0: "batch", 2: "buffer"} for name_ in buffers})
-    axes.update({name_: {0: "batch", 2: "source"} for name_ in inputs if name_.startswith("cross_")})
+    axes.update({name_: {0: "groups", 2: "source"} for name_ in inputs if name_.startswith("cross_")})
     args = example_decoder_inputs(model.config)
     return _to_onnx(
         DecoderGraph(model), args, inputs, outputs, axes, name, "decoder", model.config, {"com.microsoft": 1}

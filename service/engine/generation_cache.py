@@ -1,13 +1,19 @@
 """The generation cache of one seq2seq model: preallocated rows, one per running sequence (one per beam of a
-beam search), and all of its books: who holds which row, how much of each row is filled, and the moves.
+beam search), and all of its books: who holds which row, how much of each row is filled, which rows share
+a source, and the moves.
 
 The memory itself is the runner's (runner/cache_memory.py): per decoder layer, a self-attention key and
 value buffer of shape (rows, heads, target_tokens, d_head) and cross-attention buffers (rows, heads,
 source capacity, d_head), on the sessions' device, allocated once (docs/kv_cache.md explains the choice).
-Holders occupy rows 0..used-1, so a decode step binds the leading `used` rows of every buffer, a
-contiguous range, as its past input and present output: the step writes its keys and values in place and
-reads only each row's filled positions. When a holder leaves, the last row's holder moves into its place
-(one row copied on the device, once).
+Holders occupy rows 0..used-1, so a decode step binds the leading `used` rows of every self-attention
+buffer, a contiguous range, as its past input and present output: the step writes its keys and values in
+place and reads only each row's filled positions. When a holder leaves, the last row's holder moves into
+its place (one row copied on the device, once).
+
+The cross buffers hold one row per group: the rows that share a source (a beam search's beams, which
+open one group for all of them) read one copy of its K/V, their queries as one block (CrossLayout).
+Groups occupy cross rows 0..groups-1 in the same way: when a group's last row leaves, the last group
+moves into its place.
 
 Cross-attention reads its buffer's whole source capacity, so that capacity follows the longest source
 among running sequences: it doubles when a longer one arrives and returns to its minimum when the cache
@@ -24,7 +30,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..errors import invalid
-from ..runner.cache_memory import CacheMemory
+from ..runner.cache_memory import CacheMemory, CrossLayout
 
 MIN_SOURCE_CAPACITY = 16
 
@@ -64,9 +70,12 @@ class GenerationCache:
         self.geometry, self.rows, self.memory = geometry, rows, memory
         self.holders: list = []  # the row table: holders[i] holds row i
         self.lengths = np.zeros(rows, np.int32)  # decoder positions filled per row
-        self.source_lengths = np.zeros(rows, np.int32)
+        self.group_of = np.zeros(rows, np.int32)  # each row's group: its row of the cross buffers
         self.reserved = np.zeros(rows, np.int64)  # tokens each row's sequence may need
-        self._books = [self.lengths, self.source_lengths, self.reserved]
+        self._books = [self.lengths, self.group_of, self.reserved]
+        self.groups = 0  # groups in use: cross rows 0..groups-1
+        self.source_lengths = np.zeros(rows, np.int32)  # per group: its source's tokens
+        self.members = np.zeros(rows, np.int32)  # per group: the rows that read it
 
     def books(self, dtype, width: int = 0) -> np.ndarray:
         """A new per-row array (zeros; `width` values a row if given), which moves with its rows."""
@@ -114,41 +123,69 @@ class GenerationCache:
                 f"(at most {g.source_tokens} tokens and {g.target_tokens - 1} steps)",
             )
 
-    def allocate(self, holder, source_tokens: int, new_tokens: int) -> int:
-        """The next row, for a holder whose sequence has this source and may generate `new_tokens`;
-        sets holder.row. Raises CacheFull."""
+    def allocate(self, holder, source_tokens: int, new_tokens: int, shares=None) -> int:
+        """The next row, for a holder whose sequence has this source and may generate `new_tokens`; a new
+        group for its cross K/V, or the group of `shares` (a holder of the same source, a beam beside it).
+        Sets holder.row. Raises CacheFull."""
         if not self.fits(source_tokens, new_tokens):
             raise ValueError(f"a request of {source_tokens} + {new_tokens} tokens never fits this cache")
         if self.used == self.rows:
             raise CacheFull(f"all {self.rows} rows are in use")
-        if source_tokens > self.source_capacity:
-            capacity = self.source_capacity
-            while capacity < source_tokens:
-                capacity *= 2
-            self.memory.resize_cross(min(capacity, self.geometry.source_tokens), self.used)
+        if shares is None:
+            group = self._open_group(source_tokens)
+        else:
+            group = int(self.group_of[shares.row])
         row = self.used
         self.holders.append(holder)
         holder.row = row
         self.lengths[row] = 0
-        self.source_lengths[row] = source_tokens
+        self.group_of[row] = group
+        self.members[group] += 1
         self.reserved[row] = source_tokens + 1 + new_tokens
         return row
 
+    def _open_group(self, source_tokens: int) -> int:
+        if source_tokens > self.source_capacity:
+            capacity = self.source_capacity
+            while capacity < source_tokens:
+                capacity *= 2
+            self.memory.resize_cross(min(capacity, self.geometry.source_tokens), self.groups)
+        group = self.groups
+        self.groups += 1
+        self.source_lengths[group] = source_tokens
+        self.members[group] = 0
+        return group
+
+    def cross_layout(self, rows: int) -> CrossLayout:
+        """Where the first `rows` rows (those in use) find their groups' K/V, for a step over them."""
+        return CrossLayout.of_rows(self.group_of[:rows], self.source_lengths[: self.groups])
+
+    def source_length(self, row: int) -> int:
+        return int(self.source_lengths[self.group_of[row]])
+
     def write_cross(self, encoded, assignments: list[tuple[int, int]]) -> None:
         """Rows' cross-attention K/V, computed once per request: encoded is the runner's encoder output
-        for a batch of sources; assignments, (row, index of its source in that batch)."""
-        rows, sources = [a[0] for a in assignments], [a[1] for a in assignments]
-        self.memory.write_cross(self.used, encoded, rows, sources)
+        for a batch of sources; assignments, (row, index of its source in that batch). Written once per
+        group."""
+        sources = {int(self.group_of[row]): source for row, source in assignments}
+        self.memory.write_cross(self.groups, encoded, list(sources), list(sources.values()))
 
     def advance(self, rows: int) -> None:
         """A decode step filled one more position of each of the first `rows` rows."""
         self.lengths[:rows] += 1
 
     def release(self, holder) -> None:
-        """Free the holder's row; the last row's holder moves into it."""
+        """Free the holder's row; the last row's holder moves into it. A group left without rows is freed
+        too; the last group moves into it."""
         row, last = holder.row, self.used - 1
-        if row != last:
-            self.memory.move_rows(self.used, [(last, row)], [(last, row)])
+        group = int(self.group_of[row])
+        self.members[group] -= 1
+        groups = self.groups  # before the group closes, if it does
+        cross_moves = [] if self.members[group] else self._close_group(group)
+        self_moves = [(last, row)] if row != last else []
+        if self_moves or cross_moves:
+            self.memory.move_rows(self.used, self_moves, groups, cross_moves)
+        if self_moves:
             for books in self._books:
                 books[row] = books[last]
             moved = self.holders[last]
@@ -160,11 +197,23 @@ class GenerationCache:
         if self.shrinks and self.used == 0 and self.source_capacity > MIN_SOURCE_CAPACITY:
             self.memory.resize_cross(MIN_SOURCE_CAPACITY, 0)  # a long source once need not cost every step after
 
+    def _close_group(self, group: int) -> list[tuple[int, int]]:
+        """Free a group no row reads; the last group takes its place. -> the cross row moves that makes it so."""
+        last = self.groups - 1
+        self.groups -= 1
+        if group == last:
+            return []
+        self.source_lengths[group] = self.source_lengths[last]
+        self.members[group] = self.members[last]
+        rows = self.group_of[: self.used]
+        rows[rows == last] = group
+        return [(last, group)]
+
     def follow_parents(self, beam_rows: list, parents: list[int]) -> list:
         """A beam search's rows after a step whose new beams continue `parents` (old beam indices): each
         new beam's row holds its parent's self-attention K/V. -> the holders in new beam order.
         Cross-attention rows are alike for all beams of a sequence and are left alone."""
         ordered, copies = reorder_beams(beam_rows, parents)
         if copies:
-            self.memory.move_rows(self.used, copies, [])
+            self.memory.move_rows(self.used, copies, self.groups, [])
         return ordered

@@ -193,9 +193,11 @@ class Scheduler:
             sequence = self.waiting.popleft()
             if sequence.search:
                 sequence.beam_rows = [BeamRow(sequence, beam) for beam in range(sequence.params.width)]
+            first = None  # a beam search's beams share one copy of the source's cross K/V
             for holder in sequence.holders:
-                self.cache.allocate(holder, sequence.source_length, sequence.params.max_steps)
+                self.cache.allocate(holder, sequence.source_length, sequence.params.max_steps, shares=first)
                 self.rows.admit(holder)
+                first = first or holder
             sequence.admitted = time.perf_counter()
             if self.metrics and not sequence.params.probe:
                 self.metrics.queued(sequence.admitted - sequence.arrived)
@@ -218,11 +220,11 @@ class Scheduler:
         rows, holders, cache, state = plan.rows, plan.holders, self.cache, self.rows
         last = state.next_input[:rows].reshape(rows, 1)
         logit_rows = self.choice.logit_rows(state, rows)
-        lengths, sources = cache.lengths[:rows], cache.source_lengths[:rows]
+        lengths, layout = cache.lengths[:rows], cache.cross_layout(rows)
         if self.buckets is not None:  # greedy steps in a bucket, the others eager
-            step = self.buckets.step_rows(last, lengths, sources, logit_rows, rows)
+            step = self.buckets.step_rows(last, lengths, layout, logit_rows, rows)
         else:
-            step = self.runner.step(last, lengths, sources, logit_rows, cache.memory, rows)
+            step = self.runner.step(last, lengths, layout, logit_rows, cache.memory, rows)
         cache.advance(rows)
         tokens = self.choice.choose(step, state, holders)
         for sequence in {id(h.sequence): h.sequence for h in holders if isinstance(h, BeamRow)}.values():

@@ -1,8 +1,10 @@
 """The generation cache's memory on the sessions' device: every layer's self-attention and cross-attention
-K/V buffers, allocated once as OrtValues (zeroed: never-written positions must not hold NaN bit patterns,
-which a zero attention weight would still spread), and the device-side operations on their rows, run by
-the model's cache graphs (model/export/cache_graphs.py) with every buffer bound in place by pointer. The books
-(which row holds what, how much of it is filled) are the engine's (engine/generation_cache.py)."""
+K/V buffers (self-attention: a row per running sequence or beam; cross-attention: a row per group of rows
+that share a source, so a beam search's beams read one copy), allocated once as OrtValues (zeroed:
+never-written positions must not hold NaN bit patterns, which a zero attention weight would still spread),
+and the device-side operations on their rows, run by the model's cache graphs (model/export/cache_graphs.py)
+with every buffer bound in place by pointer. The books (which row holds what, how much of it is filled) are
+the engine's (engine/generation_cache.py)."""
 
 from __future__ import annotations
 
@@ -50,6 +52,48 @@ class CacheGeometry:
         return self.tokens_per_row * self.bytes_per_token
 
 
+@dataclass(frozen=True)
+class CrossLayout:
+    """Where a decoder step's rows find their cross-attention K/V: the first G rows of the cross buffers,
+    one per group of rows that share a source. source_lengths (G) int32, each group's; query_slots (G * W)
+    and row_slots (B) int64, as the decoder step takes them (modeldir/files.py decoder_inputs)."""
+
+    source_lengths: np.ndarray
+    query_slots: np.ndarray
+    row_slots: np.ndarray
+
+    @property
+    def groups(self) -> int:
+        return len(self.source_lengths)
+
+    @staticmethod
+    def row_per_group(source_lengths: np.ndarray) -> CrossLayout:
+        """Every row a group of its own (row i reads cross row i)."""
+        every_row = np.arange(len(source_lengths), dtype=np.int64)
+        return CrossLayout(np.asarray(source_lengths, np.int32), every_row, every_row)
+
+    @staticmethod
+    def of_rows(group_of: np.ndarray, source_lengths: np.ndarray) -> CrossLayout:
+        """Each row's group (B), every group 0..G-1 holding a row, and each group's source length (G) -> the
+        layout: W the most rows of a group, a group's rows in row order, spare slots reading row 0."""
+        groups = len(source_lengths)
+        members = np.bincount(group_of, minlength=groups)
+        width = int(members.max())
+        if width == 1:  # every row alone: the slots are each row's group
+            slots = group_of.astype(np.int64)
+            query_slots = np.empty(groups, np.int64)
+            query_slots[slots] = np.arange(len(group_of))
+            return CrossLayout(source_lengths, query_slots, slots)
+        order = np.argsort(group_of, kind="stable")
+        first = np.cumsum(members) - members  # where each group starts in `order`
+        place = np.empty(len(group_of), np.int64)
+        place[order] = np.arange(len(group_of)) - first[group_of[order]]
+        row_slots = group_of.astype(np.int64) * width + place
+        query_slots = np.zeros(groups * width, np.int64)
+        query_slots[row_slots] = np.arange(len(group_of))
+        return CrossLayout(source_lengths, query_slots, row_slots)
+
+
 class CacheMemory:
     def __init__(
         self, geometry: CacheGeometry, rows: int, device: str, graphs: dict[str, ort.InferenceSession], capacity: int
@@ -88,29 +132,34 @@ class CacheMemory:
         if output is not None:
             binding.bind_output(output, self.device, 0, self.dtype, shape, value.data_ptr())
 
-    def bind_step(self, binding: ort.IOBinding, past_names, present_names, cross_names, rows: int) -> None:
+    def bind_step(self, binding: ort.IOBinding, past_names, present_names, cross_names, rows: int, groups: int):
         """A decoder step's cache: each self-attention buffer as its layer's past and present at once (the
-        step writes its K/V in place), each cross buffer as its cross input; the leading `rows` rows."""
+        step writes its K/V in place), its leading `rows` rows; each cross buffer's leading `groups` rows
+        as its cross input."""
         for past, present, value in zip(past_names, present_names, self.self_buffers):
             self.bind(binding, past, value, rows, output=present)
         for name, value in zip(cross_names, self.cross_buffers):
-            self.bind(binding, name, value, rows)
+            self.bind(binding, name, value, groups)
 
-    def move_rows(self, used: int, self_moves: list[tuple[int, int]], cross_moves: list[tuple[int, int]]) -> None:
-        """Copy rows (from, to) of the self-attention buffers and of the cross buffers, on the device."""
+    def move_rows(self, rows: int, self_moves: list[tuple[int, int]], groups: int, cross_moves: list[tuple[int, int]]):
+        """Copy rows (from, to) of the self-attention buffers (of their first `rows`) and of the cross
+        buffers (of their first `groups`), on the device."""
         session = self.graphs["cache_moves"]
         binding = session.io_binding()
         for kind, moves in (("self", self_moves), ("cross", cross_moves)):
             sources = np.array([m[0] for m in moves], np.int64)
             binding.bind_cpu_input(f"{kind}_from", sources)
             binding.bind_cpu_input(f"{kind}_to", np.array([m[1] for m in moves], np.int64).reshape(-1, 1))
-        for name, value in zip(self.self_names + self.cross_names, self.self_buffers + self.cross_buffers):
-            self.bind(binding, name, value, used, output=f"moved_{name}")
+        for name, value in zip(self.self_names, self.self_buffers):
+            self.bind(binding, name, value, rows, output=f"moved_{name}")
+        for name, value in zip(self.cross_names, self.cross_buffers):
+            self.bind(binding, name, value, groups, output=f"moved_{name}")
         session.run_with_iobinding(binding)
 
     def write_cross(self, used: int, encoded: list[ort.OrtValue], rows: list[int], sources: list[int]) -> None:
-        """Each of `rows` takes the encoder output of batch item sources[i] (the encoder's cross K/V of a
-        batch of sources, device OrtValues), padded to the buffers' capacity."""
+        """Each of the cross buffers' `rows` (of their first `used`) takes the encoder output of batch item
+        sources[i] (the encoder's cross K/V of a batch of sources, device OrtValues), padded to the
+        buffers' capacity."""
         session = self.graphs["cache_cross"]
         binding = session.io_binding()
         binding.bind_cpu_input("rows", np.array(rows, np.int64).reshape(-1, 1))
@@ -123,7 +172,7 @@ class CacheMemory:
         session.run_with_iobinding(binding)
 
     def resize_cross(self, capacity: int, used: int) -> None:
-        """New cross buffers of `capacity` source positions; the first `used` rows keep their K/V (laid out
+        """New cross buffers of `capacity` source positions; their first `used` rows keep their K/V (laid out
         anew on the device when rows are in use; the cache only grows while they are)."""
         old, self.capacity = self.cross_buffers, capacity
         self.cross_buffers = [self._zeros(self._cross_shape(capacity)) for _ in self.cross_names]

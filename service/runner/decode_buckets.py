@@ -4,10 +4,11 @@ enable_cuda_graph captures one graph per gpu_graph_id on its first runs and then
 host inputs as captured, with whatever the bound buffers hold.
 
 So a step of `rows` rows runs as the smallest bucket that holds them: the rows beyond `rows` are padding
-(cache rows that no sequence holds: token pad, nothing filled, a source of one position, so that their
-attention stays finite); GroupQueryAttention's host input total_length is the cache's positions, the same
-for every step (each row still reads only its own filled positions); and only each row's argmax comes
-back (a step that needs some rows' logits runs eager). Cross buffers change address when the cache's
+(cache rows that no sequence holds: token pad, nothing filled, a group of their own with a source of one
+position, so that their attention stays finite); a bucketed step's rows are greedy ones, each a group of
+its own (a step with a beam search needs logits, and runs eager); GroupQueryAttention's host input
+total_length is the cache's positions, the same for every step (each row still reads only its own filled
+positions); and only each row's argmax comes back (a step that needs some rows' logits runs eager). Cross buffers change address when the cache's
 source capacity grows, so each (bucket, capacity) pair has its own binding and graph id; the cache does
 not shrink its capacity while graphs are on (engine/generation_cache.py), so a replayed graph never reads
 freed buffers. On the CPU nothing is captured and the same steps run as they are: the CPU tests cover
@@ -20,7 +21,7 @@ import logging
 import numpy as np
 import onnxruntime as ort
 
-from .cache_memory import CacheMemory
+from .cache_memory import CacheMemory, CrossLayout
 from .seq2seq import Seq2SeqRunner, StepOutput
 
 log = logging.getLogger("attnserve.runner")
@@ -45,7 +46,10 @@ class _Bucket:
             "input_ids": np.full((rows, 1), pad_id, np.int64),
             "past_lengths": np.zeros(rows, np.int32),
             "source_lengths": np.ones(rows, np.int32),
+            "query_slots": np.arange(rows, dtype=np.int64),
+            "row_slots": np.arange(rows, dtype=np.int64),
         }
+        self.every_row = np.arange(rows, dtype=np.int64)
         self.inputs = {name: _buffer(array.shape, array.dtype, device) for name, array in self.host.items()}
         self.inputs["logit_rows"] = _buffer((0,), np.int64, device)
         self.next_token = _buffer((rows,), np.int64, device)
@@ -54,13 +58,16 @@ class _Bucket:
         self.logits = _buffer((0, logits.shape[1]), dtype, device)
         self.bindings: dict[int, ort.IOBinding] = {}  # by cross capacity
 
-    def fill(self, input_ids: np.ndarray, past_lengths: np.ndarray, source_lengths: np.ndarray) -> int:
-        """The step's rows first, then padding rows; the device buffers updated. -> bytes sent."""
-        rows, host = len(past_lengths), self.host
+    def fill(self, input_ids: np.ndarray, past_lengths: np.ndarray, layout: CrossLayout) -> int:
+        """The step's rows first (each a group of its own), then padding rows; the device buffers updated.
+        -> bytes sent."""
+        rows, host, spare = len(past_lengths), self.host, self.every_row[len(past_lengths) :]
         for name, values, pad in (
             ("input_ids", input_ids, self.pad_id),
             ("past_lengths", past_lengths, 0),
-            ("source_lengths", source_lengths, 1),
+            ("source_lengths", layout.source_lengths, 1),
+            ("query_slots", layout.query_slots, spare),
+            ("row_slots", layout.row_slots, spare),
         ):
             host[name][:rows] = values
             host[name][rows:] = pad
@@ -114,37 +121,31 @@ class DecodeBuckets:
             binding.bind_ortvalue_input("total_length", self.total_length)
             binding.bind_ortvalue_output("next_token", bucket.next_token)
             binding.bind_ortvalue_output("logits", bucket.logits)
-            self.memory.bind_step(binding, runner.past_names, runner.present_names, runner.cross_names, bucket.rows)
+            names = runner.past_names, runner.present_names, runner.cross_names
+            self.memory.bind_step(binding, *names, bucket.rows, bucket.rows)
             bucket.bindings[capacity] = binding
         return binding
 
     def step_rows(
-        self,
-        input_ids: np.ndarray,
-        past_lengths: np.ndarray,
-        source_lengths: np.ndarray,
-        logit_rows: list[int],
-        rows: int,
+        self, input_ids: np.ndarray, past_lengths: np.ndarray, layout: CrossLayout, logit_rows: list[int], rows: int
     ) -> StepOutput:
         """A decoder step of the cache's first `rows` rows: in a bucket when no row needs its logits (a
-        graph gives argmaxes only), else eager (Seq2SeqRunner.step). A bucketed step that fails (a graph
-        ONNX Runtime could not capture or replay) runs again eager, with the same inputs, so the K/V it
-        writes in place are the same; and every step after it runs eager too."""
-        if not logit_rows and self.failed is None:
+        graph gives argmaxes only) and each row is a group of its own, else eager (Seq2SeqRunner.step). A
+        bucketed step that fails (a graph ONNX Runtime could not capture or replay) runs again eager, with
+        the same inputs, so the K/V it writes in place are the same; and every step after it runs eager too."""
+        if not logit_rows and layout.groups == rows and self.failed is None:
             try:
-                return self.step(input_ids, past_lengths, source_lengths, rows)
+                return self.step(input_ids, past_lengths, layout, rows)
             except Exception as error:
                 log.exception("model %s: a bucketed decode step failed: CUDA graphs off, steps eager", self.name)
                 self.failed = error
-        return self.runner.step(input_ids, past_lengths, source_lengths, logit_rows, self.memory, rows)
+        return self.runner.step(input_ids, past_lengths, layout, logit_rows, self.memory, rows)
 
-    def step(
-        self, input_ids: np.ndarray, past_lengths: np.ndarray, source_lengths: np.ndarray, rows: int
-    ) -> StepOutput:
-        """One greedy decoder step of the cache's first `rows` rows (at most `largest`), as in
-        Seq2SeqRunner.step with no logit rows: each row's argmax."""
+    def step(self, input_ids: np.ndarray, past_lengths: np.ndarray, layout: CrossLayout, rows: int) -> StepOutput:
+        """One greedy decoder step of the cache's first `rows` rows (at most `largest`), each a group of its
+        own, as in Seq2SeqRunner.step with no logit rows: each row's argmax."""
         bucket = self.bucket(rows)
-        sent = bucket.fill(input_ids, past_lengths, source_lengths)
+        sent = bucket.fill(input_ids, past_lengths, layout)
         binding = self._binding(bucket)
         self.runner.decoder.run_with_iobinding(binding, self._run_options(self.graph_id(bucket)))
         self.bucketed_steps += 1

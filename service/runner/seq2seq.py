@@ -12,7 +12,7 @@ import onnxruntime as ort
 
 from modeldir.files import cache_names
 
-from .cache_memory import CacheGeometry, CacheMemory
+from .cache_memory import CacheGeometry, CacheMemory, CrossLayout
 from .sessions import DEVICE_TYPES, provider_of, shrink_options
 
 
@@ -108,7 +108,7 @@ class Seq2SeqRunner:
         self,
         input_ids: np.ndarray,
         past_lengths: np.ndarray,
-        source_lengths: np.ndarray,
+        layout: CrossLayout,
         logit_rows: list[int],
         memory: CacheMemory,
         rows: int,
@@ -116,15 +116,18 @@ class Seq2SeqRunner:
         run_options: ort.RunOptions | None = None,
     ) -> StepOutput:
         """One decoder step for the first `rows` rows of the cache: input_ids (rows, 1) int64, past_lengths
-        and source_lengths (rows,) int32. The step writes each row's K/V into the cache in place."""
+        (rows,) int32; layout: where the rows find their cross K/V (the cross buffers' first
+        layout.groups rows). The step writes each row's K/V into the cache in place."""
         wanted = np.asarray(logit_rows, np.int64)
         binding = self.decoder.io_binding()
         sent = 0
         for name, array in (
             ("input_ids", input_ids),
             ("past_lengths", past_lengths),
-            ("source_lengths", source_lengths),
+            ("source_lengths", layout.source_lengths),
             ("logit_rows", wanted),
+            ("query_slots", layout.query_slots),
+            ("row_slots", layout.row_slots),
         ):
             binding.bind_cpu_input(name, array)
             sent += array.nbytes
@@ -132,7 +135,7 @@ class Seq2SeqRunner:
         binding.bind_cpu_input("total_length", np.array([int(past_lengths.max()) + input_ids.shape[1]], np.int32))
         binding.bind_output("next_token", "cpu")  # bound first: get_outputs() keeps the binding order
         binding.bind_output("logits", "cpu")
-        memory.bind_step(binding, self.past_names, self.present_names, self.cross_names, rows)
+        memory.bind_step(binding, self.past_names, self.present_names, self.cross_names, rows, layout.groups)
         self.decoder.run_with_iobinding(binding, run_options or self.eager_options)
         outputs = binding.get_outputs()
         next_tokens, logits = outputs[0].numpy(), outputs[1].numpy()

@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from model.architecture.transformer import Seq2SeqModel, sinusoid_table
+from model.architecture.positions import sinusoid_table
+from model.architecture.transformer import Seq2SeqModel
 from model.architecture.weights import save_model_dir
 from model.families.bert.importer import HF_ACTIVATIONS as BERT_ACTIVATIONS
 from modeldir.config import ModelConfig

@@ -4,7 +4,7 @@ ModelConfig, the safetensors tensors into our parameter names.
 
 Both are pre-norm with a LayerNorm closing each stack and one token table for encoder, decoder and
 output layer. M2M100/NLLB: token embeddings scaled by sqrt(d_model), no bias on the logits, fairseq's
-sinusoidal positions (model/architecture/transformer.py `fairseq_sinusoid_table`) counted from pad_id + 1.
+sinusoidal positions (model/architecture/positions.py `fairseq_sinusoid_table`) counted from pad_id + 1.
 mBART: learned positions counted from 2, a LayerNorm on the embeddings (layernorm_embedding), a bias on
 the logits (final_logits_bias). The decoder starts from eos; the target language's code is the first
 token generated, forced per request.

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.architecture.transformer import Seq2SeqModel, fairseq_sinusoid_table
+from model.architecture.positions import fairseq_sinusoid_table
+from model.architecture.transformer import Seq2SeqModel
 from model.architecture.weights import save_model_dir
 from modeldir.config import ModelConfig
 from modeldir.files import TOKENIZER_FILE

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from model.architecture.transformer import Seq2SeqModel, fairseq_sinusoid_table
+from model.architecture.positions import fairseq_sinusoid_table
+from model.architecture.transformer import Seq2SeqModel
 from model.architecture.weights import save_model_dir
 from model.families.marian.importer import (
     HF_ACTIVATIONS,
