@@ -1,8 +1,9 @@
 """Where a Whisper decode step's time goes: `make run`'s tiny.en decoder graph (int8 and float32) alone in
 ONNX Runtime, one step at a time, at several row counts, groups of rows (the rows that read one copy of
 a source's cross-attention K/V: a beam search's beams) and source lengths, with and without every row's
-logits fetched. Each graph in a fresh session; medians of --reps
-steps after 3 warm-up steps; the machine and its GEMM probe first.
+logits fetched. The cache buffers bound as the server binds them (each layer's past and present one
+buffer, written in place). Each graph in a fresh session; medians of --reps steps after 3 warm-up steps;
+the machine and its GEMM probe first.
 
     .venv/bin/python -m benchmarks.whisper_step_bench [--reps 20]
 """
@@ -56,15 +57,25 @@ def step_ms(session, config: ModelConfig, shape: tuple[int, int, int, int], reps
         "query_slots": layout.query_slots,
         "row_slots": layout.row_slots,
     }
+    binding = session.io_binding()
+    for name, array in feeds.items():
+        binding.bind_cpu_input(name, array)
     for name in decoder_inputs(config.n_decoder_layers)[7:]:
         count, length = (groups, source) if name.startswith("cross") else (rows, buffer)
-        feeds[name] = rng.standard_normal((count, config.n_heads, length, config.d_head), dtype=np.float32)
+        buffer_value = ort.OrtValue.ortvalue_from_numpy(
+            rng.standard_normal((count, config.n_heads, length, config.d_head), dtype=np.float32)
+        )
+        binding.bind_ortvalue_input(name, buffer_value)
+        if name.startswith("past"):  # as the server binds it: the step writes its K/V into the same buffer
+            binding.bind_ortvalue_output(name.replace("past", "present"), buffer_value)
+    for name in ("next_token", "logits"):
+        binding.bind_output(name, "cpu")
     for _ in range(3):
-        session.run(None, feeds)
+        session.run_with_iobinding(binding)
     times = []
     for _ in range(reps):
         started = time.perf_counter()
-        session.run(None, feeds)
+        session.run_with_iobinding(binding)
         times.append(time.perf_counter() - started)
     return float(np.median(times)) * 1e3
 
