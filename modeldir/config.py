@@ -100,6 +100,9 @@ class ModelConfig:
     # Generation defaults of the checkpoint (seq2seq), as its Hugging Face generation config states them.
     suppressed_ids: tuple[int, ...] = ()  # never generated (Marian's bad_words_ids: the pad token)
     forced_eos: bool = False  # the last position a request allows is eos (forced_eos_token_id)
+    # The first generated token, whatever the logits say, where no target language's code takes its place
+    # (BART's forced_bos_token_id: its bos). None: the model chooses.
+    forced_bos_id: int | None = None
     renormalize_logits: bool = False  # beam scores: log-softmax again after suppressing tokens
     num_beams: int = 1  # when a request does not say
     length_penalty: float = 1.0  # beam score = sum of log-probabilities / generated length ** length_penalty

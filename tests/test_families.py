@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from model.families.bart.importer import import_bart
 from model.families.choice import family_of
 from model.families.colbert.importer import import_colbert
 from model.families.cross_encoder.importer import import_cross_encoder
@@ -32,6 +33,7 @@ SPLADE_MODULES = [{"type": "sentence_transformers.sparse_encoder.models.SpladePo
         ({"model_type": "marian"}, {}, import_marian, "marian"),
         ({"model_type": "m2m_100"}, {}, import_multilingual, "m2m_100"),
         ({"model_type": "mbart"}, {}, import_multilingual, "mbart"),
+        ({"model_type": "bart"}, {}, import_bart, "bart"),
         (
             {"model_type": "xlm-roberta", "architectures": ["XLMRobertaForSequenceClassification"]},
             {},

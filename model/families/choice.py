@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .bart.importer import FAMILY as BART_TYPE
+from .bart.importer import import_bart
 from .bert.importer import import_sentence_transformer
 from .colbert.importer import import_colbert, is_colbert
 from .cross_encoder.importer import import_cross_encoder, is_cross_encoder
@@ -34,6 +36,7 @@ FAMILIES = (
     Family(claims=lambda source, hf: is_cross_encoder(hf), importer=import_cross_encoder, label="cross-encoder"),
     Family(claims=lambda source, hf: hf.get("model_type") == "marian", importer=import_marian),
     Family(claims=lambda source, hf: hf.get("model_type") in MULTILINGUAL_TYPES, importer=import_multilingual),
+    Family(claims=lambda source, hf: hf.get("model_type") == BART_TYPE, importer=import_bart),
     Family(claims=lambda source, hf: hf.get("model_type") == "whisper", importer=import_whisper),
     Family(
         claims=lambda source, hf: is_ctranslate2_whisper(source),

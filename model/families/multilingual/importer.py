@@ -66,16 +66,11 @@ class MultilingualImportError(MarianImportError):
     """An M2M100, NLLB or mBART checkpoint this importer cannot take, with the reason."""
 
 
-def multilingual_config(source: Path) -> ModelConfig:
-    path = Path(source) / "config.json"
-    hf = json.loads(path.read_text())
-    family = hf.get("model_type")
-    if family not in FAMILIES:
-        raise MultilingualImportError(f"{path}: model_type is {family!r}, not one of {', '.join(FAMILIES)}")
-    generation_path = Path(source) / "generation_config.json"
-    generation = {**hf, **(json.loads(generation_path.read_text()) if generation_path.is_file() else {})}
+def tied_problems(hf: dict, generation: dict, activation: str) -> list[str]:
+    """What our model cannot take of a config of BART's layout with one token table (M2M100, NLLB, mBART,
+    BART); generation: config.json under generation_config.json; activation: the family's default."""
     problems = []
-    if hf.get("activation_function", "relu") not in HF_ACTIVATIONS:
+    if hf.get("activation_function", activation) not in HF_ACTIVATIONS:
         problems.append(f"activation_function {hf['activation_function']!r}")
     problems += stack_problems(hf)
     if hf.get("tie_word_embeddings", True) is False:
@@ -86,6 +81,20 @@ def multilingual_config(source: Path) -> ModelConfig:
     forced = generation.get("forced_eos_token_id")
     if forced not in (None, eos):
         problems.append(f"forced_eos_token_id {forced} that is not eos {eos}")
+    return problems
+
+
+def multilingual_config(source: Path) -> ModelConfig:
+    path = Path(source) / "config.json"
+    hf = json.loads(path.read_text())
+    family = hf.get("model_type")
+    if family not in FAMILIES:
+        raise MultilingualImportError(f"{path}: model_type is {family!r}, not one of {', '.join(FAMILIES)}")
+    generation_path = Path(source) / "generation_config.json"
+    generation = {**hf, **(json.loads(generation_path.read_text()) if generation_path.is_file() else {})}
+    problems = tied_problems(hf, generation, "relu")
+    eos = generation.get("eos_token_id", 2)
+    forced = generation.get("forced_eos_token_id")
     if problems:
         raise MultilingualImportError(f"{source}: not supported: " + "; ".join(problems))
     pad, mbart = hf["pad_token_id"], family == "mbart"
@@ -109,7 +118,7 @@ def multilingual_config(source: Path) -> ModelConfig:
     )
 
 
-def rename(name: str) -> str | None:
+def rename(name: str, error: type[MarianImportError] = MultilingualImportError) -> str | None:
     """Our name for a checkpoint tensor; None for the token tables (placed apart)."""
     if name in TABLES:
         return None
@@ -119,28 +128,39 @@ def rename(name: str) -> str | None:
     try:
         return rename_layer(name)
     except MarianImportError:
-        raise MultilingualImportError(f"unexpected tensor in the checkpoint: {name}") from None
+        raise error(f"unexpected tensor in the checkpoint: {name}") from None
 
 
-def multilingual_model(source: Path) -> Seq2SeqModel:
-    """The checkpoint's config and weights as our model (every tensor placed, none missing)."""
-    weights = safetensors_file(source, MultilingualImportError)
-    config = multilingual_config(source)
-    state, tables = {}, {}
+def tied_model(source: Path, config: ModelConfig, error: type[MarianImportError]) -> Seq2SeqModel:
+    """A checkpoint of BART's layout whose one token table serves encoder, decoder and output layer (M2M100,
+    NLLB, mBART, BART), with `config`, as our model (every tensor placed, none missing)."""
+    weights = safetensors_file(source, error)
+    state, tables, theirs = {}, {}, {}
     with safe_open(str(weights), framework="pt") as f:
         for key in f.keys():
             if key in TABLES:
                 tables[key] = f.get_tensor(key).float()
-            elif (ours := rename(key)) is not None:
+            elif (ours := rename(key, error)) is not None:
                 tensor = f.get_tensor(key).float()
                 state[ours] = tensor.reshape(-1) if ours == "logits_bias" else tensor  # (1, vocab) in mBART
+                theirs[ours] = key
     token_tables, shared = _token_tables(tables, tie_output=True)
     if not shared:
-        raise MultilingualImportError(f"{source}: the encoder's and decoder's token tables differ")
+        raise error(f"{source}: the encoder's and decoder's token tables differ")
     state.update(token_tables)
     model = Seq2SeqModel(config)
+    wanted = set(model.state_dict())
+    if extra := sorted(theirs[name] for name in set(state) - wanted):  # a part of another family's layout
+        raise error(f"{source}: unexpected tensor in the checkpoint: {', '.join(extra)}")
+    if missing := sorted(wanted - set(state)):
+        raise error(f"{source}: the checkpoint lacks our {', '.join(missing)}")
     model.load_state_dict(state, strict=True)
     return model.eval()
+
+
+def multilingual_model(source: Path) -> Seq2SeqModel:
+    """The checkpoint's config and weights as our model."""
+    return tied_model(source, multilingual_config(source), MultilingualImportError)
 
 
 def _read_json(path: Path) -> dict:

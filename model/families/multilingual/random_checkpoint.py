@@ -100,7 +100,7 @@ def _mbart50_tokenizer(shape: MultilingualShape, seed: int):
     return tokenizer, len(tokenizer)
 
 
-def _randomize(model, seed: int) -> None:
+def randomize(model, seed: int) -> None:
     """Weights far from transformers' init (std 0.02, near-uniform logits), so that the next token is
     clear-cut and greedy and beam choices do not hinge on float rounding."""
     generator = torch.Generator().manual_seed(seed)
@@ -159,7 +159,7 @@ def random_multilingual_checkpoint(out_dir: Path, shape: MultilingualShape, seed
     torch.manual_seed(seed)
     model_class = transformers.MBartForConditionalGeneration if mbart else transformers.M2M100ForConditionalGeneration
     model = model_class(config).eval()
-    _randomize(model, seed)
+    randomize(model, seed)
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     return out_dir

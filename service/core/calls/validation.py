@@ -120,10 +120,15 @@ def generation_params(
     model: ServedSeq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int, first_token: int | None = None
 ) -> GenerationParams:
     """The options checked against the model's limits, unset ones filled from its defaults. first_token:
-    the forced first token (a target language's code), which takes a cache position of its own."""
+    the forced first token (a target language's code; else the checkpoint's own forced first token, BART's
+    bos), which takes a cache position of its own."""
     p = with_answers(p)
     check_counts(p)
+    code = first_token is not None
+    if first_token is None:
+        first_token = model.defaults.forced_bos_id
     forced = first_token is not None
+    first_token_role = "the target language's code" if code else "the checkpoint's forced first token"
     limit = model.limits.max_new_tokens - forced
     max_new_tokens = p.max_new_tokens or limit
     if max_new_tokens > limit:
@@ -131,7 +136,7 @@ def generation_params(
             "params.max_new_tokens",
             f"{max_new_tokens}; at most {limit} for model {model.name!r} "
             f"(its cache rows hold {limit + 1 + forced} decoder positions"
-            + (", one of them the target language's code)" if forced else ")"),
+            + (f", one of them {first_token_role})" if forced else ")"),
         )
     if not math.isfinite(p.temperature) or p.temperature < 0:
         raise invalid("params.temperature", f"{p.temperature:.7g}; must be finite and >= 0 (0: greedy)")

@@ -158,7 +158,7 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
     )
     model_metrics.watch_queue(lambda: len(scheduler.waiting))
     model_metrics.watch_cache(lambda: cache.usage_ratio, cache.capacity_tokens)
-    defaults = GenerationDefaults(c.num_beams, c.length_penalty, c.early_stopping)
+    defaults = GenerationDefaults(c.num_beams, c.length_penalty, c.early_stopping, c.forced_bos_id)
     limits = GenerationLimits(max_new_tokens=opened.geometry.target_tokens - 1, cache_rows=cache.rows)
     model_metrics.watch_cache_bytes(lambda: memory.nbytes)
     log.info(

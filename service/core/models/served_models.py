@@ -73,6 +73,7 @@ class GenerationDefaults:
     num_beams: int
     length_penalty: float
     early_stopping: str
+    forced_bos_id: int | None = None  # the first generated token (BART's bos), unless a language's code
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,1 @@
+"""BART checkpoints (bart-large-cnn, distilbart): one-language summaries and rewrites."""

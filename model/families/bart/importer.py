@@ -1,0 +1,97 @@
+"""BART checkpoints (transformers' model_type "bart": bart-base and bart-large, bart-large-cnn, distilbart)
+as our Seq2SeqModel: config.json and generation_config.json read into a ModelConfig, the safetensors
+tensors into our parameter names, tokenizer.json copied as it is.
+
+BART as modeling_bart computes it: post-norm (LayerNorm after each residual sum), a LayerNorm on the
+embeddings (layernorm_embedding) and none closing the stacks, learned positions counted from 2, token
+embeddings scaled by sqrt(d_model) only where scale_embedding says so, one token table for encoder,
+decoder and output layer, a bias on the logits (final_logits_bias). The decoder starts from
+decoder_start_token_id (eos); forced_bos_token_id (bos) is the first token generated, forced.
+
+Keys that older configs carry and today's modeling_bart ignores (normalize_before, add_final_layer_norm,
+static_position_embeddings) are ignored here too: the tensors say what there is, and one that BART has
+not is refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from model.architecture.transformer import Seq2SeqModel
+from model.architecture.weights import save_model_dir
+from model.families.marian.importer import (
+    HF_ACTIVATIONS,
+    MarianImportError,
+    generation_defaults,
+    stack_fields,
+)
+from model.families.multilingual.importer import tied_model, tied_problems
+from modeldir.config import ModelConfig
+from modeldir.files import TOKENIZER_FILE
+
+FAMILY = "bart"
+
+
+class BartImportError(MarianImportError):
+    """A BART checkpoint this importer cannot take, with the reason."""
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def bart_config(source: Path) -> ModelConfig:
+    source = Path(source)
+    hf = _read_json(source / "config.json")
+    if hf.get("model_type") != FAMILY:
+        raise BartImportError(f"{source / 'config.json'}: model_type is {hf.get('model_type')!r}, not {FAMILY!r}")
+    generation = {**hf, **_read_json(source / "generation_config.json")}
+    problems = tied_problems(hf, generation, "gelu")
+    eos = generation.get("eos_token_id", 2)
+    forced_eos = generation.get("forced_eos_token_id")
+    if problems:
+        raise BartImportError(f"{source}: not supported: " + "; ".join(problems))
+    return ModelConfig(
+        task="seq2seq",
+        **stack_fields(hf),
+        positions="learned",
+        position_offset=2,
+        norm_placement="post",
+        activation=HF_ACTIVATIONS[hf.get("activation_function", "gelu")],
+        layer_norm_eps=1e-5,
+        embedding_norm=True,
+        scale_embeddings=bool(hf.get("scale_embedding", False)),
+        tie_output=True,
+        output_bias=True,
+        pad_id=hf.get("pad_token_id", 1),
+        bos_id=generation.get("decoder_start_token_id", eos),
+        eos_id=eos,
+        forced_eos=forced_eos is not None,
+        forced_bos_id=generation.get("forced_bos_token_id"),
+        **generation_defaults(generation),
+    )
+
+
+def bart_model(source: Path) -> Seq2SeqModel:
+    """The checkpoint's config and weights as our model."""
+    return tied_model(source, bart_config(source), BartImportError)
+
+
+def import_bart(source: Path, out_dir: Path, name: str) -> Path:
+    """Convert a BART checkpoint directory into our model directory (its tokenizer.json copied)."""
+    source = Path(source)
+    if not (source / TOKENIZER_FILE).is_file():
+        raise BartImportError(f"{source}: no tokenizer ({TOKENIZER_FILE}; transformers' fast tokenizer writes it)")
+    model = bart_model(source)
+    highest = Tokenizer.from_file(str(source / TOKENIZER_FILE)).get_vocab_size(with_added_tokens=True) - 1
+    if highest >= model.config.vocab_size:  # every id the tokenizer gives needs a row in the token table
+        raise BartImportError(
+            f"{source}: the tokenizer gives ids up to {highest}, beyond the model's {model.config.vocab_size} tokens"
+        )
+    out_dir = save_model_dir(model, name, out_dir)
+    shutil.copyfile(source / TOKENIZER_FILE, out_dir / TOKENIZER_FILE)
+    return out_dir

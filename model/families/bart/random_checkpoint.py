@@ -1,0 +1,106 @@
+"""Random BART checkpoints in Hugging Face's layout, for tests and benchmarks: no checkpoint can be
+downloaded here, so transformers builds a BartForConditionalGeneration with random weights, and its own
+BartTokenizer writes tokenizer.json: byte-level BPE (GPT-2's, as every BART checkpoint's) trained on the
+spot on the bundled number sentences. Needs transformers (the dev extra)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from model.bundled.number_sentences import sentences
+from model.families.multilingual.random_checkpoint import FAIRSEQ_SPECIALS, randomize
+
+
+@dataclass(frozen=True)
+class BartShape:
+    d_model: int = 32
+    heads: int = 4
+    encoder_layers: int = 2
+    decoder_layers: int = 2
+    d_ff: int = 64
+    activation: str = "gelu"
+    scale_embedding: bool = False
+    max_positions: int = 256
+    pieces: int = 400  # the trained vocabulary's size, the bytes' 256 included
+    # The checkpoint's generation settings (bart-large-cnn's: 4 beams, length penalty 2.0, early stopping)
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool = False
+
+
+def bart_tokenizer(pieces: int, seed: int):
+    """transformers' BartTokenizer over a byte-level BPE vocabulary trained on number sentences."""
+    from transformers import BartTokenizer
+
+    trained = Tokenizer(models.BPE())
+    trained.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=pieces,
+        special_tokens=list(FAIRSEQ_SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    trained.train_from_iterator(sentences(3000, seed), trainer)
+    bpe = json.loads(trained.to_str())["model"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in bpe["merges"]]
+    return BartTokenizer(vocab=bpe["vocab"], merges=merges)
+
+
+def random_bart_checkpoint(out_dir: Path, shape: BartShape, seed: int = 0) -> Path:
+    """A BART model with random weights (its logits bias drawn too, so that a lost bias shows) and its
+    tokenizer files in out_dir (safetensors only); bos (0) forced first, eos forced last, as bart-large's
+    configs say."""
+    import transformers
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = bart_tokenizer(shape.pieces, seed)
+    config = transformers.BartConfig(
+        vocab_size=len(tokenizer),
+        d_model=shape.d_model,
+        encoder_layers=shape.encoder_layers,
+        decoder_layers=shape.decoder_layers,
+        encoder_attention_heads=shape.heads,
+        decoder_attention_heads=shape.heads,
+        encoder_ffn_dim=shape.d_ff,
+        decoder_ffn_dim=shape.d_ff,
+        activation_function=shape.activation,
+        scale_embedding=shape.scale_embedding,
+        max_position_embeddings=shape.max_positions,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        forced_bos_token_id=0,
+        forced_eos_token_id=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    )
+    torch.manual_seed(seed)
+    model = transformers.BartForConditionalGeneration(config).eval()
+    # generation_config.json, where transformers keeps these (the config no longer does)
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=0,
+        pad_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        forced_bos_token_id=0,
+        forced_eos_token_id=2,
+        num_beams=shape.num_beams,
+        length_penalty=shape.length_penalty,
+        early_stopping=shape.early_stopping,
+    )
+    randomize(model, seed)
+    with torch.no_grad():
+        model.final_logits_bias.copy_(
+            torch.randn(model.final_logits_bias.shape, generator=torch.Generator().manual_seed(seed))
+        )
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
