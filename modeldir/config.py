@@ -105,6 +105,8 @@ class ModelConfig:
     forced_bos_id: int | None = None
     renormalize_logits: bool = False  # beam scores: log-softmax again after suppressing tokens
     num_beams: int = 1  # when a request does not say
+    no_repeat_ngram_size: int = 0  # no n-gram of this size generated twice (0: no such rule)
+    min_length: int = 0  # eos ruled out until the decoder's inputs (the start token included) are this many
     length_penalty: float = 1.0  # beam score = sum of log-probabilities / generated length ** length_penalty
     early_stopping: Literal["true", "false", "never"] = "false"  # as transformers defines it
 

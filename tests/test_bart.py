@@ -1,7 +1,7 @@
 """BART checkpoints (transformers' model_type "bart") as our model and served: random checkpoints built by
 transformers in several shapes, their logits at every step equal to transformers'; one exported and
-served over gRPC, its greedy and beam search output (bos forced first, the checkpoint's beam defaults)
-equal to transformers' generate; what BART never writes refused by name."""
+served over gRPC, its greedy and beam search output (bos forced first, the checkpoint's beam defaults,
+no-repeat n-grams and minimum length) equal to transformers' generate; what BART never writes refused by name."""
 
 from __future__ import annotations
 
@@ -36,9 +36,12 @@ SHAPES = {
         num_beams=4,
         length_penalty=2.0,
         early_stopping=True,
+        no_repeat_ngram_size=2,
+        min_length=12,
     ),
 }
-SERVED = "bart-scaled-h4-3x1"  # a summarizer's defaults: 4 beams, length penalty 2.0, early stopping
+# a summarizer's defaults: 4 beams, length penalty 2.0, early stopping, no 2-gram twice, a minimum length
+SERVED = "bart-scaled-h4-3x1"
 MAX_NEW = 16  # new tokens a request asks for (transformers counts the forced bos as one more)
 INPUTS = sentences(24, seed=2026)
 
@@ -154,6 +157,12 @@ def test_served_greedy_and_default_beams_equal_generate(checkpoints, bart_server
     responses = generate_all(bart_server, INPUTS)  # the model's defaults, as the checkpoint states them
     assert [list(r.token_ids) for r in responses] == beams
     assert sum(b != g for b, g in zip(beams, greedy)) >= 3  # beam search, not greedy posing as it
+    # The checkpoint's no_repeat_ngram_size and min_length change the output: they are applied, not ignored.
+    for found, plain in (
+        (greedy, hf_outputs(checkpoints, INPUTS, num_beams=1, no_repeat_ngram_size=0, min_length=0)),
+        (beams, hf_outputs(checkpoints, INPUTS, no_repeat_ngram_size=0, min_length=0)),
+    ):
+        assert sum(f != p for f, p in zip(found, plain)) >= 3
     assert {r.finish_reason for r in responses} <= {pb.FINISH_REASON_EOS, pb.FINISH_REASON_LENGTH}
 
 

@@ -1,6 +1,8 @@
 """What a model family's own rules over a step's logits look like to the engine (Whisper's timestamp rules,
 service/core/transcription/): an object a sequence carries in its parameters, which the token choice hands
-each step's logits of each of the sequence's rows before it chooses."""
+each step's logits of each of the sequence's rows before it chooses. Whisper's rules see a beam search's
+logits before the log-softmax, as openai-whisper applies them; rules with `on_log_probs` (transformers'
+processors: repetition_rules.py) see its log-probabilities after it, as transformers applies them."""
 
 from __future__ import annotations
 

@@ -39,8 +39,9 @@ class GenerationParams:
     # The mean log-probability of the tokens chosen (eos included, the forced tokens not) goes in the
     # last event: it takes every step's logits of the row off the device (beam searches score anyway).
     scores: bool = False
-    # A model's own rules over each step's logits (logit_rules.py: Whisper's timestamps), applied before the
-    # token is chosen; they see every step's logits, the forced tokens' too.
+    # A model's own rules over each step's logits (logit_rules.py: Whisper's timestamps, a checkpoint's
+    # no-repeat n-grams and minimum length), applied before the token is chosen; they see every step's
+    # logits, the forced tokens' too.
     rules: LogitRules | None = None
 
     @property

@@ -117,9 +117,14 @@ class TokenChoice:
         beam, or None when the search is done."""
         search, beams = sequence.search, sequence.beam_rows
         forced = sequence.params.forced_tokens
-        if sequence.params.rules is None:  # transformers' order: log-softmax, then the suppressed tokens left out
+        rules = sequence.params.rules
+        if rules is None or getattr(rules, "on_log_probs", False):
+            # transformers' order: log-softmax, then the suppressed tokens and the rules
             log_probs = log_softmax(step.row_logits([b.row for b in beams]))
             log_probs[:, self.suppressed_ids] = -np.inf
+            if rules is not None:
+                for beam, row_log_probs in zip(beams, log_probs):
+                    rules.apply(row_log_probs, search.tokens(beam.beam))
         else:  # the rules' own (OpenAI's): the logits through the rules, then log-softmax
             holders = {b.row: b for b in beams}
             log_probs = log_softmax(

@@ -27,10 +27,13 @@ class BartShape:
     scale_embedding: bool = False
     max_positions: int = 256
     pieces: int = 400  # the trained vocabulary's size, the bytes' 256 included
-    # The checkpoint's generation settings (bart-large-cnn's: 4 beams, length penalty 2.0, early stopping)
+    # The checkpoint's generation settings (bart-large-cnn's: 4 beams, length penalty 2.0, early stopping,
+    # no 3-gram twice, at least 56 decoder inputs)
     num_beams: int = 1
     length_penalty: float = 1.0
     early_stopping: bool = False
+    no_repeat_ngram_size: int = 0
+    min_length: int = 0
 
 
 def bart_tokenizer(pieces: int, seed: int):
@@ -95,6 +98,8 @@ def random_bart_checkpoint(out_dir: Path, shape: BartShape, seed: int = 0) -> Pa
         num_beams=shape.num_beams,
         length_penalty=shape.length_penalty,
         early_stopping=shape.early_stopping,
+        no_repeat_ngram_size=shape.no_repeat_ngram_size,
+        min_length=shape.min_length,
     )
     randomize(model, seed)
     with torch.no_grad():

@@ -172,6 +172,8 @@ def generation_defaults(generation: dict) -> dict:
     early_stopping = generation.get("early_stopping", False)
     return dict(
         num_beams=int(generation.get("num_beams", 1)),
+        no_repeat_ngram_size=int(generation.get("no_repeat_ngram_size") or 0),
+        min_length=int(generation.get("min_length") or 0),
         length_penalty=float(generation.get("length_penalty", 1.0)),
         early_stopping=early_stopping if early_stopping == "never" else str(bool(early_stopping)).lower(),
     )

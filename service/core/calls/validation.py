@@ -167,6 +167,7 @@ def generation_params(
         beams=beam_settings(model, p, streaming, max_beams),
         stream=streaming,
         forced_tokens=() if first_token is None else (first_token,),
+        rules=model.defaults.rules,
         scores=p.scores,
     )
 

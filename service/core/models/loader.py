@@ -16,6 +16,7 @@ from modeldir.language_tokenizer import languages_of
 
 from ...engine.batcher import EmbeddingBatcher
 from ...engine.generation_cache import MIN_SOURCE_CAPACITY, GenerationCache
+from ...engine.repetition_rules import repetition_rules
 from ...engine.scheduler import Scheduler
 from ...engine.steps import SchedulerSettings
 from ...engine.token_choice import GenerationRules, TokenChoice
@@ -158,7 +159,8 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
     )
     model_metrics.watch_queue(lambda: len(scheduler.waiting))
     model_metrics.watch_cache(lambda: cache.usage_ratio, cache.capacity_tokens)
-    defaults = GenerationDefaults(c.num_beams, c.length_penalty, c.early_stopping, c.forced_bos_id)
+    repetition = repetition_rules(c.bos_id, c.eos_id, c.no_repeat_ngram_size, c.min_length)
+    defaults = GenerationDefaults(c.num_beams, c.length_penalty, c.early_stopping, c.forced_bos_id, repetition)
     limits = GenerationLimits(max_new_tokens=opened.geometry.target_tokens - 1, cache_rows=cache.rows)
     model_metrics.watch_cache_bytes(lambda: memory.nbytes)
     log.info(

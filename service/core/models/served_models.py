@@ -19,6 +19,7 @@ from modeldir.tokenizer import MarianTokenizer, TextTokenizer, pad_batch
 from modeldir.whisper_tokens import WhisperSettings
 
 from ...engine.batcher import EmbeddingBatcher
+from ...engine.repetition_rules import RepetitionRules
 from ...engine.scheduler import Scheduler
 from ...engine.sequence import GenerationParams
 from ...ops.metrics import ModelMetrics
@@ -74,6 +75,7 @@ class GenerationDefaults:
     length_penalty: float
     early_stopping: str
     forced_bos_id: int | None = None  # the first generated token (BART's bos), unless a language's code
+    rules: RepetitionRules | None = None  # the checkpoint's no_repeat_ngram_size and min_length
 
 
 @dataclass(frozen=True, kw_only=True)
