@@ -68,7 +68,7 @@ def bart_config(source: Path) -> ModelConfig:
         tie_output=True,
         output_bias=True,
         pad_id=hf.get("pad_token_id", 1),
-        bos_id=generation.get("decoder_start_token_id", eos),
+        bos_id=eos if generation.get("decoder_start_token_id") is None else generation["decoder_start_token_id"],
         eos_id=eos,
         forced_eos=forced_eos is not None,
         forced_bos_id=generation.get("forced_bos_token_id"),
