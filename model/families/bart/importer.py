@@ -15,7 +15,6 @@ not is refused by name.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from model.families.marian.importer import (
     generation_defaults,
     stack_fields,
 )
-from model.families.multilingual.importer import tied_model, tied_problems
+from model.families.multilingual.importer import read_json, tied_model, tied_problems
 from modeldir.config import ModelConfig
 from modeldir.files import TOKENIZER_FILE
 
@@ -40,16 +39,12 @@ class BartImportError(MarianImportError):
     """A BART checkpoint this importer cannot take, with the reason."""
 
 
-def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
 def bart_config(source: Path) -> ModelConfig:
     source = Path(source)
-    hf = _read_json(source / "config.json")
+    hf = read_json(source / "config.json")
     if hf.get("model_type") != FAMILY:
         raise BartImportError(f"{source / 'config.json'}: model_type is {hf.get('model_type')!r}, not {FAMILY!r}")
-    generation = {**hf, **_read_json(source / "generation_config.json")}
+    generation = {**hf, **read_json(source / "generation_config.json")}
     problems = tied_problems(hf, generation, "gelu")
     eos = generation.get("eos_token_id", 2)
     forced_eos = generation.get("forced_eos_token_id")

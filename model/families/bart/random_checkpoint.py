@@ -13,7 +13,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from model.bundled.number_sentences import sentences
-from model.families.multilingual.random_checkpoint import FAIRSEQ_SPECIALS, randomize
+from model.families.multilingual.random_checkpoint import FAIRSEQ_SPECIALS, randomize, stack_config
 
 
 @dataclass(frozen=True)
@@ -63,28 +63,7 @@ def random_bart_checkpoint(out_dir: Path, shape: BartShape, seed: int = 0) -> Pa
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = bart_tokenizer(shape.pieces, seed)
-    config = transformers.BartConfig(
-        vocab_size=len(tokenizer),
-        d_model=shape.d_model,
-        encoder_layers=shape.encoder_layers,
-        decoder_layers=shape.decoder_layers,
-        encoder_attention_heads=shape.heads,
-        decoder_attention_heads=shape.heads,
-        encoder_ffn_dim=shape.d_ff,
-        decoder_ffn_dim=shape.d_ff,
-        activation_function=shape.activation,
-        scale_embedding=shape.scale_embedding,
-        max_position_embeddings=shape.max_positions,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-        forced_bos_token_id=0,
-        forced_eos_token_id=2,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-    )
+    config = transformers.BartConfig(vocab_size=len(tokenizer), forced_bos_token_id=0, **stack_config(shape))
     torch.manual_seed(seed)
     model = transformers.BartForConditionalGeneration(config).eval()
     # generation_config.json, where transformers keeps these (the config no longer does)

@@ -163,14 +163,14 @@ def multilingual_model(source: Path) -> Seq2SeqModel:
     return tied_model(source, multilingual_config(source), MultilingualImportError)
 
 
-def _read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def _m2m100_codes(source: Path) -> tuple[str, ...]:
     """M2M100's language codes in the order that gives their ids: transformers' table of the name that
     tokenizer_config.json gives (language_codes), which no file of the checkpoint lists."""
-    table = _read_json(source / "tokenizer_config.json").get("language_codes", "m2m100")
+    table = read_json(source / "tokenizer_config.json").get("language_codes", "m2m100")
     try:
         from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
     except ImportError:
@@ -186,11 +186,11 @@ def language_fields(source: Path, family: str) -> dict:
     """The ModelConfig fields of the checkpoint's tokenizer and languages."""
     source = Path(source)
     if (source / TOKENIZER_FILE).is_file():
-        added = _read_json(source / TOKENIZER_FILE).get("added_tokens", [])
+        added = read_json(source / TOKENIZER_FILE).get("added_tokens", [])
         codes = tuple(
             t["content"] for t in sorted(added, key=lambda t: t["id"]) if CODE_PATTERNS[family].match(t["content"])
         )
-        legacy = bool(_read_json(source / "tokenizer_config.json").get("legacy_behaviour", False))
+        legacy = bool(read_json(source / "tokenizer_config.json").get("legacy_behaviour", False))
         fields = dict(tokenizer="tokenizers", languages=codes, source_language="suffix" if legacy else "prefix")
     elif all((source / f).is_file() for f in M2M100_TOKENIZER_FILES) and family == "m2m_100":
         codes = _m2m100_codes(source)

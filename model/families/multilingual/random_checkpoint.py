@@ -118,24 +118,10 @@ def randomize(model, seed: int) -> None:
                 parameter.copy_(0.1 * torch.randn(parameter.shape, generator=generator))
 
 
-def random_multilingual_checkpoint(out_dir: Path, shape: MultilingualShape, seed: int = 0) -> Path:
-    """A multilingual model with random weights and its tokenizer files in out_dir (safetensors only)."""
-    import transformers
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if shape.family == "m2m100":
-        tokenizer, vocab_size = _m2m100_tokenizer(out_dir, shape, seed)
-    elif shape.family == "nllb":
-        tokenizer, vocab_size = _nllb_tokenizer(shape, seed)
-    elif shape.family == "mbart50":
-        tokenizer, vocab_size = _mbart50_tokenizer(shape, seed)
-    else:
-        raise ValueError(f"family {shape.family!r}: m2m100, nllb or mbart50")
-    mbart = shape.family == "mbart50"
-    config_class = transformers.MBartConfig if mbart else transformers.M2M100Config
-    config = config_class(
-        vocab_size=max(vocab_size, shape.vocab_size),
+def stack_config(shape) -> dict:
+    """transformers' config fields of a BART-layout shape's two stacks of the same widths, fairseq's special
+    ids (pad 1, bos 0, eos 2, the decoder starting from eos, eos forced last) and no dropout."""
+    return dict(
         d_model=shape.d_model,
         encoder_layers=shape.encoder_layers,
         decoder_layers=shape.decoder_layers,
@@ -154,7 +140,27 @@ def random_multilingual_checkpoint(out_dir: Path, shape: MultilingualShape, seed
         dropout=0.0,
         attention_dropout=0.0,
         activation_dropout=0.0,
-        num_beams=shape.num_beams,
+    )
+
+
+def random_multilingual_checkpoint(out_dir: Path, shape: MultilingualShape, seed: int = 0) -> Path:
+    """A multilingual model with random weights and its tokenizer files in out_dir (safetensors only)."""
+    import transformers
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if shape.family == "m2m100":
+        tokenizer, vocab_size = _m2m100_tokenizer(out_dir, shape, seed)
+    elif shape.family == "nllb":
+        tokenizer, vocab_size = _nllb_tokenizer(shape, seed)
+    elif shape.family == "mbart50":
+        tokenizer, vocab_size = _mbart50_tokenizer(shape, seed)
+    else:
+        raise ValueError(f"family {shape.family!r}: m2m100, nllb or mbart50")
+    mbart = shape.family == "mbart50"
+    config_class = transformers.MBartConfig if mbart else transformers.M2M100Config
+    config = config_class(
+        vocab_size=max(vocab_size, shape.vocab_size), **stack_config(shape), num_beams=shape.num_beams
     )
     torch.manual_seed(seed)
     model_class = transformers.MBartForConditionalGeneration if mbart else transformers.M2M100ForConditionalGeneration
