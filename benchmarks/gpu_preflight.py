@@ -7,17 +7,22 @@ line and one JSON record per check, each on its own: a failed check is recorded 
 - placements: every served graph in the kit, on the device, each node's provider counted (a node left on
   the CPU for want of a kernel fails create_session);
 - numbers decode: the numbers model in float16, 32 lockstep greedy steps through the serving runner,
-  against the float32 CPU tokens computed when the kit was built;
+  against the float32 CPU tokens computed when the kit was built, up to each row's end (what a row
+  decodes after its end token is in no answer, and near-ties there go either way in float16);
 - in place: a row move in a 1 GiB cache buffer against the same move in a 2-row one, and a decode step
   over the same 64 rows with self-attention buffers of 64 and of 1,024 positions a row (a copy of the
   cache per call would show here, where the byte counters, which count host transfers, see nothing;
   judged on the device only, as a shared CPU's timings vary too much);
+- where the time goes: ONNX Runtime's profile of row moves and decode steps of the numbers model (each
+  run's time, its kernels' by operator type, and the rest), so that a run slower than its kernels shows
+  what it waits on;
 - release memory: the runner gives its arena's free memory back once.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -116,9 +121,9 @@ def check_numbers_decode(kit: Path, device: str, reference: dict) -> dict:
     harness = RunnerHarness(model_dir, threads=0 if device == "cuda" else 2, precision="fp16", device=device)
     ids, mask = encoded(open_model_dir(model_dir, precision="fp16"), reference["sources"])
     got = harness.greedy(ids, mask, reference["steps"])
-    diverged = [
-        next((i for i, (a, b) in enumerate(zip(g, e)) if a != b), None) for g, e in zip(got, reference["tokens"])
-    ]
+    eos = harness.config.eos_id
+    expected = [e[: e.index(eos) + 1] if eos in e else e for e in reference["tokens"]]
+    diverged = [next((i for i, (a, b) in enumerate(zip(g, e)) if a != b), None) for g, e in zip(got, expected)]
     same = sum(d is None for d in diverged)
     if same < len(got):
         raise RuntimeError(f"{same} of {len(got)} rows equal to the CPU float32 tokens; first divergences {diverged}")
@@ -170,6 +175,37 @@ def check_in_place(kit: Path, device: str) -> dict:
     return {**record, "judged": True}
 
 
+def check_profile(kit: Path, device: str) -> dict:
+    """ONNX Runtime's profile of 20 row moves (a 2-row buffer) and 20 decode steps over 64 rows."""
+    from service.engine.generation_cache import MIN_SOURCE_CAPACITY
+    from service.runner.cache_memory import CacheGeometry
+
+    from .ort_profile import ended
+    from .runner_harness import RunnerHarness
+
+    with tempfile.TemporaryDirectory() as folder:
+        harness = RunnerHarness(
+            kit / "models" / "numbers",
+            threads=0 if device == "cuda" else 2,
+            precision="fp16",
+            device=device,
+            profile_prefix=f"{folder}/ort",
+        )
+        runner, c = harness.runner, harness.config
+        geometry = CacheGeometry(
+            c.n_decoder_layers, harness.heads, harness.d_head, 64, MIN_SOURCE_CAPACITY, runner.precision
+        )
+        memory = runner.cache_memory(geometry, 2, MIN_SOURCE_CAPACITY)
+        for _ in range(21):
+            memory.move_rows(2, [(0, 1)], 2, [])
+        ids = np.full((64, 8), 5, np.int64)
+        cache = harness.cache(ids, np.ones_like(ids), 64)
+        tokens = np.full((64, 1), c.bos_id, np.int64)
+        for _ in range(21):
+            harness.step(cache, tokens)
+        return {"graphs": ended({role: harness.sessions[role] for role in ("cache_moves", "decoder")})}
+
+
 def check_release_memory(kit: Path, device: str) -> dict:
     from .runner_harness import RunnerHarness
 
@@ -188,6 +224,7 @@ def run(kit: Path, device: str, say=print) -> list[dict]:
         ("placements", lambda: check_placements(kit, device)),
         ("numbers decode", lambda: check_numbers_decode(kit, device, reference)),
         ("in place", lambda: check_in_place(kit, device)),
+        ("where the time goes", lambda: check_profile(kit, device)),
         ("release memory", lambda: check_release_memory(kit, device)),
     ]
     records = []

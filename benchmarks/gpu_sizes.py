@@ -37,7 +37,7 @@ class Sizes:
     marian: dict = field(default_factory=dict)  # MarianShape's fields
     marian_seed: int = 0
     speech_recordings: int = 8  # distinct espeak-ng recordings of 30-60 s, for Whisper tiny.en
-    speech_calls: int = 64  # transcriptions at once, the recordings in turn
+    speech_calls: int = 32  # transcriptions at once, the recordings in turn (whisper_bench's 32 callers)
 
     def to_dict(self) -> dict:
         return asdict(self)

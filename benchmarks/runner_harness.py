@@ -20,11 +20,20 @@ class Row:
 
 class RunnerHarness:
     def __init__(
-        self, model_dir: Path, threads: int, spinning: bool = True, precision: str = "fp32", device: str = "cpu"
+        self,
+        model_dir: Path,
+        threads: int,
+        spinning: bool = True,
+        precision: str = "fp32",
+        device: str = "cpu",
+        profile_prefix: str = "",
     ):
+        """profile_prefix: ONNX Runtime profiles every session's runs there (SessionSettings)."""
         files = open_model_dir(model_dir, precision=precision)
         self.config = c = files.config
-        settings = SessionSettings(device=device, intra_op_threads=threads, spinning=spinning)
+        settings = SessionSettings(
+            device=device, intra_op_threads=threads, spinning=spinning, profile_prefix=profile_prefix
+        )
         self.sessions = {role: create_session(path, settings) for role, path in files.graphs.items()}
         graphs = {role: self.sessions[role] for role in CACHE_GRAPHS}
         encoder, decoder = self.sessions["encoder"], self.sessions["decoder"]

@@ -156,12 +156,19 @@ def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path)
         "placements",
         "numbers decode",
         "in place",
+        "where the time goes",
         "release memory",
     ]
     assert checks["imports"]["onnxruntime_file"].startswith(str(site))  # the kit's build, not another
     assert checks["numbers decode"]["same_rows"] == checks["numbers decode"]["rows"] == 8
     assert checks["in place"]["buffer_bytes"] >= 0.99 * (1 << 30) and checks["in place"]["judged"] is False
     assert checks["in place"]["step_1024_positions_ms"] > 0 and checks["in place"]["row_move_1gib_ms"] > 0
+    profiles = checks["where the time goes"]["graphs"]
+    for role in ("cache_moves", "decoder"):  # 20 runs after the warm-up, their kernels within each run's time
+        assert profiles[role]["runs"] == 20, profiles
+        assert 0 < profiles[role]["kernels_us"] <= profiles[role]["run_us"], profiles
+    assert any(op.startswith("ScatterND") for op in profiles["cache_moves"]["by_operator_us"]), profiles
+    assert any(op.startswith("GroupQueryAttention") for op in profiles["decoder"]["by_operator_us"]), profiles
     assert results["phases"]["parity"]["minilm"]["min_cosine"] > 0.999
     assert all(d["exact"] == d["total"] == 25 for d in results["phases"]["parity"]["numbers"].values())
     assert results["phases"]["parity-marian"]["same"] >= 8

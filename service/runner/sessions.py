@@ -72,6 +72,7 @@ class SessionSettings:
     spinning: bool | None = None  # None: by the thread rule
     gpu_mem_limit: int = 0  # bytes of each CUDA session's arena; 0: no limit
     cpu_arena: bool = True  # ONNX Runtime's CPU memory arena (fast, but it keeps its peak)
+    profile_prefix: str = ""  # where ONNX Runtime writes a profile of every run (end_profiling); "": none
 
 
 def available_cores() -> int:
@@ -151,6 +152,9 @@ def _options(settings: SessionSettings, provider: str) -> ort.SessionOptions:
     options.log_severity_level = 2
     if provider == CUDA:
         options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if settings.profile_prefix:
+        options.enable_profiling = True
+        options.profile_file_prefix = settings.profile_prefix
     return options
 
 
