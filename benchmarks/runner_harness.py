@@ -38,7 +38,7 @@ class RunnerHarness:
         graphs = {role: self.sessions[role] for role in CACHE_GRAPHS}
         encoder, decoder = self.sessions["encoder"], self.sessions["decoder"]
         self.runner = Seq2SeqRunner(encoder, decoder, graphs, c.n_decoder_layers, precision)
-        self.heads, self.d_head = c.n_heads, c.d_model // c.n_heads
+        self.heads, self.d_head = c.n_heads, c.d_head
 
     def cache(self, ids: np.ndarray, mask: np.ndarray, target_tokens: int) -> GenerationCache:
         """A cache of one row per source (right-padded ids and mask), their cross K/V written in."""

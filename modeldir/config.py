@@ -31,8 +31,12 @@ class ModelConfig:
     max_positions: int = 512  # longest sequence the position table covers
     # sinusoidal: the paper's table, sin and cos interleaved; sinusoidal_split: the same frequencies with all
     # sines first, then all cosines (Marian); sinusoidal_fairseq: fairseq's frequencies, sines then cosines,
-    # the pad token's row zero (M2M100, NLLB); learned: a trained table.
-    positions: Literal["sinusoidal", "sinusoidal_split", "sinusoidal_fairseq", "learned"] = "sinusoidal"
+    # the pad token's row zero (M2M100, NLLB); learned: a trained table; relative: none in the embeddings, a
+    # learned bias on self-attention's scores by bucket of distance (T5: model/architecture/relative_positions.py).
+    positions: Literal["sinusoidal", "sinusoidal_split", "sinusoidal_fairseq", "learned", "relative"] = "sinusoidal"
+    relative_buckets: int = 32  # relative positions: the buckets of distance, and the distance the last starts at
+    relative_max_distance: int = 128
+    relative_bias_per_layer: bool = False  # a table per layer (UMT5), not one per stack (T5)
     # Added to every position before the table is read: M2M100 and NLLB count from pad_id + 1, mBART from 2.
     position_offset: int = 0
     # What the encoder reads: token ids, or (Whisper) log-mel frames of n_mels through a stem of two 1-D
@@ -44,13 +48,23 @@ class ModelConfig:
     # A Whisper model's special tokens, languages, suppressed tokens and alignment heads (whisper_tokens.py).
     whisper: WhisperSettings | None = None
     norm_placement: Literal["post", "pre"] = "post"  # post: the paper; pre: LayerNorm inside the residual branch
+    norm: Literal["layer", "rms"] = "layer"  # rms: T5's, without mean or bias
     activation: Literal["relu", "gelu", "gelu_tanh", "silu"] = "relu"
+    feed_forward: Literal["plain", "gated"] = "plain"  # gated: act(x W_1) * x W_gate (T5 v1.1's gated-gelu)
+    linear_bias: bool = True  # biases on the attention and feed-forward projections (T5 has none)
+    # Each head's width: 0 for d_model / n_heads; T5 states its own (d_kv), and the heads' total may differ
+    # from d_model (MADLAD-400 3B: 16 x 128 = 2048 over a d_model of 1024).
+    d_kv: int = 0
+    scale_attention: bool = True  # scores scaled by 1 / sqrt(d_head), as the paper; T5 does not (its init does)
     layer_norm_eps: float = 1e-5
     embedding_norm: bool = False  # LayerNorm right after the embedding sum (BERT)
     type_vocab_size: int = 0  # token-type (segment) embeddings; 0 = none. Inputs are always type 0.
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model), as in the paper (3.4)
     share_embeddings: bool = True  # one token table for encoder and decoder (seq2seq)
     tie_output: bool = True  # the LM head is the decoder's token table, transposed (seq2seq)
+    # The decoder's output times d_model ** -0.5 before the LM head: the original T5's (its tied table's
+    # logits at the scale it was trained at; transformers' scale_decoder_outputs).
+    rescale_output: bool = False
     output_bias: bool = False  # a bias on the logits (Marian's final_logits_bias)
     # Embedding models: how last_hidden_state becomes one vector.
     pooling: Literal["mean", "cls"] = "mean"
@@ -123,14 +137,18 @@ class ModelConfig:
         problems = []
         if self.task not in ("embedding", "seq2seq"):
             problems.append(f"task must be 'embedding' or 'seq2seq', not {self.task!r}")
-        if self.d_model % self.n_heads:
-            problems.append(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads}")
+        if self.d_model % self.n_heads and not self.d_kv:
+            problems.append(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads} (and no d_kv)")
         if self.task == "seq2seq" and self.n_decoder_layers < 1:
             problems.append("a seq2seq model needs n_decoder_layers >= 1")
-        if self.task == "seq2seq" and self.d_model % self.n_heads == 0 and self.d_head % 8:
+        if self.task == "seq2seq" and (self.d_model % self.n_heads == 0 or self.d_kv) and self.d_head % 8:
             # The decoder's cached self-attention runs as ONNX Runtime's GroupQueryAttention, which
             # takes head sizes in multiples of 8 (64 in every published checkpoint we know of).
-            problems.append(f"a seq2seq model needs d_head (d_model / n_heads) a multiple of 8, not {self.d_head}")
+            problems.append(
+                f"a seq2seq model needs d_head (d_kv, or d_model / n_heads) a multiple of 8, not {self.d_head}"
+            )
+        if self.positions == "relative" and (self.relative_buckets < 4 or self.relative_max_distance < 2):
+            problems.append("relative positions need at least 4 buckets and a max distance of at least 2")
         if self.task == "embedding" and self.n_decoder_layers:
             problems.append("an embedding model has no decoder layers")
         if self.num_beams < 1:
@@ -170,7 +188,7 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_kv or self.d_model // self.n_heads
 
     @property
     def final_norm(self) -> bool:

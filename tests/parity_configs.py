@@ -95,6 +95,32 @@ SEQ2SEQ_CONFIGS = {
         eos_id=2,
         scale_embeddings=True,
     ),
+    "h4-dkv16-d32-t5": ModelConfig(  # T5's form: relative positions, RMS norms, gated GELU, no biases
+        task="seq2seq",
+        vocab_size=100,
+        d_model=32,
+        n_heads=4,
+        d_kv=16,  # heads 64 wide in all, over a d_model of 32 (MADLAD-400's kind)
+        d_ff=48,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        max_positions=640,
+        norm_placement="pre",
+        norm="rms",
+        layer_norm_eps=1e-6,
+        positions="relative",
+        relative_buckets=8,
+        relative_max_distance=20,
+        relative_bias_per_layer=True,
+        activation="gelu_tanh",
+        feed_forward="gated",
+        linear_bias=False,
+        scale_attention=False,
+        rescale_output=True,
+        pad_id=0,
+        bos_id=0,
+        eos_id=1,
+    ),
 }
 
 EMBEDDING_CONFIGS = {

@@ -14,6 +14,7 @@ from model.families.cross_encoder.importer import import_cross_encoder
 from model.families.marian.importer import import_marian
 from model.families.multilingual.importer import import_multilingual
 from model.families.splade.importer import import_splade
+from model.families.t5.importer import import_t5
 
 
 def checkpoint(tmp_path, config: dict, files: dict | None = None):
@@ -34,6 +35,9 @@ SPLADE_MODULES = [{"type": "sentence_transformers.sparse_encoder.models.SpladePo
         ({"model_type": "m2m_100"}, {}, import_multilingual, "m2m_100"),
         ({"model_type": "mbart"}, {}, import_multilingual, "mbart"),
         ({"model_type": "bart"}, {}, import_bart, "bart"),
+        ({"model_type": "t5"}, {}, import_t5, "t5"),
+        ({"model_type": "mt5"}, {}, import_t5, "mt5"),
+        ({"model_type": "umt5"}, {}, import_t5, "umt5"),
         (
             {"model_type": "xlm-roberta", "architectures": ["XLMRobertaForSequenceClassification"]},
             {},
@@ -56,9 +60,9 @@ def test_the_most_specific_family_takes_a_checkpoint(tmp_path, config, files, im
 
 
 def test_what_no_family_claims_goes_to_bert_which_refuses_it_by_name(tmp_path):
-    source = checkpoint(tmp_path, {"model_type": "t5"})
+    source = checkpoint(tmp_path, {"model_type": "gpt2"})
     (source / "model.safetensors").touch()
     family, kind = family_of(source)
-    assert kind == "t5"
-    with pytest.raises(ValueError, match=r"model_type 't5' is not supported \(one of bert, xlm-roberta\)"):
+    assert kind == "gpt2"
+    with pytest.raises(ValueError, match=r"model_type 'gpt2' is not supported \(one of bert, xlm-roberta\)"):
         family.importer(source, tmp_path / "out", "t")

@@ -30,9 +30,10 @@ class KeysValues(tuple):
 
 
 def attention(
-    query: Tensor, sources: list[KeysValues], scale: float, return_weights: bool = False
+    query: Tensor, sources: list[KeysValues], scale: float, return_weights: bool = False, bias: Tensor | None = None
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """softmax(Q K^T * scale) V over the concatenation of several key/value sources; scale = 1 / sqrt(d_k).
+    """softmax(Q K^T * scale + bias) V over the concatenation of several key/value sources; scale = 1 /
+    sqrt(d_k) (1 for T5); bias (B or 1, H, T, sum S), T5's relative positions, or None.
 
     query (B, H, T, Dh); each source's mask is boolean, True where a query may attend, broadcast over heads.
     Scores from all sources share one softmax, which is attention over their concatenation, without
@@ -47,11 +48,14 @@ def attention(
         s = torch.matmul(query, keys.transpose(-1, -2))  # (B, H, T, S)
         # A finite minimum, not -inf: a row with nothing to attend to (padding) stays finite.
         scores.append(s.masked_fill(~mask.unsqueeze(1), torch.finfo(s.dtype).min))
-    weights = torch.softmax(torch.cat(scores, dim=-1), dim=-1)  # (B, H, T, sum S)
+    scores = torch.cat(scores, dim=-1)
+    if bias is not None:  # after the mask: a masked score stays the finite minimum (float16's too)
+        scores = (scores + bias).clamp(min=torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)  # (B, H, T, sum S)
     output = None
     start = 0
-    for (_, values, _), s in zip(sources, scores):
-        length = s.shape[-1]
+    for _, values, _ in sources:
+        length = values.shape[-2]
         part = torch.matmul(weights[..., start : start + length], values)  # (B, H, T, Dh)
         output = part if output is None else output + part
         start = start + length
@@ -91,28 +95,26 @@ class PaddedAttention(torch.autograd.Function):
     masking would be separate nodes the optimizer does not match."""
 
     @staticmethod
-    def forward(ctx, query, keys, values, lengths, n_heads: int, scale: float):
-        """query (B, T, d_model); keys, values (B, H, S, Dh); lengths (B) int32 -> (B, T, d_model)."""
-        batch, steps, d_model = query.shape
-        q = query.view(batch, steps, n_heads, d_model // n_heads).transpose(1, 2)  # (B, H, T, Dh)
+    def forward(ctx, query, keys, values, lengths, n_heads: int, scale: float, bias=None):
+        """query (B, T, H * Dh); keys, values (B, H, S, Dh); lengths (B) int32; bias (B or 1, H, T, S) or None
+        -> (B, T, H * Dh)."""
+        batch, steps, width = query.shape
+        q = query.view(batch, steps, n_heads, width // n_heads).transpose(1, 2)  # (B, H, T, Dh)
         visible = torch.arange(keys.shape[2])[None, None, :] < lengths[:, None, None]  # (B, 1, S)
-        out = attention(q, [KeysValues(keys, values, visible)], scale)
-        return out.transpose(1, 2).reshape(batch, steps, d_model)
+        out = attention(q, [KeysValues(keys, values, visible)], scale, bias=bias)
+        return out.transpose(1, 2).reshape(batch, steps, width)
 
     @staticmethod
-    def symbolic(g, query, keys, values, lengths, n_heads: int, scale: float):
-        no_bias = g.op("prim::Constant")  # an omitted optional input ("" in ONNX)
-        no_bias.setType(torch._C.OptionalType.ofTensor())
-        out = g.op(
-            "com.microsoft::MultiHeadAttention",
-            query,
-            keys,
-            values,
-            no_bias,
-            lengths,
-            num_heads_i=n_heads,
-            scale_f=scale,
-        )
+    def symbolic(g, query, keys, values, lengths, n_heads: int, scale: float, bias=None):
+        def omitted():  # an omitted optional input ("" in ONNX)
+            node = g.op("prim::Constant")
+            node.setType(torch._C.OptionalType.ofTensor())
+            return node
+
+        inputs = [query, keys, values, omitted(), lengths]
+        if bias is not None and not bias.node().mustBeNone():
+            inputs.append(bias)  # attention_bias: T5's relative positions
+        out = g.op("com.microsoft::MultiHeadAttention", *inputs, num_heads_i=n_heads, scale_f=scale)
         # The exporter cannot infer a contrib op's shapes: the output is shaped as the query, whose width (a
         # beam group's query block has a reshaped type that lost it) is the heads' times the keys' head size.
         sizes = query.type().varyingSizes() or [None, None, None]
@@ -121,15 +123,18 @@ class PaddedAttention(torch.autograd.Function):
 
 
 class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int):
+    def __init__(self, d_model: int, n_heads: int, d_head: int = 0, bias: bool = True, scaled: bool = True):
+        """d_head: each head's width (0: d_model / n_heads); bias: on the projections; scaled: scores times
+        1 / sqrt(d_head) (T5's are not)."""
         super().__init__()
         self.n_heads = n_heads
-        self.d_head = d_model // n_heads
-        self.scale = 1.0 / math.sqrt(self.d_head)
-        self.w_q = nn.Linear(d_model, d_model)  # W_i^Q of all heads side by side
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)
+        self.d_head = d_head or d_model // n_heads
+        self.scale = 1.0 / math.sqrt(self.d_head) if scaled else 1.0
+        inner = n_heads * self.d_head
+        self.w_q = nn.Linear(d_model, inner, bias=bias)  # W_i^Q of all heads side by side
+        self.w_k = nn.Linear(d_model, inner, bias=bias)
+        self.w_v = nn.Linear(d_model, inner, bias=bias)
+        self.w_o = nn.Linear(inner, d_model, bias=bias)
         # A list while attention maps are recorded (model/export/attention_graph.py): each call appends its weights
         # (B, H, T, S). None otherwise, so that the serving graphs trace exactly as without it.
         self.recorded: list[Tensor] | None = None
@@ -140,7 +145,7 @@ class MultiHeadAttention(nn.Module):
 
     def merge_heads(self, x: Tensor) -> Tensor:
         batch, _, length, _ = x.shape
-        return x.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)  # (B, T, d_model)
+        return x.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)  # (B, T, H * Dh)
 
     def project_kv(self, source: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of a sequence (B, S, d_model) -> two (B, H, S, Dh)."""
@@ -150,21 +155,22 @@ class MultiHeadAttention(nn.Module):
         """Queries from x (B, T, d_model) over their groups' K/V (CrossGroups); returns (B, T, d_model)."""
         keys, values, lengths, query_slots, row_slots = groups
         query = self.w_q(x)
-        batch, steps, d_model = query.shape
-        block = query.index_select(0, query_slots).reshape(keys.shape[0], -1, d_model)  # (G, W * T, d_model)
+        batch, steps, width = query.shape
+        block = query.index_select(0, query_slots).reshape(keys.shape[0], -1, width)  # (G, W * T, H * Dh)
         out = PaddedAttention.apply(block, keys, values, lengths, self.n_heads, self.scale)
-        return self.w_o(out.reshape(-1, steps, d_model).index_select(0, row_slots))
+        return self.w_o(out.reshape(-1, steps, width).index_select(0, row_slots))
 
-    def forward(self, x: Tensor, sources: list[KeysValues]) -> Tensor:
-        """Queries from x (B, T, d_model) attend over the sources; returns (B, T, d_model)."""
+    def forward(self, x: Tensor, sources: list[KeysValues], bias: Tensor | None = None) -> Tensor:
+        """Queries from x (B, T, d_model) attend over the sources, their scores plus bias (B or 1, H, T, sum
+        S) where given (T5's relative positions); returns (B, T, d_model)."""
         if torch.onnx.is_in_onnx_export() and self.recorded is None and padding_only(sources):
             keys, values, mask = sources[0]
             lengths = mask[:, 0].sum(-1, dtype=torch.int32)  # right-padded: each row's first `length` keys
-            return self.w_o(PaddedAttention.apply(self.w_q(x), keys, values, lengths, self.n_heads, self.scale))
+            return self.w_o(PaddedAttention.apply(self.w_q(x), keys, values, lengths, self.n_heads, self.scale, bias))
         query = self.split_heads(self.w_q(x))
         if self.recorded is None:
-            heads = attention(query, sources, self.scale)
+            heads = attention(query, sources, self.scale, bias=bias)
         else:
-            heads, weights = attention(query, sources, self.scale, return_weights=True)
+            heads, weights = attention(query, sources, self.scale, return_weights=True, bias=bias)
             self.recorded.append(weights)
         return self.w_o(self.merge_heads(heads))

@@ -38,14 +38,20 @@ class ConcatCache:
         filled = self.past_mask.sum(dim=-1, keepdim=True)
         return filled + torch.arange(input_ids.shape[1], device=input_ids.device)[None]
 
-    def attend(self, layer: int, attn: MultiHeadAttention, h: Tensor) -> Tensor:
+    def key_positions(self, input_ids: Tensor) -> Tensor:
+        """(B, P + T): the positions of the keys a step's queries read, the past's then the step's own."""
+        past = torch.arange(self.past_mask.shape[1], device=input_ids.device)[None].expand(input_ids.shape[0], -1)
+        return torch.cat([past, self.positions(input_ids)], dim=1)
+
+    def attend(self, layer: int, attn: MultiHeadAttention, h: Tensor, bias: Tensor | None = None) -> Tensor:
+        """bias: (B, H, T, P + T) over key_positions, or None."""
         keys, values = attn.project_kv(h)
         self.new.append((keys, values))
         length = h.shape[1]
         causal = torch.ones(length, length, dtype=torch.bool, device=h.device).tril()[None]  # (1, T, T)
         past_k, past_v = self.past[layer]
         past = KeysValues(past_k, past_v, self.past_mask.bool()[:, None, :])
-        return attn(h, [past, KeysValues(keys, values, causal)])
+        return attn(h, [past, KeysValues(keys, values, causal)], bias)
 
 
 class BufferCache:
@@ -59,8 +65,17 @@ class BufferCache:
     def positions(self, input_ids: Tensor) -> Tensor:
         return self.lengths.long()[:, None] + torch.arange(input_ids.shape[1], device=input_ids.device)[None]
 
-    def attend(self, layer: int, attn: MultiHeadAttention, h: Tensor) -> Tensor:
-        total = self.total if self.total is not None else (self.lengths.max() + h.shape[1]).reshape(1)
+    def total_length(self, input_ids: Tensor) -> Tensor:
+        """(1) int32: the longest row after the step."""
+        return self.total if self.total is not None else (self.lengths.max() + input_ids.shape[1]).reshape(1)
+
+    def key_positions(self, input_ids: Tensor) -> Tensor:
+        """(1, total): the buffer positions a step reads, up to the longest row's (GroupQueryAttention's
+        total_sequence_length)."""
+        return torch.arange(self.total_length(input_ids)[0].long(), device=input_ids.device)[None]
+
+    def attend(self, layer: int, attn: MultiHeadAttention, h: Tensor, bias: Tensor | None = None) -> Tensor:
+        """bias: (B, H, T, total) over key_positions, or None."""
         out, present_k, present_v = BufferedAttention.apply(
             attn.w_q(h),
             attn.w_k(h),
@@ -68,9 +83,10 @@ class BufferCache:
             self.keys[layer],
             self.values[layer],
             self.lengths,
-            total,
+            self.total_length(h),
             attn.n_heads,
             attn.scale,
+            bias,
         )
         self.present.append((present_k, present_v))
         return attn.w_o(out)
@@ -82,11 +98,11 @@ class BufferedAttention(torch.autograd.Function):
     computation (over the whole buffer, masked). In ONNX: GroupQueryAttention (opset com.microsoft)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key_buffer, value_buffer, lengths, total, n_heads: int, scale: float):
-        """q, k, v (B, T, d_model); buffers (B, H, L, Dh); lengths (B); total (1), the longest row after the
-        step (GroupQueryAttention's; the reference needs only lengths) -> out (B, T, d_model), the buffers."""
-        batch, steps, d_model = q.shape
-        d_head = d_model // n_heads
+    def forward(ctx, q, k, v, key_buffer, value_buffer, lengths, total, n_heads: int, scale: float, bias=None):
+        """q, k, v (B, T, H * Dh); buffers (B, H, L, Dh); lengths (B); total (1), the longest row after the
+        step; bias (B, H, T, total) or None -> out (B, T, H * Dh), the buffers."""
+        batch, steps, width = q.shape
+        d_head = width // n_heads
 
         def heads(x):
             return x.view(batch, steps, n_heads, d_head)  # (B, T, H, Dh)
@@ -96,12 +112,14 @@ class BufferedAttention(torch.autograd.Function):
         present_k, present_v = key_buffer.clone(), value_buffer.clone()
         present_k[rows, :, position] = heads(k)
         present_v[rows, :, position] = heads(v)
-        visible = torch.arange(key_buffer.shape[2])[None, None, :] <= position[:, :, None]  # (B, T, L)
-        out = attention(heads(q).transpose(1, 2), [KeysValues(present_k, present_v, visible)], scale)
-        return out.transpose(1, 2).reshape(batch, steps, d_model), present_k, present_v
+        read = int(total[0])  # the positions the step reads: up to the longest row's
+        visible = torch.arange(read)[None, None, :] <= position[:, :, None]  # (B, T, total)
+        keys_values = KeysValues(present_k[:, :, :read], present_v[:, :, :read], visible)
+        out = attention(heads(q).transpose(1, 2), [keys_values], scale, bias=bias)
+        return out.transpose(1, 2).reshape(batch, steps, width), present_k, present_v
 
     @staticmethod
-    def symbolic(g, q, k, v, key_buffer, value_buffer, lengths, total, n_heads: int, scale: float):
+    def symbolic(g, q, k, v, key_buffer, value_buffer, lengths, total, n_heads: int, scale: float, bias=None):
         steps = g.op("Gather", g.op("Shape", q), g.op("Constant", value_t=torch.tensor(1)), axis_i=0)
         # seqlens_k: each row's length after the step, minus one, on the device; total: from the host.
         # The step's last offset (steps - 1) comes from a Range, which runs on the device from host
@@ -112,15 +130,16 @@ class BufferedAttention(torch.autograd.Function):
         )
         last = g.op("Cast", g.op("ReduceMax", offsets, keepdims_i=0), to_i=6)  # int32, as lengths
         seqlens = g.op("Add", lengths, last)
+        inputs = [q, k, v, key_buffer, value_buffer, seqlens, total]
+        if bias is not None and not bias.node().mustBeNone():  # attention_bias: T5's relative positions
+            omitted = []
+            for _ in range(3):  # cos_cache, sin_cache, position_ids: omitted ("" in ONNX)
+                omitted.append(g.op("prim::Constant"))
+                omitted[-1].setType(torch._C.OptionalType.ofTensor())
+            inputs += [*omitted, bias]
         out, present_k, present_v = g.op(
             "com.microsoft::GroupQueryAttention",
-            q,
-            k,
-            v,
-            key_buffer,
-            value_buffer,
-            seqlens,
-            total,
+            *inputs,
             num_heads_i=n_heads,
             kv_num_heads_i=n_heads,
             scale_f=scale,
@@ -139,8 +158,11 @@ class NoCache:
     def positions(self, input_ids: Tensor) -> Tensor:
         return torch.arange(input_ids.shape[1], device=input_ids.device)[None]
 
-    def attend(self, layer: int, attn: MultiHeadAttention, h: Tensor) -> Tensor:
+    def key_positions(self, input_ids: Tensor) -> Tensor:
+        return self.positions(input_ids)
+
+    def attend(self, layer: int, attn: MultiHeadAttention, h: Tensor, bias: Tensor | None = None) -> Tensor:
         keys, values = attn.project_kv(h)
         length = h.shape[1]
         causal = torch.ones(length, length, dtype=torch.bool, device=h.device).tril()[None]  # (1, T, T)
-        return attn(h, [KeysValues(keys, values, causal)])
+        return attn(h, [KeysValues(keys, values, causal)], bias)

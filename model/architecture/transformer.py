@@ -11,28 +11,26 @@ from torch import Tensor, nn
 from model.architecture.attention import CrossGroups, CrossSlots, KeysValues, MultiHeadAttention
 from model.architecture.decoder_cache import ConcatCache
 from model.architecture.positions import fairseq_sinusoid_table, position_table
+from model.architecture.relative_positions import RelativePositionBias
+from model.architecture.sublayers import ACTIVATIONS, feed_forward, norm
 from modeldir.config import ModelConfig
-
-ACTIVATIONS = {
-    "relu": nn.ReLU,
-    "gelu": nn.GELU,
-    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
-    "silu": nn.SiLU,
-}
 
 
 class Embeddings(nn.Module):
-    """Token embedding (optionally x sqrt(d_model)) + position encoding (+ token type 0), then an optional LayerNorm."""
+    """Token embedding (optionally x sqrt(d_model)) + position encoding (+ token type 0), then an optional
+    LayerNorm. With relative positions (T5) no position is added here."""
 
     def __init__(self, config: ModelConfig, tokens: nn.Embedding):
         super().__init__()
         self.tokens = tokens
         self.scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
         self.offset = config.position_offset
+        self.absolute = config.positions != "relative"
         if config.positions == "learned":
             self.positions = nn.Embedding(config.max_positions + self.offset, config.d_model)
         else:
             self.positions = None
+        if self.absolute and self.positions is None:
             # A fixed table, rebuilt from the config: not a weight, so not saved.
             self.register_buffer("sinusoids", position_table(config), persistent=False)
         self.token_types = nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
@@ -44,10 +42,8 @@ class Embeddings(nn.Module):
         x = self.tokens(input_ids) * self.scale
         if self.offset:
             positions = positions + self.offset
-        if self.positions is None:
-            x = x + self.sinusoids[positions]
-        else:
-            x = x + self.positions(positions)
+        if self.absolute:
+            x = x + (self.sinusoids[positions] if self.positions is None else self.positions(positions))
         if self.pair_segments:  # a pair: type 1 from the token after the first separator on
             separators = (input_ids == self.separator).long()
             types = (separators.cumsum(dim=1) - separators).clamp(max=1)  # (B, T)
@@ -75,19 +71,6 @@ class AudioEmbeddings(nn.Module):
         return x + self.sinusoids[: x.shape[1]]
 
 
-class FeedForward(nn.Module):
-    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, applied at each position alike."""
-
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.w_1 = nn.Linear(config.d_model, config.d_ff)
-        self.activation = ACTIVATIONS[config.activation]()
-        self.w_2 = nn.Linear(config.d_ff, config.d_model)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(self.activation(self.w_1(x)))
-
-
 class Block(nn.Module):
     """Residual connections around sublayers: LayerNorm(x + Sublayer(x)) in the paper (post-norm),
     or x + Sublayer(LayerNorm(x)) (pre-norm)."""
@@ -96,26 +79,33 @@ class Block(nn.Module):
         super().__init__()
         self.pre_norm = config.norm_placement == "pre"
 
-    def branch_input(self, norm: nn.LayerNorm, x: Tensor) -> Tensor:
+    def branch_input(self, norm: nn.Module, x: Tensor) -> Tensor:
         return norm(x) if self.pre_norm else x
 
-    def residual(self, norm: nn.LayerNorm, x: Tensor, branch: Tensor) -> Tensor:
+    def residual(self, norm: nn.Module, x: Tensor, branch: Tensor) -> Tensor:
         return x + branch if self.pre_norm else norm(x + branch)
+
+
+def _attention(config: ModelConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        config.d_model, config.n_heads, config.d_kv, bias=config.linear_bias, scaled=config.scale_attention
+    )
 
 
 class EncoderLayer(Block):
     def __init__(self, config: ModelConfig):
         super().__init__(config)
-        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads)
-        self.self_attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.feed_forward = FeedForward(config)
-        self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attention = _attention(config)
+        self.self_attention_norm = norm(config)
+        self.feed_forward = feed_forward(config)
+        self.feed_forward_norm = norm(config)
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        """x (B, S, d_model); mask (B, 1, S), True at real tokens."""
+    def forward(self, x: Tensor, mask: Tensor, bias: Tensor | None = None) -> Tensor:
+        """x (B, S, d_model); mask (B, 1, S), True at real tokens; bias (1, H, S, S): relative positions'."""
         h = self.branch_input(self.self_attention_norm, x)
         keys, values = self.self_attention.project_kv(h)
-        x = self.residual(self.self_attention_norm, x, self.self_attention(h, [KeysValues(keys, values, mask)]))
+        attended = self.self_attention(h, [KeysValues(keys, values, mask)], bias)
+        x = self.residual(self.self_attention_norm, x, attended)
         h = self.branch_input(self.feed_forward_norm, x)
         return self.residual(self.feed_forward_norm, x, self.feed_forward(h))
 
@@ -123,19 +113,19 @@ class EncoderLayer(Block):
 class DecoderLayer(Block):
     def __init__(self, config: ModelConfig):
         super().__init__(config)
-        self.self_attention = MultiHeadAttention(config.d_model, config.n_heads)
-        self.self_attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.cross_attention = MultiHeadAttention(config.d_model, config.n_heads)
-        self.cross_attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.feed_forward = FeedForward(config)
-        self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attention = _attention(config)
+        self.self_attention_norm = norm(config)
+        self.cross_attention = _attention(config)
+        self.cross_attention_norm = norm(config)
+        self.feed_forward = feed_forward(config)
+        self.feed_forward_norm = norm(config)
 
-    def forward(self, x: Tensor, cache, index: int, cross: KeysValues | CrossGroups) -> Tensor:
+    def forward(self, x: Tensor, cache, index: int, cross: KeysValues | CrossGroups, bias: Tensor | None = None):
         """x (B, T, d_model): the step's positions. cache: where this layer (number `index`) finds the
         earlier positions' K/V and leaves the step's (decoder_cache.py). cross: the encoder output's K/V,
-        per row or per group of rows (attention.py)."""
+        per row or per group of rows (attention.py). bias: relative positions', over the cache's keys."""
         h = self.branch_input(self.self_attention_norm, x)
-        x = self.residual(self.self_attention_norm, x, cache.attend(index, self.self_attention, h))
+        x = self.residual(self.self_attention_norm, x, cache.attend(index, self.self_attention, h, bias))
         h = self.branch_input(self.cross_attention_norm, x)
         if isinstance(cross, CrossGroups):
             attended = self.cross_attention.grouped(h, cross)
@@ -147,7 +137,11 @@ class DecoderLayer(Block):
 
 
 def _final_norm(config: ModelConfig) -> nn.Module:
-    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.final_norm else nn.Identity()
+    return norm(config) if config.final_norm else nn.Identity()
+
+
+def _relative(config: ModelConfig, layers: int, bidirectional: bool) -> RelativePositionBias | None:
+    return RelativePositionBias(config, layers, bidirectional) if config.positions == "relative" else None
 
 
 class Encoder(nn.Module):
@@ -157,6 +151,7 @@ class Encoder(nn.Module):
         self.embeddings = AudioEmbeddings(config) if self.audio else Embeddings(config, tokens)
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
         self.final_norm = _final_norm(config)
+        self.relative = _relative(config, config.n_encoder_layers, bidirectional=True)
 
     def forward(self, inputs: Tensor, attention_mask: Tensor | None) -> Tensor:
         """inputs: token ids (B, S), right-padded, or log-mel features (B, n_mels, 2S); attention_mask (B, S)
@@ -169,8 +164,9 @@ class Encoder(nn.Module):
             positions = torch.arange(inputs.shape[1], device=inputs.device)[None]
             x = self.embeddings(inputs, positions)
         mask = attention_mask.bool()[:, None, :]  # (B, 1, S)
-        for layer in self.layers:
-            x = layer(x, mask)
+        buckets = None if self.relative is None else self.relative.buckets_of(positions, positions)
+        for index, layer in enumerate(self.layers):
+            x = layer(x, mask, None if buckets is None else self.relative.bias(buckets, index))
         return self.final_norm(x)
 
 
@@ -180,6 +176,7 @@ class Decoder(nn.Module):
         self.embeddings = Embeddings(config, tokens)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
         self.final_norm = _final_norm(config)
+        self.relative = _relative(config, config.n_decoder_layers, bidirectional=False)
 
     def forward(
         self, input_ids: Tensor, cache, cross: list[tuple[Tensor, Tensor]], cross_mask: Tensor | CrossSlots
@@ -188,13 +185,15 @@ class Decoder(nn.Module):
         cross[i]: layer i's K/V of the encoder output (B, H, S, Dh); cross_mask (B, S), 1 at real source tokens.
         Or the K/V once per group of rows (G, H, S, Dh), with cross_mask the rows' CrossSlots.
         Returns hidden states (B, T, d_model); the cache holds the step's K/V afterwards."""
-        x = self.embeddings(input_ids, cache.positions(input_ids))
+        positions = cache.positions(input_ids)
+        x = self.embeddings(input_ids, positions)
+        buckets = None if self.relative is None else self.relative.buckets_of(positions, cache.key_positions(input_ids))
         for index, (layer, (cross_k, cross_v)) in enumerate(zip(self.layers, cross)):
             if isinstance(cross_mask, CrossSlots):
                 source = CrossGroups(cross_k, cross_v, *cross_mask)
             else:
                 source = KeysValues(cross_k, cross_v, cross_mask.bool()[:, None, :])  # mask (B, 1, S)
-            x = layer(x, cache, index, source)
+            x = layer(x, cache, index, source, None if buckets is None else self.relative.bias(buckets, index))
         return self.final_norm(x)
 
 
@@ -295,6 +294,8 @@ class Seq2SeqModel(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """(..., d_model) -> (..., vocab)"""
+        if self.config.rescale_output:
+            hidden = hidden * self.config.d_model**-0.5
         if self.config.tie_output:
             out = torch.matmul(hidden, self.decoder.embeddings.tokens.weight.t())
         else:

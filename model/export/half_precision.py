@@ -6,10 +6,16 @@ embedding model's vectors, the decoder's logits, last_hidden_state), and inside 
 Runtime computes in float32 anyway (LayerNormalization's statistics: stash_type; GroupQueryAttention's
 and the CUDA softmax's accumulation). The cache buffers and the cross-attention K/V the encoder hands the
 decoder are float16: they are the cache, and float32 there would double its memory.
+
+T5's residual stream outgrows float16 (Flan-T5's reaches 1e5, past float16's 65,504): in a model with RMS
+norms (T5's family) what writes or reads that stream stays float32, as transformers runs T5 in float16
+(its `wo` kept float32, so the residual sums promote to float32): the residual adds, the norms and the
+feed-forward's output projection. The attention and the feed-forward's other matrices run in float16.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import onnx
@@ -19,10 +25,59 @@ from onnxruntime.transformers.optimizer import optimize_model
 from modeldir.config import ModelConfig
 from modeldir.files import encoder_inputs, encoder_outputs
 
+# The residual stream's nodes, by the names the exporter gives them: a layer's own adds, its norms and the
+# closing one, and the feed-forward's output projection.
+RESIDUAL_STREAM = re.compile(
+    r"/(encoder|decoder)/(layers\.\d+/(Add(_\d+)?|\w+_norm/.*|feed_forward/w_2/MatMul)|final_norm/.*)"
+)
+
+
+def float32_nodes(model: onnx.ModelProto, config: ModelConfig) -> list[str]:
+    """The nodes kept float32 in a float16 graph: T5's residual stream (none in other families)."""
+    if config.norm != "rms":
+        return []
+    return [node.name for node in model.graph.node if RESIDUAL_STREAM.fullmatch(node.name)]
+
+
+def _float32_chains(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX Runtime's converter casts each kept-float32 node's output to float16 and back to float32 before
+    the next kept node (once per reader): each such round trip is cut out, the next node reading the
+    float32 value, and repeated casts of one value are kept once, so that a chain of kept nodes stays
+    float32 from end to end (the round trip would overflow where the chain is needed)."""
+
+    def cast_to(node: onnx.NodeProto) -> int | None:
+        return next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
+
+    producer = {output: node for node in model.graph.node for output in node.output}
+    outputs = {output.name for output in model.graph.output}  # kept by name (a norm's output: no overflow)
+    shortcut = {}  # a round trip's float32 output -> the float32 value it started from
+    for node in model.graph.node:
+        casts_up = cast_to(node) == onnx.TensorProto.FLOAT and node.output[0] not in outputs
+        before = producer.get(node.input[0]) if casts_up else None
+        if before is not None and cast_to(before) == onnx.TensorProto.FLOAT16:
+            shortcut[node.output[0]] = before.input[0]
+    kept, casts = [], set()
+    for node in model.graph.node:
+        if cast_to(node) is not None and (node.output[0] in shortcut or node.output[0] in casts):
+            continue
+        casts.update(node.output if cast_to(node) is not None else ())
+        node.input[:] = [shortcut.get(name, name) for name in node.input]
+        kept.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return model
+
 
 def half_encoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
     """The encoder with the transformer optimizer's fusions (attention, skip layer norm, gelu: fewer,
-    larger kernels on CUDA), then converted to float16."""
+    larger kernels on CUDA), then converted to float16. T5's is converted as exported (the optimizer's
+    fusions would hide its residual stream inside fused nodes), ONNX Runtime fusing at load time."""
+    if config.norm == "rms":
+        model = onnx.load(str(path))
+        half = convert_float_to_float16(
+            model, keep_io_types=["last_hidden_state"], node_block_list=float32_nodes(model, config)
+        )
+        return _with_metadata(_float32_chains(half), model)
     optimized = optimize_model(
         str(path), model_type="bert", num_heads=config.n_heads, hidden_size=config.d_model, opt_level=0
     )
@@ -32,10 +87,13 @@ def half_encoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
     return _with_metadata(optimized.model, onnx.load(str(path)))
 
 
-def half_decoder(path: Path) -> onnx.ModelProto:
-    """The decoder step in float16; next_token (int64) and the logits stay as they are read."""
+def half_decoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
+    """The decoder step in float16 (T5's residual stream float32); next_token (int64) and the logits stay as
+    they are read."""
     model = onnx.load(str(path))
-    half = convert_float_to_float16(model, keep_io_types=["logits"])
+    kept = float32_nodes(model, config)
+    half = convert_float_to_float16(model, keep_io_types=["logits"], node_block_list=kept)
+    half = _float32_chains(half) if kept else half
     return _with_metadata(half, model)
 
 

@@ -316,7 +316,7 @@ def reduced_graphs(model_dir: Path, files: dict, copy_files: dict, config: Model
         if graph_set.startswith("int8"):
             graphs[role] = eight_bit(source, target, config, reduce_range=graph_set == "int8_reduced_range")
         else:
-            graphs[role] = half_encoder(source, config) if role == "encoder" else half_decoder(source)
+            graphs[role] = half_encoder(source, config) if role == "encoder" else half_decoder(source, config)
     if config.task == "seq2seq":
         cache = "fp16" if graph_set == "fp16" else "fp32"
         graphs.update({role: make(config.n_decoder_layers, cache) for role, make in CACHE_GRAPHS.items()})

@@ -18,6 +18,8 @@ from .marian.importer import import_marian
 from .multilingual.importer import FAMILIES as MULTILINGUAL_TYPES
 from .multilingual.importer import import_multilingual
 from .splade.importer import import_splade, is_splade
+from .t5.importer import FAMILIES as T5_TYPES
+from .t5.importer import import_t5
 from .whisper.ctranslate2_model import import_ctranslate2_whisper, is_ctranslate2_whisper
 from .whisper.importer import import_whisper
 
@@ -37,6 +39,7 @@ FAMILIES = (
     Family(claims=lambda source, hf: hf.get("model_type") == "marian", importer=import_marian),
     Family(claims=lambda source, hf: hf.get("model_type") in MULTILINGUAL_TYPES, importer=import_multilingual),
     Family(claims=lambda source, hf: hf.get("model_type") == BART_TYPE, importer=import_bart),
+    Family(claims=lambda source, hf: hf.get("model_type") in T5_TYPES, importer=import_t5),
     Family(claims=lambda source, hf: hf.get("model_type") == "whisper", importer=import_whisper),
     Family(
         claims=lambda source, hf: is_ctranslate2_whisper(source),

@@ -15,13 +15,9 @@ not is refused by name.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from tokenizers import Tokenizer
-
 from model.architecture.transformer import Seq2SeqModel
-from model.architecture.weights import save_model_dir
 from model.families.marian.importer import (
     HF_ACTIVATIONS,
     MarianImportError,
@@ -29,8 +25,8 @@ from model.families.marian.importer import (
     stack_fields,
 )
 from model.families.multilingual.importer import read_json, tied_model, tied_problems
+from model.families.tokenizer_json import require_tokenizer, save_with_tokenizer
 from modeldir.config import ModelConfig
-from modeldir.files import TOKENIZER_FILE
 
 FAMILY = "bart"
 
@@ -78,15 +74,5 @@ def bart_model(source: Path) -> Seq2SeqModel:
 
 def import_bart(source: Path, out_dir: Path, name: str) -> Path:
     """Convert a BART checkpoint directory into our model directory (its tokenizer.json copied)."""
-    source = Path(source)
-    if not (source / TOKENIZER_FILE).is_file():
-        raise BartImportError(f"{source}: no tokenizer ({TOKENIZER_FILE}; transformers' fast tokenizer writes it)")
-    model = bart_model(source)
-    highest = Tokenizer.from_file(str(source / TOKENIZER_FILE)).get_vocab_size(with_added_tokens=True) - 1
-    if highest >= model.config.vocab_size:  # every id the tokenizer gives needs a row in the token table
-        raise BartImportError(
-            f"{source}: the tokenizer gives ids up to {highest}, beyond the model's {model.config.vocab_size} tokens"
-        )
-    out_dir = save_model_dir(model, name, out_dir)
-    shutil.copyfile(source / TOKENIZER_FILE, out_dir / TOKENIZER_FILE)
-    return out_dir
+    require_tokenizer(source, BartImportError, "transformers' fast tokenizer")
+    return save_with_tokenizer(bart_model(source), source, out_dir, name, BartImportError)

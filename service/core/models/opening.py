@@ -57,7 +57,7 @@ class CacheSettings:
         return CacheGeometry(
             n_layers=architecture.n_decoder_layers,
             n_heads=architecture.n_heads,
-            d_head=architecture.d_model // architecture.n_heads,
+            d_head=architecture.d_head or architecture.d_model // architecture.n_heads,
             target_tokens=1 + new_tokens,
             source_tokens=max_input_tokens,
             precision=precision,
@@ -122,7 +122,7 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
         log.info("model %s: inputs capped at %d tokens (model_max_input_tokens)", files.name, cap)
     c = files.config
     architecture = Architecture(
-        c.n_encoder_layers, c.n_decoder_layers, c.n_heads, c.d_model, c.max_positions, c.vocab_size
+        c.n_encoder_layers, c.n_decoder_layers, c.n_heads, c.d_model, c.max_positions, c.vocab_size, c.d_head
     )
     geometry = None
     if files.task == "seq2seq":

@@ -52,6 +52,7 @@ class Architecture:
     d_model: int
     max_positions: int
     vocab_size: int = 0  # the token table's rows: a token-id input must be below it
+    d_head: int = 0  # a head's width, where it is not d_model / n_heads (T5's d_kv)
 
 
 @dataclass(frozen=True)
