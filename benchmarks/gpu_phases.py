@@ -152,9 +152,9 @@ def embeddings(ctx) -> dict:
     return out
 
 
-def decode_figures(server) -> dict:
-    """The server's decode-step counters for the Marian model, for a difference over a run."""
-    labels = {"model": "marian", "stage": "decode"}
+def decode_figures(server, model: str = "marian") -> dict:
+    """The server's decode-step counters for a model, for a difference over a run."""
+    labels = {"model": model, "stage": "decode"}
     return {
         "steps": server.metric("attnserve_inference_duration_seconds_count", **labels),
         "seconds": server.metric("attnserve_inference_duration_seconds_sum", **labels),
@@ -185,14 +185,14 @@ def generate_loads(sizes) -> tuple[tuple[int, int], ...]:
     return (1, max(4, sizes.generate_count // 8)), (sizes.concurrency, sizes.generate_count)
 
 
-def generate_rate(ctx, server, concurrency: int, count: int) -> dict:
-    """Tokens/s of `concurrency` callers of the Marian model, and its decode steps' time, rows and bytes
+def generate_rate(ctx, server, concurrency: int, count: int, model: str = "marian") -> dict:
+    """Tokens/s of `concurrency` callers of a text-to-text model, and its decode steps' time, rows and bytes
     meanwhile."""
-    args = ["--target", server.target, "--served", "marian", "--count", str(count)]
+    args = ["--target", server.target, "--served", model, "--count", str(count)]
     args += ["--concurrency", str(concurrency), "--new-tokens", str(ctx.sizes.new_tokens)]
-    before = decode_figures(server)
+    before = decode_figures(server, model)
     ours = run_json("-m", "benchmarks.engines", "attnserve-generate", *args)
-    after = decode_figures(server)
+    after = decode_figures(server, model)
     steps = max(after["steps"] - before["steps"], 1)
     return {
         "tokens_per_second": ours["tokens_per_second"],
@@ -204,11 +204,13 @@ def generate_rate(ctx, server, concurrency: int, count: int) -> dict:
     }
 
 
-def generation(ctx) -> dict:
+def generation(ctx, model: str = "marian", checkpoint: Path | None = None) -> dict:
+    """Tokens/s at one caller and at the check's concurrency against transformers' generate on the same
+    device, of the Marian model (or `model`, whose Hugging Face checkpoint is `checkpoint`)."""
     sizes, server, out, new = ctx.sizes, ctx.server, {}, str(ctx.sizes.new_tokens)
-    checkpoint = marian_checkpoint(ctx)
+    checkpoint = checkpoint or marian_checkpoint(ctx)
     for concurrency, count in generate_loads(sizes):
-        ours = generate_rate(ctx, server, concurrency, count)
+        ours = generate_rate(ctx, server, concurrency, count, model)
         theirs = run_json(
             "-m",
             "benchmarks.engines",
@@ -237,11 +239,11 @@ def generation(ctx) -> dict:
     return out
 
 
-def served_tokens(server, refs: dict) -> list[list[int]]:
+def served_tokens(server, refs: dict, model: str = "marian") -> list[list[int]]:
     with Client(server.target, timeout=120) as client:
-        # num_beams 1: the checkpoint's default is beam search, the reference greedy.
+        # num_beams 1: the checkpoint's default may be beam search, the reference greedy.
         return [
-            list(client.generate(p, model="marian", max_new_tokens=refs["new_tokens"], num_beams=1).token_ids)
+            list(client.generate(p, model=model, max_new_tokens=refs["new_tokens"], num_beams=1).token_ids)
             for p in refs["prompts"]
         ]
 

@@ -1,7 +1,7 @@
 """The GPU check's inputs and their float32 outputs on the CPU, computed here when the device kit is built, so
 that the device compares its float16 answers with them and needs neither the float32 graphs nor num2words'
 spellings: MiniLM on the oracle texts, the numbers model on sampled numbers and 32 lockstep decode steps
-(the preflight's), the Marian-shaped model's greedy tokens, and Whisper tiny.en's transcripts of espeak-ng
+(the preflight's), the Marian-shaped and T5 models' greedy tokens, and Whisper tiny.en's transcripts of espeak-ng
 recordings (written into the kit beside them)."""
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def numbers(model_dir: Path, sizes: Sizes) -> dict:
     return {"pairs": pairs, "preflight": {"sources": sources, "steps": PREFLIGHT_STEPS, "tokens": tokens}}
 
 
-def marian(model_dir: Path, sizes: Sizes) -> dict:
-    """Greedy token ids of the float32 graphs on the CPU, each prompt's up to its eos."""
+def greedy(model_dir: Path, sizes: Sizes) -> dict:
+    """Greedy token ids of a text-to-text model's float32 graphs on the CPU, each prompt's up to its eos."""
     from .translation_load import texts
 
     files = open_model_dir(model_dir)
@@ -124,6 +124,6 @@ def references(dirs: dict[str, Path], sizes: Sizes, speech_folder: Path) -> dict
     return {
         "minilm": minilm(dirs["minilm"]),
         "numbers": numbers(dirs["numbers"], sizes),
-        "marian": marian(dirs["marian"], sizes),
+        **{name: greedy(dirs[name], sizes) for name in ("marian", "t5", "t5-overflowing")},
         "speech": speech(dirs["whisper-tiny.en"], sizes, speech_folder),
     }

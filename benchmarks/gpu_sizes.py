@@ -20,6 +20,21 @@ MARIAN_BASE = {
     "pair": ["en", "de"],
 }
 MARIAN_SMALL = {"max_positions": 128, "pair": ["en", "de"]}
+# The T5 phase's random checkpoints (model/families/t5/random_checkpoint.py T5Shape's fields): Flan-T5-small's
+# shape (d_model 512, 6 heads of 64, 8 + 8 layers, gated GELU of 1,024, an LM head of its own, 32,128 tokens),
+# and a small one whose residual stream outgrows float16 (6e5: Flan-T5's kind), which float16 graphs must
+# keep in float32.
+T5_SMALL_FLAN = {
+    "d_model": 512,
+    "d_kv": 64,
+    "heads": 6,
+    "encoder_layers": 8,
+    "decoder_layers": 8,
+    "d_ff": 1024,
+    "vocab_size": 32128,
+}
+T5_TINY = {"d_model": 64, "d_kv": 16, "heads": 4, "d_ff": 128}
+T5_OVERFLOWING = {**T5_TINY, "wo_scale": 3e4}
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,8 @@ class Sizes:
     moonshot_streams: int
     marian: dict = field(default_factory=dict)  # MarianShape's fields
     marian_seed: int = 0
+    t5: dict = field(default_factory=dict)  # T5Shape's fields
+    t5_seed: int = 5
     speech_recordings: int = 8  # distinct espeak-ng recordings of 30-60 s, for Whisper tiny.en
     speech_calls: int = 32  # transcriptions at once, the recordings in turn (whisper_bench's 32 callers)
 
@@ -43,5 +60,5 @@ class Sizes:
         return asdict(self)
 
 
-FULL = Sizes(2000, 100, 64, 8192, 64, 16, 256, 64, 64, 256, MARIAN_BASE)
-SMALL = Sizes(25, 10, 8, 256, 8, 16, 16, 8, 8, 16, MARIAN_SMALL, speech_recordings=2, speech_calls=2)
+FULL = Sizes(2000, 100, 64, 8192, 64, 16, 256, 64, 64, 256, MARIAN_BASE, t5=T5_SMALL_FLAN)
+SMALL = Sizes(25, 10, 8, 256, 8, 16, 16, 8, 8, 16, MARIAN_SMALL, t5=T5_TINY, speech_recordings=2, speech_calls=2)

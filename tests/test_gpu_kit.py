@@ -202,6 +202,10 @@ def test_the_staged_check_runs_every_phase_goes_on_after_a_failure_and_reruns_wh
     assert (
         every["moonshot"]["marian"]["tokens_per_second"] > 0 and every["moonshot"]["minilm"]["sentences_per_second"] > 0
     )
+    t5 = every["t5"]  # float16 graphs on the CPU against the float32 ones; one with an overflowing stream
+    assert t5["t5"]["prompts"] == t5["t5-overflowing"]["prompts"] == 10, t5
+    assert t5["t5"]["share"] >= 0.7 and t5["t5-overflowing"]["share"] >= 0.7, t5
+    assert t5["generation"]["8"]["attnserve_tokens_per_second"] > 0 and t5["generation"]["tokens_per_second_vs_hf"] > 0
     speech = every["speech"]
     assert (
         speech["calls"] == 2 and speech["audio_seconds_per_second"] > 0 and speech["one_file"]["real_time_factor"] > 0
@@ -243,6 +247,7 @@ def test_what_the_check_runs_on_the_device_imports_only_the_image_and_the_kit():
         "gpu_check",
         "gpu_phases",
         "gpu_speech_phase",
+        "gpu_t5_phase",
         "gpu_preflight",
         "gpu_references",
         "gpu_unpack",
@@ -258,6 +263,7 @@ def test_what_the_check_runs_on_the_device_imports_only_the_image_and_the_kit():
     ]
     files = [ROOT / f"benchmarks/{name}.py" for name in device_side]
     files += [ROOT / "model/families/marian/random_checkpoint.py", ROOT / "model/bundled/number_sentences.py"]
+    files += [ROOT / "model/families/t5/random_checkpoint.py"]
     files += [ROOT / "testing/server_process.py"]
     owners = packages_distributions()
     tops = {top for path in files for top in imports_of(path)} - set(sys.stdlib_module_names)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -234,8 +235,12 @@ def test_the_float16_graphs_keep_the_residual_stream_float32(flan_scaled):
         model = onnx.shape_inference.infer_shapes(onnx.load(str(model_dir / "onnx" / "fp16" / f"{role}.onnx")))
         types = {v.name: v.type.tensor_type.elem_type for v in (*model.graph.value_info, *model.graph.output)}
         kept = set(float32_nodes(model, config))
-        residual = [n for n in model.graph.node if n.name in kept and n.op_type == "Add" and "_norm" not in n.name]
+        residual = [
+            n for n in model.graph.node if n.name in kept and re.fullmatch(r".*/layers\.\d+/Add(_\d+)?", n.name)
+        ]
         residual = [n for n in residual if types.get(n.output[0]) != onnx.TensorProto.INT32]  # GQA's lengths
+        buckets = [n for n in model.graph.node if n.op_type == "Log"]  # the far buckets' log, float32 as in T5
+        assert buckets and all(n.name in kept and types[n.output[0]] == onnx.TensorProto.FLOAT for n in buckets)
         assert len(residual) == adds * 2  # every layer's residual sums (2 layers a stack)
         projections = [n for n in model.graph.node if n.name.endswith("feed_forward/w_2/MatMul")]
         for node in residual + projections:
@@ -249,7 +254,9 @@ def test_the_float16_graphs_keep_the_residual_stream_float32(flan_scaled):
 
 def test_float16_graphs_serve_the_scaled_checkpoint_as_transformers_in_float32(flan_scaled):
     source, model_dir = flan_scaled
-    assert json.loads((model_dir / "manifest.json").read_text())["fp16"]["parity"]["decoder_logits_max_abs_diff"] < 0.1
+    half = json.loads((model_dir / "manifest.json").read_text())["fp16"]["parity"]
+    # 64-token inputs: distances in the far buckets, whose bounds float16 arithmetic would move (3.4 then)
+    assert half["encoder_max_abs_diff"] < 0.2 and half["decoder_logits_max_abs_diff"] < 0.1, half
     batch = transformers.AutoTokenizer.from_pretrained(source)(INPUTS, return_tensors="pt", padding=True)
 
     def generated(dtype) -> list[list[int]]:

@@ -44,9 +44,10 @@ class RelativePositionBias(nn.Module):
         self.bidirectional = bidirectional
         self.buckets, self.max_distance = config.relative_buckets, config.relative_max_distance
 
-    def buckets_of(self, query_positions: Tensor, key_positions: Tensor) -> Tensor:
+    def forward(self, query_positions: Tensor, key_positions: Tensor) -> Tensor:
         """query_positions (B or 1, T), key_positions (B or 1, S) -> buckets (B or 1, T, S), the same for
-        every layer."""
+        every layer. (A module call, so that the exported nodes are named for it: float16 graphs keep this
+        arithmetic float32, as T5 computes it, since a bucket's bounds fall between float16's values.)"""
         distance = key_positions[:, None, :] - query_positions[:, :, None]
         return relative_buckets(distance, self.bidirectional, self.buckets, self.max_distance)
 

@@ -164,7 +164,7 @@ class Encoder(nn.Module):
             positions = torch.arange(inputs.shape[1], device=inputs.device)[None]
             x = self.embeddings(inputs, positions)
         mask = attention_mask.bool()[:, None, :]  # (B, 1, S)
-        buckets = None if self.relative is None else self.relative.buckets_of(positions, positions)
+        buckets = None if self.relative is None else self.relative(positions, positions)
         for index, layer in enumerate(self.layers):
             x = layer(x, mask, None if buckets is None else self.relative.bias(buckets, index))
         return self.final_norm(x)
@@ -187,7 +187,7 @@ class Decoder(nn.Module):
         Returns hidden states (B, T, d_model); the cache holds the step's K/V afterwards."""
         positions = cache.positions(input_ids)
         x = self.embeddings(input_ids, positions)
-        buckets = None if self.relative is None else self.relative.buckets_of(positions, cache.key_positions(input_ids))
+        buckets = None if self.relative is None else self.relative(positions, cache.key_positions(input_ids))
         for index, (layer, (cross_k, cross_v)) in enumerate(zip(self.layers, cross)):
             if isinstance(cross_mask, CrossSlots):
                 source = CrossGroups(cross_k, cross_v, *cross_mask)

@@ -10,7 +10,8 @@ decoder are float16: they are the cache, and float32 there would double its memo
 T5's residual stream outgrows float16 (Flan-T5's reaches 1e5, past float16's 65,504): in a model with RMS
 norms (T5's family) what writes or reads that stream stays float32, as transformers runs T5 in float16
 (its `wo` kept float32, so the residual sums promote to float32): the residual adds, the norms and the
-feed-forward's output projection. The attention and the feed-forward's other matrices run in float16.
+feed-forward's output projection; and the relative positions' buckets, computed in float32 as T5 does.
+The attention and the feed-forward's other matrices run in float16.
 """
 
 from __future__ import annotations
@@ -26,17 +27,19 @@ from modeldir.config import ModelConfig
 from modeldir.files import encoder_inputs, encoder_outputs
 
 # The residual stream's nodes, by the names the exporter gives them: a layer's own adds, its norms and the
-# closing one, and the feed-forward's output projection.
-RESIDUAL_STREAM = re.compile(
-    r"/(encoder|decoder)/(layers\.\d+/(Add(_\d+)?|\w+_norm/.*|feed_forward/w_2/MatMul)|final_norm/.*)"
+# closing one, and the feed-forward's output projection; and the relative positions' bucket arithmetic
+# (a log, whose float16 rounding would move distances across a bucket's bound).
+KEPT_FLOAT32 = re.compile(
+    r"/(encoder|decoder)/(layers\.\d+/(Add(_\d+)?|\w+_norm/.*|feed_forward/w_2/MatMul)|final_norm/.*|relative/.*)"
 )
 
 
 def float32_nodes(model: onnx.ModelProto, config: ModelConfig) -> list[str]:
-    """The nodes kept float32 in a float16 graph: T5's residual stream (none in other families)."""
+    """The nodes kept float32 in a float16 graph: T5's residual stream and bucket arithmetic (none in other
+    families)."""
     if config.norm != "rms":
         return []
-    return [node.name for node in model.graph.node if RESIDUAL_STREAM.fullmatch(node.name)]
+    return [node.name for node in model.graph.node if KEPT_FLOAT32.fullmatch(node.name)]
 
 
 def _float32_chains(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -31,6 +31,7 @@ class T5Shape:
     buckets: int = 32
     max_distance: int = 128
     pieces: int = 300  # the trained vocabulary's size
+    vocab_size: int = 0  # 0: what the tokenizer needs; more: the token table's rows (32,128 in T5's checkpoints)
     extra_ids: int = 8  # <extra_id_N> sentinels (100 in T5's checkpoints)
     # Every feed-forward output projection (wo) times this: the residual stream as large as Flan-T5's (1e5,
     # past float16's range), which T5's norms hide from the float32 outputs.
@@ -95,7 +96,7 @@ def random_t5_checkpoint(out_dir: Path, shape: T5Shape, seed: int = 0) -> Path:
         "umt5": (transformers.UMT5Config, transformers.UMT5ForConditionalGeneration),
     }[shape.model_type]
     config = config_class(
-        vocab_size=len(tokenizer),
+        vocab_size=max(len(tokenizer), shape.vocab_size),
         d_model=shape.d_model,
         d_kv=shape.d_kv,
         d_ff=shape.d_ff,
