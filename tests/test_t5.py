@@ -12,6 +12,8 @@ import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
+import httpx
 import pytest
 import torch
 from hypothesis import given, settings
@@ -277,3 +279,67 @@ def test_float16_graphs_serve_the_scaled_checkpoint_as_transformers_in_float32(f
         server.close()
     ours = sum(g == e for g, e in zip(got, expected))
     assert ours >= theirs and ours >= 0.7 * len(INPUTS), (ours, theirs)
+
+
+MADLAD = T5Shape(languages=("de", "fr", "es", "zh_Latn"), d_kv=16)  # MADLAD-400's target tokens, <2de>
+
+
+@slow_fixture(scope="module")
+def madlad(tmp_path_factory):
+    """A MADLAD-400-shaped checkpoint (target tokens in its vocabulary) served with transformers' model."""
+    source = random_t5_checkpoint(tmp_path_factory.mktemp("madlad-hf"), MADLAD, seed=21)
+    model_dir = import_t5(source, tmp_path_factory.mktemp("madlad") / "madlad", "madlad")
+    export_model_dir(model_dir, progress_stream=io.StringIO())
+    server = ServerThread([model_dir], max_new_tokens=MAX_NEW)
+    yield transformers.T5ForConditionalGeneration.from_pretrained(source).eval(), source, server
+    server.close()
+
+
+def test_madlad_targets_are_read_from_its_vocabulary(madlad):
+    _, source, _ = madlad
+    c = t5_config(source)
+    assert (c.languages, c.language_token, c.target_language) == (MADLAD.languages, "<2{}>", "source_prefix")
+
+
+def test_madlad_takes_a_target_per_request_as_generate_with_its_token_first(madlad):
+    hf, source, server = madlad
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    # mixed targets at once, asked by the checkpoint's codes and by others that name them
+    asked = {"de": "de", "fr": "fr-FR", "es": "spa", "zh_Latn": "zh-Latn"}
+    calls = [(text, list(asked)[i % 4]) for i, text in enumerate(INPUTS)]
+    expected = {}
+    for text, target in calls:
+        batch = tokenizer([f"<2{target}> {text}"], return_tensors="pt")
+        with torch.no_grad():
+            (row,) = hf.generate(**batch, max_new_tokens=MAX_NEW, num_beams=1)
+        ids = row[1:].tolist()  # after the start token, up to eos (pad, 0, may be generated before it)
+        expected[text, target] = ids[: ids.index(1)] if 1 in ids else ids
+    stub = server.stub()
+
+    def generate(call):
+        text, target = call
+        params = pb.GenerationParams(max_new_tokens=MAX_NEW, num_beams=1)
+        request = pb.GenerateRequest(model="madlad", input=text, target_language=asked[target], params=params)
+        return stub.Generate(request, timeout=60)
+
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(generate, calls))
+    for (text, target), response in zip(calls, responses):
+        assert list(response.token_ids) == expected[text, target], (text, target)
+    assert len({tuple(ids) for ids in expected.values()}) > 4  # the target changes the answer
+    with pytest.raises(grpc.RpcError, match="target_language: required by model 'madlad'"):
+        stub.Generate(pb.GenerateRequest(model="madlad", input=INPUTS[0]), timeout=60)
+
+
+def test_madlad_serves_deepl_and_libretranslate(madlad):
+    import deepl
+
+    _, _, server = madlad
+    stub = server.stub()
+    params = pb.GenerationParams(max_new_tokens=MAX_NEW, num_beams=1)
+    want = stub.Generate(pb.GenerateRequest(model="madlad", input=INPUTS[3], target_language="es", params=params))
+    base = f"http://localhost:{server.server.http.port}"
+    translator = deepl.Translator("any-key", server_url=base)
+    assert translator.translate_text(INPUTS[3], target_lang="ES").text == want.text
+    libre = httpx.post(f"{base}/translate", json={"q": INPUTS[3], "source": "auto", "target": "es"}, timeout=60)
+    assert libre.json()["translatedText"] == want.text

@@ -8,7 +8,9 @@ position bias on self-attention (one table per stack in its first layer; UMT5: o
 cross-attention), heads of d_kv each (their total may differ from d_model), a ReLU or gated feed-forward,
 one token table for encoder and decoder, an LM head of its own where the checkpoint has one, and the
 decoder's output times d_model ** -0.5 where the config says (the original T5's). The decoder starts from
-decoder_start_token_id (pad in T5's checkpoints).
+decoder_start_token_id (pad in T5's checkpoints; MADLAD-400's 0, whose pad is 1). MADLAD-400's target
+tokens (<2de>) in the vocabulary make it a translation model: the target's token put before the source per
+request, as Marian's several-target checkpoints take theirs (modeldir/languages.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from model.families.marian.importer import generation_defaults, safetensors_file
 from model.families.multilingual.importer import read_json
 from model.families.tokenizer_json import require_tokenizer, save_with_tokenizer
 from modeldir.config import ModelConfig
+from modeldir.files import TOKENIZER_FILE
 
 FAMILIES = ("t5", "mt5", "umt5")
 # feed_forward_proj's activation -> ours: a gated GELU is transformers' gelu_new (tanh), a plain one exact
@@ -54,6 +57,10 @@ PROJECTIONS = {
 }
 
 
+# MADLAD-400's target tokens: <2de>, <2zh_Latn>, ... (the code in between as the checkpoint names it)
+TARGET_TOKEN = re.compile(r"<2([A-Za-z]+(?:_[A-Za-z]+)*)>")
+
+
 class T5ImportError(ValueError):
     """A T5-family checkpoint this importer cannot take, with the reason."""
 
@@ -66,6 +73,19 @@ def _activation(hf: dict) -> tuple[str, bool]:
     if len(parts) > 2 or (len(parts) == 2 and not gated) or (parts[-1], gated) not in ACTIVATIONS:
         raise T5ImportError(f"feed_forward_proj {proj!r}: relu, gelu, gelu_new or silu, plain or gated")
     return ACTIVATIONS[(parts[-1], gated)], gated
+
+
+def target_languages(source: Path) -> dict:
+    """The ModelConfig fields of a checkpoint whose vocabulary has MADLAD-400's target tokens (<2de> put
+    before the source: the target language per request); none where it has fewer than two."""
+    tokenizer = read_json(Path(source) / TOKENIZER_FILE)
+    vocab = tokenizer.get("model", {}).get("vocab", [])
+    pieces = [p[0] for p in vocab] if isinstance(vocab, list) else sorted(vocab, key=vocab.get)
+    pieces += [t["content"] for t in sorted(tokenizer.get("added_tokens", []), key=lambda t: t["id"])]
+    codes = tuple(dict.fromkeys(m.group(1) for p in pieces if (m := TARGET_TOKEN.fullmatch(p))))
+    if len(codes) < 2:
+        return {}
+    return dict(languages=codes, language_token="<2{}>", target_language="source_prefix")
 
 
 def t5_config(source: Path) -> ModelConfig:
@@ -113,6 +133,7 @@ def t5_config(source: Path) -> ModelConfig:
         bos_id=pad if start is None else start,
         eos_id=eos,
         **generation_defaults(generation),
+        **target_languages(source),
     )
 
 

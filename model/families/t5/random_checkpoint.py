@@ -33,6 +33,7 @@ class T5Shape:
     pieces: int = 300  # the trained vocabulary's size
     vocab_size: int = 0  # 0: what the tokenizer needs; more: the token table's rows (32,128 in T5's checkpoints)
     extra_ids: int = 8  # <extra_id_N> sentinels (100 in T5's checkpoints)
+    languages: tuple[str, ...] = ()  # MADLAD-400's target tokens (<2de>), added to the vocabulary
     # Every feed-forward output projection (wo) times this: the residual stream as large as Flan-T5's (1e5,
     # past float16's range), which T5's norms hide from the float32 outputs.
     wo_scale: float = 1.0
@@ -90,6 +91,7 @@ def random_t5_checkpoint(out_dir: Path, shape: T5Shape, seed: int = 0) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = t5_tokenizer(shape.pieces, shape.extra_ids, seed)
+    tokenizer.add_tokens([f"<2{code}>" for code in shape.languages])  # whole tokens wherever they are written
     config_class, model_class = {
         "t5": (transformers.T5Config, transformers.T5ForConditionalGeneration),
         "mt5": (transformers.MT5Config, transformers.MT5ForConditionalGeneration),
