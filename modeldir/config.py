@@ -98,8 +98,9 @@ class ModelConfig:
     # Tokenization: inputs longer than this are truncated (or refused). None: max_positions.
     max_input_tokens: int | None = None
     # tokenizer.json, or Marian's sentencepiece files (with target_vocab.json: marian_separate_vocabs), or
-    # M2M100's sentencepiece model and vocab.json (its language tokens after the vocabulary's last id)
-    tokenizer: Literal["tokenizers", "marian", "marian_separate_vocabs", "m2m100"] = "tokenizers"
+    # M2M100's sentencepiece model and vocab.json (its language tokens after the vocabulary's last id), or
+    # ByT5's bytes (no file; its <extra_id_N> sentinels fill the token table after the 256 bytes)
+    tokenizer: Literal["tokenizers", "marian", "marian_separate_vocabs", "m2m100", "byt5"] = "tokenizers"
     # Multilingual models (modeldir/languages.py): the languages served, as the checkpoint names them; a
     # code's token; where the source's code goes; where the target's goes.
     languages: tuple[str, ...] = ()

@@ -26,7 +26,10 @@ MARIAN_TARGET_VOCAB_FILE = "target_vocab.json"  # checkpoints with a target voca
 MARIAN_KINDS = ("marian", "marian_separate_vocabs")
 # M2M100's tokenizer (it has no tokenizer.json): one sentencepiece model, and vocab.json mapping its pieces.
 M2M100_TOKENIZER_FILES = ("sentencepiece.bpe.model", "vocab.json")
-DIRECTORY_KINDS = (*MARIAN_KINDS, "m2m100")  # tokenizers that read several files of the model directory
+# ByT5's tokenizer reads no file: a text's UTF-8 bytes are its ids (modeldir/byte_tokenizer.py).
+BYTE_KIND = "byt5"
+# tokenizers that read several files of the model directory, or none: given the directory, not tokenizer.json
+DIRECTORY_KINDS = (*MARIAN_KINDS, "m2m100", BYTE_KIND)
 
 
 def tokenizer_files(kind: str) -> tuple[str, ...]:
@@ -35,6 +38,8 @@ def tokenizer_files(kind: str) -> tuple[str, ...]:
         return (*MARIAN_TOKENIZER_FILES, MARIAN_TARGET_VOCAB_FILE)
     if kind == "m2m100":
         return M2M100_TOKENIZER_FILES
+    if kind == BYTE_KIND:
+        return ()
     return MARIAN_TOKENIZER_FILES if kind == "marian" else (TOKENIZER_FILE,)
 
 

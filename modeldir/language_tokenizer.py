@@ -10,8 +10,9 @@ from pathlib import Path
 
 import sentencepiece
 
+from .byte_tokenizer import FIRST_SENTINEL, ByteTokenizer
 from .config import ModelConfig
-from .files import M2M100_TOKENIZER_FILES
+from .files import BYTE_KIND, M2M100_TOKENIZER_FILES
 from .languages import Languages
 from .stream_decoding import StreamDecoder
 from .tokenizer import Encoded, MarianTokenizer, TextTokenizer, load_tokenizer
@@ -96,13 +97,17 @@ def languages_of(config: ModelConfig) -> Languages | None:
     return Languages(config.languages, config.language_token, config.source_language, config.target_language)
 
 
-def load_model_tokenizer(config: ModelConfig, path: Path) -> TextTokenizer | MarianTokenizer | LanguageTokenizer:
+def load_model_tokenizer(
+    config: ModelConfig, path: Path
+) -> TextTokenizer | MarianTokenizer | ByteTokenizer | LanguageTokenizer:
     """A model directory's tokenizer, by its config (path: tokenizer.json, or the directory for the
     tokenizers that read several files)."""
     languages = languages_of(config)
     if config.tokenizer == "m2m100":
         tokens = tuple(languages.token_of(code) for code in languages.codes) if languages else ()
         base = M2M100Tokenizer(path, config.max_input_tokens, tokens)
+    elif config.tokenizer == BYTE_KIND:
+        base = ByteTokenizer(config.max_input_tokens, extra_ids=config.vocab_size - FIRST_SENTINEL)
     else:
         base = load_tokenizer(config.tokenizer, path, config.max_input_tokens)
     return LanguageTokenizer(base, languages, config.eos_id) if languages else base

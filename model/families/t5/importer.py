@@ -1,6 +1,7 @@
 """T5-family checkpoints (transformers' model_type "t5": T5, T5 v1.1, Flan-T5, MADLAD-400; "mt5"; "umt5") as
 our Seq2SeqModel: config.json and generation_config.json read into a ModelConfig, the safetensors tensors
-into our parameter names, tokenizer.json copied as it is.
+into our parameter names, tokenizer.json copied as it is (ByT5's checkpoints have none: its bytes are its
+tokens, modeldir/byte_tokenizer.py).
 
 T5 as modeling_t5 computes it: pre-norm with T5's RMS norm (no mean, no bias) and one closing each stack,
 no biases anywhere, scores not scaled by 1 / sqrt(d_kv), no positions in the embeddings but a relative
@@ -21,11 +22,13 @@ from pathlib import Path
 from safetensors import safe_open
 
 from model.architecture.transformer import Seq2SeqModel
+from model.architecture.weights import save_model_dir
 from model.families.marian.importer import generation_defaults, safetensors_file
 from model.families.multilingual.importer import read_json
 from model.families.tokenizer_json import require_tokenizer, save_with_tokenizer
+from modeldir.byte_tokenizer import FIRST_SENTINEL
 from modeldir.config import ModelConfig
-from modeldir.files import TOKENIZER_FILE
+from modeldir.files import BYTE_KIND, TOKENIZER_FILE
 
 FAMILIES = ("t5", "mt5", "umt5")
 # feed_forward_proj's activation -> ours: a gated GELU is transformers' gelu_new (tanh), a plain one exact
@@ -88,6 +91,21 @@ def target_languages(source: Path) -> dict:
     return dict(languages=codes, language_token="<2{}>", target_language="source_prefix")
 
 
+def byte_tokenizer(source: Path, vocab_size: int) -> dict:
+    """The ModelConfig fields of a ByT5 checkpoint (its tokenizer class ByT5Tokenizer, in config.json or
+    tokenizer_config.json, and no tokenizer.json): bytes for tokens, the sentinels filling the table after
+    them; none for any other checkpoint."""
+    source = Path(source)
+    classes = {read_json(source / name).get("tokenizer_class") for name in ("config.json", "tokenizer_config.json")}
+    if "ByT5Tokenizer" not in classes or (source / TOKENIZER_FILE).is_file():
+        return {}
+    if vocab_size < FIRST_SENTINEL:
+        raise T5ImportError(
+            f"{source}: a ByT5 checkpoint of {vocab_size} tokens, fewer than its {FIRST_SENTINEL} bytes"
+        )
+    return dict(tokenizer=BYTE_KIND)
+
+
 def t5_config(source: Path) -> ModelConfig:
     source = Path(source)
     hf = read_json(source / "config.json")
@@ -133,7 +151,7 @@ def t5_config(source: Path) -> ModelConfig:
         bos_id=pad if start is None else start,
         eos_id=eos,
         **generation_defaults(generation),
-        **target_languages(source),
+        **(byte_tokenizer(source, hf["vocab_size"]) or target_languages(source)),
     )
 
 
@@ -182,6 +200,9 @@ def t5_model(source: Path) -> Seq2SeqModel:
 
 
 def import_t5(source: Path, out_dir: Path, name: str) -> Path:
-    """Convert a T5-family checkpoint directory into our model directory (its tokenizer.json copied)."""
+    """Convert a T5-family checkpoint directory into our model directory (its tokenizer.json copied; ByT5's
+    bytes need none)."""
+    if byte_tokenizer(source, read_json(Path(source) / "config.json")["vocab_size"]):
+        return save_model_dir(t5_model(source), name, out_dir)
     require_tokenizer(source, T5ImportError, "transformers' T5Tokenizer")
     return save_with_tokenizer(t5_model(source), source, out_dir, name, T5ImportError)

@@ -1,7 +1,8 @@
 """Random T5-family checkpoints in Hugging Face's layout, for tests and benchmarks: no checkpoint can be
 downloaded here, so transformers builds a T5ForConditionalGeneration (or UMT5's) with random weights, and
 its T5Tokenizer writes tokenizer.json over a sentencepiece unigram vocabulary trained on the spot on the
-bundled number sentences, T5's way (pad 0, eos 1, unk 2, no bos, <extra_id_N> sentinels at the end).
+bundled number sentences, T5's way (pad 0, eos 1, unk 2, no bos, <extra_id_N> sentinels at the end); or,
+for ByT5, its ByT5Tokenizer over bytes.
 Needs transformers and sentencepiece (the dev extra)."""
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class T5Shape:
     max_distance: int = 128
     pieces: int = 300  # the trained vocabulary's size
     vocab_size: int = 0  # 0: what the tokenizer needs; more: the token table's rows (32,128 in T5's checkpoints)
-    extra_ids: int = 8  # <extra_id_N> sentinels (100 in T5's checkpoints)
+    extra_ids: int = 8  # <extra_id_N> sentinels (100 in T5's checkpoints, 125 in ByT5's)
+    byte_tokens: bool = False  # ByT5: bytes for tokens (the table 259 + extra_ids rows), no tokenizer.json
     languages: tuple[str, ...] = ()  # MADLAD-400's target tokens (<2de>), added to the vocabulary
     # Every feed-forward output projection (wo) times this: the residual stream as large as Flan-T5's (1e5,
     # past float16's range), which T5's norms hide from the float32 outputs.
@@ -90,7 +92,10 @@ def random_t5_checkpoint(out_dir: Path, shape: T5Shape, seed: int = 0) -> Path:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = t5_tokenizer(shape.pieces, shape.extra_ids, seed)
+    if shape.byte_tokens:
+        tokenizer = transformers.ByT5Tokenizer(extra_ids=shape.extra_ids)
+    else:
+        tokenizer = t5_tokenizer(shape.pieces, shape.extra_ids, seed)
     tokenizer.add_tokens([f"<2{code}>" for code in shape.languages])  # whole tokens wherever they are written
     config_class, model_class = {
         "t5": (transformers.T5Config, transformers.T5ForConditionalGeneration),
