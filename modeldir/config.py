@@ -9,10 +9,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .late_interaction import ColbertSettings
+from .late_interaction import PROJECTION_ACTIVATIONS, ColbertSettings
 from .whisper_tokens import WhisperSettings
 
 CONFIG_FILE = "config.json"
+
+
+@dataclass(frozen=True)
+class PooledDense:
+    """sentence-transformers' Dense layers after the pooling (sentence-T5 and GTR: one without bias; LaBSE:
+    tanh): each layer's width, bias and activation; the embedding is the last one's output."""
+
+    dims: tuple[int, ...]
+    bias: tuple[bool, ...]
+    activations: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        for name in ("dims", "bias", "activations"):  # lists, read from JSON
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not self.dims or not len(self.dims) == len(self.bias) == len(self.activations):
+            raise ValueError("invalid PooledDense: a width, a bias flag and an activation per layer")
+        if unknown := sorted(set(self.activations) - set(PROJECTION_ACTIVATIONS)):
+            raise ValueError(f"invalid PooledDense: activations {unknown}: one of {', '.join(PROJECTION_ACTIVATIONS)}")
+
 
 CONFIG_FORMAT = "attnserve.model/1"
 
@@ -69,6 +88,7 @@ class ModelConfig:
     # Embedding models: how last_hidden_state becomes one vector.
     pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = True  # L2-normalise by default (a request may say otherwise)
+    pooled_dense: PooledDense | None = None  # Dense layers between the pooling and the normalisation
     # Embedding models: sentence-transformers' prompts, (name, text) pairs put before an input a request
     # names (or the default's, where the checkpoint has one): "query: ", "passage: " (multilingual-e5).
     prompts: tuple[tuple[str, str], ...] = ()
@@ -133,6 +153,8 @@ class ModelConfig:
             object.__setattr__(self, "colbert", ColbertSettings(**self.colbert))
         if isinstance(self.whisper, dict):
             object.__setattr__(self, "whisper", WhisperSettings(**self.whisper))
+        if isinstance(self.pooled_dense, dict):
+            object.__setattr__(self, "pooled_dense", PooledDense(**self.pooled_dense))
         if self.max_input_tokens is None:
             object.__setattr__(self, "max_input_tokens", self.max_positions)
         problems = []
@@ -166,6 +188,8 @@ class ModelConfig:
             problems.append("sparse and multi-vector outputs need an embedding model without a classifier head")
         if self.colbert and (self.task != "embedding" or self.head != "none" or self.sparse_head != "none"):
             problems.append("a ColBERT model is an embedding model without other heads")
+        if self.pooled_dense and (self.task != "embedding" or self.head != "none" or self.colbert):
+            problems.append("Dense layers after the pooling need an embedding model with a pooled output")
         if self.colbert and self.multi_vector_dim:
             problems.append("a ColBERT model's vectors are its projection's; multi_vector_dim is bge-m3's")
         if self.splade_pooling not in ("max", "sum") or self.splade_activation not in ("relu", "log1p_relu"):
@@ -190,6 +214,11 @@ class ModelConfig:
     @property
     def d_head(self) -> int:
         return self.d_kv or self.d_model // self.n_heads
+
+    @property
+    def embedding_dim(self) -> int:
+        """An embedding model's pooled vector's width: its last Dense layer's, else d_model."""
+        return self.pooled_dense.dims[-1] if self.pooled_dense else self.d_model
 
     @property
     def final_norm(self) -> bool:

@@ -15,6 +15,7 @@ from model.families.marian.importer import import_marian
 from model.families.multilingual.importer import import_multilingual
 from model.families.splade.importer import import_splade
 from model.families.t5.importer import import_t5
+from model.families.t5.sentence_t5 import import_sentence_t5
 
 
 def checkpoint(tmp_path, config: dict, files: dict | None = None):
@@ -25,6 +26,10 @@ def checkpoint(tmp_path, config: dict, files: dict | None = None):
 
 
 COLBERT_MODULES = [{"type": "sentence_transformers.models.Transformer"}, {"type": "pylate.models.Dense.Dense"}]
+SENTENCE_MODULES = [
+    {"type": "sentence_transformers.models.Transformer"},
+    {"type": "sentence_transformers.models.Pooling"},
+]
 SPLADE_MODULES = [{"type": "sentence_transformers.sparse_encoder.models.SpladePooling"}]
 
 
@@ -38,6 +43,7 @@ SPLADE_MODULES = [{"type": "sentence_transformers.sparse_encoder.models.SpladePo
         ({"model_type": "t5"}, {}, import_t5, "t5"),
         ({"model_type": "mt5"}, {}, import_t5, "mt5"),
         ({"model_type": "umt5"}, {}, import_t5, "umt5"),
+        ({"model_type": "t5"}, {"modules.json": SENTENCE_MODULES}, import_sentence_t5, "t5 sentence-transformers"),
         (
             {"model_type": "xlm-roberta", "architectures": ["XLMRobertaForSequenceClassification"]},
             {},

@@ -223,6 +223,11 @@ class EmbeddingModel(nn.Module):
             self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
         if config.multi_vector_dim:
             self.colbert_linear = nn.Linear(config.d_model, config.multi_vector_dim)
+        if config.pooled_dense:  # sentence-transformers' Dense layers after the pooling
+            widths = (config.d_model, *config.pooled_dense.dims)
+            self.pooled_dense = nn.ModuleList(
+                nn.Linear(i, o, bias=b) for i, o, b in zip(widths, widths[1:], config.pooled_dense.bias)
+            )
         if config.colbert:  # PyLate's Dense layers
             widths = (config.d_model, *config.colbert.dims)
             self.projection = nn.ModuleList(
@@ -230,7 +235,8 @@ class EmbeddingModel(nn.Module):
             )
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
-        """-> last_hidden_state (B, S, d_model), and embedding (B, d_model): pooled, not normalised; or,
+        """-> last_hidden_state (B, S, d_model), and embedding (B, embedding_dim): pooled (through its Dense
+        layers, where it has them), not normalised; or,
         with a classifier head, logits (B, labels). Then the outputs its heads add
         (modeldir.files.extra_outputs)."""
         hidden = self.encoder(input_ids, attention_mask)
@@ -241,6 +247,9 @@ class EmbeddingModel(nn.Module):
             pooled = hidden[:, 0]
         else:
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        if self.config.pooled_dense:
+            for layer, activation in zip(self.pooled_dense, self.config.pooled_dense.activations):
+                pooled = torch.tanh(layer(pooled)) if activation == "tanh" else layer(pooled)
         extra = []
         if self.config.sparse_head == "token_weights":  # (B, S): padding's weight 0
             extra.append(torch.relu(self.sparse_linear(hidden)).squeeze(-1) * mask.squeeze(-1))

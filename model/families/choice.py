@@ -1,5 +1,5 @@
 """Which family's importer takes a checkpoint directory: the first family that claims it, the more specific
-ones asked first (a ColBERT, SPLADE or cross-encoder checkpoint is a BERT too; a CTranslate2 directory is
+ones asked first (a ColBERT, SPLADE or cross-encoder checkpoint is a BERT too, a sentence-T5 a T5; a CTranslate2 directory is
 known by its model.bin); BERT's importer takes the rest and refuses by name what it cannot read."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .multilingual.importer import import_multilingual
 from .splade.importer import import_splade, is_splade
 from .t5.importer import FAMILIES as T5_TYPES
 from .t5.importer import import_t5
+from .t5.sentence_t5 import import_sentence_t5, is_sentence_t5
 from .whisper.ctranslate2_model import import_ctranslate2_whisper, is_ctranslate2_whisper
 from .whisper.importer import import_whisper
 
@@ -39,6 +40,7 @@ FAMILIES = (
     Family(claims=lambda source, hf: hf.get("model_type") == "marian", importer=import_marian),
     Family(claims=lambda source, hf: hf.get("model_type") in MULTILINGUAL_TYPES, importer=import_multilingual),
     Family(claims=lambda source, hf: hf.get("model_type") == BART_TYPE, importer=import_bart),
+    Family(claims=is_sentence_t5, importer=import_sentence_t5, label="sentence-transformers"),
     Family(claims=lambda source, hf: hf.get("model_type") in T5_TYPES, importer=import_t5),
     Family(claims=lambda source, hf: hf.get("model_type") == "whisper", importer=import_whisper),
     Family(

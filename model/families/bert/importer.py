@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 
 from model.architecture.transformer import EmbeddingModel
 from model.architecture.weights import save_model_dir
+from model.families.sentence_transformers import pooled_settings
 from modeldir.config import ModelConfig
 from modeldir.files import TOKENIZER_FILE
 
@@ -72,53 +73,6 @@ def rename(bert_name: str) -> str | None:
     raise ValueError(f"unexpected parameter in BERT checkpoint: {bert_name}")
 
 
-def _sentence_transformers_settings(source: Path) -> dict:
-    """Pooling, normalisation and truncation as sentence-transformers applies them."""
-    modules = json.loads((source / "modules.json").read_text())
-    kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
-    pooling_dir = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
-    pooling = json.loads((source / pooling_dir / "config.json").read_text())
-    # sentence-transformers 5 writes "pooling_mode"; earlier versions a flag per mode.
-    mode = pooling.get("pooling_mode")
-    if mode is None:
-        mode = (
-            "mean"
-            if pooling.get("pooling_mode_mean_tokens")
-            else "cls"
-            if pooling.get("pooling_mode_cls_token")
-            else None
-        )
-    if mode not in ("mean", "cls"):
-        raise ValueError(f"{source}: unsupported pooling {pooling}")
-    if pooling.get("include_prompt", True) is False:
-        raise ValueError(f"{source}: pooling without the prompt's tokens (include_prompt false) is not supported")
-    settings = {"pooling": mode, "normalize": "Normalize" in kinds, "max_input_tokens": max_seq_length(source)}
-    return settings | prompts_of(source)
-
-
-def prompts_of(source: Path) -> dict:
-    """config_sentence_transformers.json's prompts and the default one's name (empty prompts dropped)."""
-    path = source / "config_sentence_transformers.json"
-    found = json.loads(path.read_text()) if path.exists() else {}
-    prompts = tuple((name, text) for name, text in (found.get("prompts") or {}).items() if text)
-    default = found.get("default_prompt_name")
-    return {"prompts": prompts, "default_prompt_name": default if default in dict(prompts) else None}
-
-
-def max_seq_length(source: Path) -> int | None:
-    """sentence-transformers' truncation: sentence_bert_config.json's max_seq_length (before version 6),
-    else the tokenizer's model_max_length, where it states one (None: the position table's length)."""
-    settings = source / "sentence_bert_config.json"
-    if settings.exists() and "max_seq_length" in (found := json.loads(settings.read_text())):
-        return found["max_seq_length"]
-    tokenizer_config = source / "tokenizer_config.json"
-    if tokenizer_config.exists():
-        length = json.loads(tokenizer_config.read_text()).get("model_max_length")
-        if isinstance(length, int) and length < 1_000_000:  # transformers writes 1e30 for "no limit"
-            return length
-    return None
-
-
 def bert_settings(source: Path, hf: dict) -> ModelConfig:
     """The encoder as config.json describes it (BERT or XLM-RoBERTa), pooling and truncation left default."""
     family = hf.get("model_type", "bert")
@@ -153,13 +107,14 @@ def bert_settings(source: Path, hf: dict) -> ModelConfig:
     )
 
 
-def bert_config(source: Path) -> ModelConfig:
-    """A sentence-embedding checkpoint's config: the encoder, and sentence-transformers' pooling,
-    normalisation, truncation and prompts."""
+def bert_config(source: Path) -> tuple[ModelConfig, dict]:
+    """A sentence-embedding checkpoint's config (the encoder, and sentence-transformers' pooling, Dense
+    layers, normalisation, truncation and prompts) and its Dense layers' parameters."""
     hf = json.loads((source / "config.json").read_text())
     encoder = bert_settings(source, hf)
     # An unset max_input_tokens (None) is the position table's length, as ModelConfig makes it.
-    return dataclasses.replace(encoder, **_sentence_transformers_settings(source))
+    fields, dense = pooled_settings(source, encoder.d_model)
+    return dataclasses.replace(encoder, **fields), dense
 
 
 def import_sentence_transformer(source: Path, out_dir: Path, name: str) -> Path:
@@ -169,9 +124,9 @@ def import_sentence_transformer(source: Path, out_dir: Path, name: str) -> Path:
 
     source = Path(source)
     require_safetensors(source)
-    config = bert_config(source)
+    config, dense = bert_config(source)
     fields, heads = read_heads(source, config.d_model)
-    return save_encoder(source, dataclasses.replace(config, **fields), rename, out_dir, name, heads)
+    return save_encoder(source, dataclasses.replace(config, **fields), rename, out_dir, name, {**heads, **dense})
 
 
 def require_safetensors(source: Path) -> None:

@@ -10,22 +10,13 @@ import json
 import string
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
-from model.families.bert.importer import bert_settings, prompts_of, rename, require_safetensors, save_encoder
+from model.families.bert.importer import bert_settings, rename, require_safetensors, save_encoder
+from model.families.sentence_transformers import dense_layers, kind_of, modules_of, prompts_of
 from modeldir.files import TOKENIZER_FILE
 from modeldir.late_interaction import ColbertSettings
 
-DENSE_TYPES = (
-    "pylate.models.Dense.Dense",
-    "sentence_transformers.models.Dense.Dense",
-    "sentence_transformers.models.Dense",
-)
-TRANSFORMER_TYPES = ("sentence_transformers.models.Transformer", "sentence_transformers.models.Transformer.Transformer")
-# Dense's activation_function, as it is saved, -> ours.
-ACTIVATIONS = {"torch.nn.modules.linear.Identity": "identity", "torch.nn.modules.activation.Tanh": "tanh"}
 # PyLate's defaults for what config_sentence_transformers.json leaves out.
 DEFAULTS = {
     "query_prefix": "[Q] ",
@@ -38,48 +29,11 @@ DEFAULTS = {
 }
 
 
-def _modules(source: Path) -> list[dict]:
-    path = source / "modules.json"
-    return json.loads(path.read_text()) if path.exists() else []
-
-
 def is_colbert(source: Path) -> bool:
     source = Path(source)
     settings = source / "config_sentence_transformers.json"
     saved_by_pylate = settings.exists() and json.loads(settings.read_text()).get("model_type") == "ColBERT"
-    return saved_by_pylate or any(m["type"].startswith("pylate.") for m in _modules(source))
-
-
-def _projection(source: Path, modules: list[dict], d_model: int) -> tuple[dict, dict[str, torch.Tensor]]:
-    """The Dense layers after the Transformer -> (their widths, biases, activations; our parameters)."""
-    dims, bias, activations, state = [], [], [], {}
-    width = d_model
-    for index, module in enumerate(modules):
-        where = source / module["path"]
-        if module["type"] not in DENSE_TYPES:
-            raise ValueError(f"{where}: a {module['type']} after the encoder is not supported (Dense layers only)")
-        config = json.loads((where / "config.json").read_text())
-        if config.get("use_residual"):
-            raise ValueError(f"{where}: a Dense layer with use_residual is not supported")
-        activation = config.get("activation_function", "torch.nn.modules.linear.Identity")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"{where}: activation {activation!r} is not supported (one of {', '.join(ACTIVATIONS)})")
-        if config["in_features"] != width:
-            raise ValueError(f"{where}: takes {config['in_features']} features, the layer before gives {width}")
-        weights = where / "model.safetensors"
-        if not weights.exists():
-            raise FileNotFoundError(f"{weights} not found (pickled pytorch_model.bin files are not loaded)")
-        found = load_file(str(weights))
-        if set(found) != {"linear.weight"} | ({"linear.bias"} if config["bias"] else set()):
-            raise ValueError(f"{weights}: expected a linear layer's weight (and bias), found {sorted(found)}")
-        state.update({f"projection.{index}.{name.removeprefix('linear.')}": t for name, t in found.items()})
-        dims.append(config["out_features"])
-        bias.append(bool(config["bias"]))
-        activations.append(ACTIVATIONS[activation])
-        width = config["out_features"]
-    if not dims:
-        raise ValueError(f"{source}: no Dense layer after the encoder: not a ColBERT model")
-    return {"dims": tuple(dims), "bias": tuple(bias), "activations": tuple(activations)}, state
+    return saved_by_pylate or any(m["type"].startswith("pylate.") for m in modules_of(source))
 
 
 def _token_id(tokenizer: Tokenizer, token: str, unk_id: int | None) -> int | None:
@@ -130,14 +84,16 @@ def colbert_settings(encoder_dir: Path, found: dict, projection: dict) -> Colber
 def import_colbert(source: Path, out_dir: Path, name: str) -> Path:
     """Convert a PyLate ColBERT directory into our model directory."""
     source = Path(source)
-    modules = sorted(_modules(source), key=lambda m: m["idx"])
-    if not modules or modules[0]["type"] not in TRANSFORMER_TYPES:
+    modules = modules_of(source)
+    if not modules or kind_of(modules[0]) != "Transformer":
         raise ValueError(f"{source}: a ColBERT model's first module must be a sentence-transformers Transformer")
     encoder_dir = source / modules[0]["path"]
     require_safetensors(encoder_dir)
     hf = json.loads((encoder_dir / "config.json").read_text())
     encoder = bert_settings(encoder_dir, hf)
-    projection, state = _projection(source, modules[1:], encoder.d_model)
+    projection, state = dense_layers(source, modules[1:], encoder.d_model, "projection")
+    if not projection["dims"]:
+        raise ValueError(f"{source}: no Dense layer after the encoder: not a ColBERT model")
     path = source / "config_sentence_transformers.json"
     found = json.loads(path.read_text()) if path.exists() else {}
     colbert = colbert_settings(encoder_dir, found, projection)

@@ -11,7 +11,8 @@ import json
 import re
 from pathlib import Path
 
-from model.families.bert.importer import bert_settings, max_seq_length, rename, require_safetensors, save_encoder
+from model.families.bert.importer import bert_settings, rename, require_safetensors, save_encoder
+from model.families.sentence_transformers import max_seq_length
 from modeldir.config import ModelConfig
 
 MLM_HEAD = {

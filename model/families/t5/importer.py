@@ -106,33 +106,26 @@ def byte_tokenizer(source: Path, vocab_size: int) -> dict:
     return dict(tokenizer=BYTE_KIND)
 
 
-def t5_config(source: Path) -> ModelConfig:
-    source = Path(source)
-    hf = read_json(source / "config.json")
+def read_t5_config(source: Path) -> dict:
+    """config.json of a T5-family checkpoint (refused by name when it is not one)."""
+    hf = read_json(Path(source) / "config.json")
     if hf.get("model_type") not in FAMILIES:
         raise T5ImportError(
-            f"{source / 'config.json'}: model_type is {hf.get('model_type')!r}, not one of {', '.join(FAMILIES)}"
+            f"{Path(source) / 'config.json'}: model_type is {hf.get('model_type')!r}, not one of {', '.join(FAMILIES)}"
         )
-    if hf.get("is_encoder_decoder", True) is False:
-        raise T5ImportError(f"{source}: an encoder alone (is_encoder_decoder false): not a text-to-text model")
-    generation = {**hf, **read_json(source / "generation_config.json")}
-    eos = generation.get("eos_token_id", 1)
-    if isinstance(eos, list):
-        raise T5ImportError(f"{source}: several eos tokens {eos}")
+    return hf
+
+
+def encoder_fields(hf: dict) -> dict:
+    """The ModelConfig fields of T5's encoder stack (and of the decoder's layers, which are alike)."""
     activation, gated = _activation(hf)
-    pad = hf.get("pad_token_id", 0)
-    start = generation.get("decoder_start_token_id")
-    with safe_open(str(safetensors_file(source, T5ImportError)), framework="pt") as f:
-        own_head = "lm_head.weight" in f.keys()
-    return ModelConfig(
-        task="seq2seq",
+    return dict(
         vocab_size=hf["vocab_size"],
         d_model=hf["d_model"],
         d_kv=hf["d_kv"],
         n_heads=hf["num_heads"],
         d_ff=hf["d_ff"],
         n_encoder_layers=hf["num_layers"],
-        n_decoder_layers=hf.get("num_decoder_layers") or hf["num_layers"],
         max_positions=hf.get("n_positions") or 512,  # no table limits it: the length it was trained at
         positions="relative",
         relative_buckets=hf.get("relative_attention_num_buckets", 32),
@@ -145,9 +138,29 @@ def t5_config(source: Path) -> ModelConfig:
         feed_forward="gated" if gated else "plain",
         linear_bias=False,
         scale_attention=False,
+        pad_id=hf.get("pad_token_id", 0),
+    )
+
+
+def t5_config(source: Path) -> ModelConfig:
+    source = Path(source)
+    hf = read_t5_config(source)
+    if hf.get("is_encoder_decoder", True) is False:
+        raise T5ImportError(f"{source}: an encoder alone (is_encoder_decoder false): not a text-to-text model")
+    generation = {**hf, **read_json(source / "generation_config.json")}
+    eos = generation.get("eos_token_id", 1)
+    if isinstance(eos, list):
+        raise T5ImportError(f"{source}: several eos tokens {eos}")
+    pad = hf.get("pad_token_id", 0)
+    start = generation.get("decoder_start_token_id")
+    with safe_open(str(safetensors_file(source, T5ImportError)), framework="pt") as f:
+        own_head = "lm_head.weight" in f.keys()
+    return ModelConfig(
+        task="seq2seq",
+        **encoder_fields(hf),
+        n_decoder_layers=hf.get("num_decoder_layers") or hf["num_layers"],
         tie_output=not own_head,
         rescale_output=hf.get("scale_decoder_outputs", hf.get("tie_word_embeddings", True) is not False),
-        pad_id=pad,
         bos_id=pad if start is None else start,
         eos_id=eos,
         **generation_defaults(generation),
@@ -202,7 +215,7 @@ def t5_model(source: Path) -> Seq2SeqModel:
 def import_t5(source: Path, out_dir: Path, name: str) -> Path:
     """Convert a T5-family checkpoint directory into our model directory (its tokenizer.json copied; ByT5's
     bytes need none)."""
-    if byte_tokenizer(source, read_json(Path(source) / "config.json")["vocab_size"]):
+    if byte_tokenizer(source, read_json(Path(source) / "config.json").get("vocab_size", 0)):
         return save_model_dir(t5_model(source), name, out_dir)
     require_tokenizer(source, T5ImportError, "transformers' T5Tokenizer")
     return save_with_tokenizer(t5_model(source), source, out_dir, name, T5ImportError)

@@ -145,3 +145,20 @@ def _untie(out_dir: Path, shape: T5Shape, seed: int) -> None:
     config = json.loads((out_dir / "config.json").read_text())
     config.pop("scale_decoder_outputs", None)
     (out_dir / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}, indent=2))
+
+
+def random_sentence_t5_checkpoint(out_dir: Path, shape: T5Shape, dense_dim: int, seed: int = 0) -> Path:
+    """A sentence-T5-shaped sentence-transformers directory, as sentence-t5 and GTR-T5 are saved: the T5
+    encoder (T5EncoderModel's weights), mean pooling, a Dense layer without bias to dense_dim, Normalize.
+    Needs sentence-transformers."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
+
+    whole = random_t5_checkpoint(Path(out_dir) / "t5", shape, seed)
+    transformer = Transformer(str(whole), max_seq_length=64)
+    generator = torch.Generator().manual_seed(seed + 2)
+    weight = shape.d_model**-0.5 * torch.randn(dense_dim, shape.d_model, generator=generator)
+    dense = Dense(shape.d_model, dense_dim, bias=False, activation_function=torch.nn.Identity(), init_weight=weight)
+    modules = [transformer, Pooling(shape.d_model, pooling_mode="mean"), dense, Normalize()]
+    SentenceTransformer(modules=modules, device="cpu").save(str(Path(out_dir) / "model"))
+    return Path(out_dir) / "model"

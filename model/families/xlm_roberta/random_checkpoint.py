@@ -28,6 +28,9 @@ class XlmRobertaShape:
     max_seq_length: int = 64  # sentence-transformers' truncation
     pooling: str = "mean"  # or "cls"
     normalize: bool = True
+    # sentence-transformers' Dense layers after the pooling (LaBSE's: one of d_model, with bias, tanh):
+    # (width, bias, "identity" or "tanh") each
+    dense: tuple[tuple[int, bool, str], ...] = ()
     pieces: int = 400
     prompts: tuple[tuple[str, str], ...] = ()  # sentence-transformers' prompts: (name, text)
     default_prompt_name: str | None = None
@@ -54,9 +57,10 @@ def xlm_roberta_tokenizer(shape: XlmRobertaShape, seed: int):
 
 
 def random_xlm_roberta_checkpoint(out_dir: Path, shape: XlmRobertaShape = XlmRobertaShape(), seed: int = 0) -> Path:
-    """A sentence-transformers directory: the XLM-R weights (safetensors), tokenizer.json, pooling."""
+    """A sentence-transformers directory: the XLM-R weights (safetensors), tokenizer.json, pooling, Dense
+    layers where the shape has them, normalisation."""
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
     out_dir = Path(out_dir)
@@ -80,7 +84,12 @@ def random_xlm_roberta_checkpoint(out_dir: Path, shape: XlmRobertaShape = XlmRob
     tokenizer.save_pretrained(encoder_dir)
     transformer = Transformer(str(encoder_dir), max_seq_length=shape.max_seq_length)
     pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode=shape.pooling)
-    modules = [transformer, pooling] + ([Normalize()] if shape.normalize else [])
+    modules, width = [transformer, pooling], shape.d_model
+    for out_features, bias, activation in shape.dense:
+        function = torch.nn.Tanh() if activation == "tanh" else torch.nn.Identity()
+        modules.append(Dense(width, out_features, bias=bias, activation_function=function))
+        width = out_features
+    modules += [Normalize()] if shape.normalize else []
     model = SentenceTransformer(
         modules=modules, device="cpu", prompts=dict(shape.prompts), default_prompt_name=shape.default_prompt_name
     )

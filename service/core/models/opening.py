@@ -122,7 +122,14 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
         log.info("model %s: inputs capped at %d tokens (model_max_input_tokens)", files.name, cap)
     c = files.config
     architecture = Architecture(
-        c.n_encoder_layers, c.n_decoder_layers, c.n_heads, c.d_model, c.max_positions, c.vocab_size, c.d_head
+        c.n_encoder_layers,
+        c.n_decoder_layers,
+        c.n_heads,
+        c.d_model,
+        c.max_positions,
+        c.vocab_size,
+        c.d_head,
+        c.embedding_dim,
     )
     geometry = None
     if files.task == "seq2seq":

@@ -53,6 +53,7 @@ class Architecture:
     max_positions: int
     vocab_size: int = 0  # the token table's rows: a token-id input must be below it
     d_head: int = 0  # a head's width, where it is not d_model / n_heads (T5's d_kv)
+    embedding_dim: int = 0  # an embedding model's vector's width, where it is not d_model (its Dense layers')
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class ServedModel:
 
     @property
     def dimensions(self) -> int:
-        return self.architecture.d_model
+        return self.architecture.embedding_dim or self.architecture.d_model
 
     def warm_up(self) -> None:
         """First calls allocate and plan: make them before the first request does (in the model thread)."""
