@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import ModelConfig
+from .external_data import ExternalDataError, checked_data_files
 
 # 5: the decoder step's cross-attention K/V once per group of rows that share a source (query_slots,
 # row_slots). (4: the decoder step's total_length, from the host; attention as fused contrib ops. 3: half-precision
@@ -246,6 +247,22 @@ class ModelFiles:
         return self.graphs.get("decoder")
 
 
+def _verify(root: Path, relative: str, manifest: dict) -> None:
+    """A file the server loads: listed in the manifest, there, and of its checksum."""
+    path = root / relative
+    expected = manifest["sha256"].get(relative)
+    if expected is None:
+        raise ModelFilesError(f"{root / MANIFEST_FILE}: no checksum for {relative}")
+    if not path.is_file():
+        raise ModelFilesError(f"{path}: missing (listed in {MANIFEST_FILE})")
+    actual = sha256_file(path)
+    if actual != expected:
+        raise ModelFilesError(
+            f"{path}: sha256 {actual} does not match {expected} in {MANIFEST_FILE}: "
+            "the file was modified or belongs to another export; export the model again"
+        )
+
+
 def open_model_dir(
     root: Path, attention: bool = False, precision: str = "fp32", graph_set: str | None = None
 ) -> ModelFiles:
@@ -284,18 +301,15 @@ def open_model_dir(
     hears_silence = VOICE_ACTIVITY_FILE in manifest["sha256"]  # small, and in every copy: it must be there
     served += [VOICE_ACTIVITY_FILE] * hears_silence
     for relative in served:
-        path = root / relative
-        expected = manifest["sha256"].get(relative)
-        if expected is None:
-            raise ModelFilesError(f"{manifest_path}: no checksum for {relative}")
-        if not path.is_file():
-            raise ModelFilesError(f"{path}: missing (listed in {MANIFEST_FILE})")
-        actual = sha256_file(path)
-        if actual != expected:
-            raise ModelFilesError(
-                f"{path}: sha256 {actual} does not match {expected} in {MANIFEST_FILE}: "
-                "the file was modified or belongs to another export; export the model again"
-            )
+        _verify(root, relative, manifest)
+    # The data files a graph's weights are in (graphs over 2 GiB): inside the directory and listed, each.
+    for graph in [relative for relative in served if relative.endswith(".onnx")]:
+        try:
+            data = checked_data_files(root, graph)
+        except ExternalDataError as e:
+            raise ModelFilesError(str(e)) from e
+        for relative in data:
+            _verify(root, relative, manifest)
     return ModelFiles(
         root=root,
         name=manifest["name"],

@@ -277,24 +277,6 @@ def test_a_shape_value_added_to_device_data_is_found():
     assert shape_values_read_as_device_data(graph) == [("add", "steps32")]
 
 
-def test_a_graph_over_the_protobuf_limit_is_refused_naming_its_size(monkeypatch):
-    """An ONNX file holds at most 2 GiB without external data: the export refuses before it starts. (Shown
-    on a small model with the limit lowered: a model that large is too slow to build in a test.)"""
-    from model.architecture.transformer import Seq2SeqModel
-    from model.export import model_dir as export
-    from modeldir.config import ModelConfig
-
-    config = ModelConfig(
-        task="seq2seq", vocab_size=1000, d_model=64, n_heads=4, d_ff=128, n_encoder_layers=1, n_decoder_layers=2
-    )
-    model = Seq2SeqModel(config)
-    export.refuse_graphs_over_the_protobuf_limit(model, "small")  # far below 2 GiB
-    decoder_bytes = 4 * sum(p.numel() for p in model.decoder.parameters())
-    monkeypatch.setattr(export, "PROTOBUF_LIMIT", decoder_bytes - 1)
-    with pytest.raises(ValueError, match=r"model 'big': its float32 decoder graph would hold .* GiB of weights"):
-        export.refuse_graphs_over_the_protobuf_limit(model, "big")
-
-
 def test_a_build_makes_again_a_bundled_model_an_older_exporter_wrote(minilm_dir, copy_of):
     """`attnserve build` keeps a bundled model only when every precision's files are there and right and
     this revision of the exporter wrote them: one from before the int8 ranges is exported again."""

@@ -14,6 +14,7 @@ cache (the decoder's K/V buffers and its GroupQueryAttention are float32).
 from __future__ import annotations
 
 import logging
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,12 +38,15 @@ def weight_matmuls(model: onnx.ModelProto, keep_float: tuple[str, ...] = ()) -> 
     ]
 
 
-def eight_bit(source: Path, target: Path, config: ModelConfig, reduce_range: bool = False) -> onnx.ModelProto:
-    """Quantize the graph at `source` into `target`; -> the written graph. reduce_range: weights in 7 bits,
-    for x86 CPUs without VNNI (modeldir/files.py, GRAPH_SETS)."""
+def eight_bit(source: Path, scratch: Path, config: ModelConfig, reduce_range: bool = False) -> onnx.ModelProto:
+    """The graph at `source` quantized (the quantizer writes it in a folder under scratch, its weights in a
+    file beside it, whatever their size: it writes no graph past 2 GiB otherwise). reduce_range: weights in
+    7 bits, for x86 CPUs without VNNI (modeldir/files.py, GRAPH_SETS)."""
     model = onnx.load(str(source))
     keep = (FEED_FORWARD_OUT,) if config.task == "embedding" else ()
-    with _quiet_root_logger():  # the tool suggests pre-processing, which our exported graphs do not need
+    with tempfile.TemporaryDirectory(dir=scratch) as folder, _quiet_root_logger():
+        # (the tool suggests pre-processing, which our exported graphs do not need)
+        target = Path(folder) / "int8.onnx"
         quantize_dynamic(
             model,
             target,
@@ -50,11 +54,11 @@ def eight_bit(source: Path, target: Path, config: ModelConfig, reduce_range: boo
             per_channel=True,
             weight_type=QuantType.QInt8,
             reduce_range=reduce_range,
+            use_external_data_format=True,
         )
-    written = onnx.load(str(target))
+        written = onnx.load(str(target))
     props = {p.key: p.value for p in model.metadata_props}
     onnx.helper.set_model_props(written, {**props, "attnserve.precision": "int8"})
-    onnx.save(written, str(target))
     return written
 
 

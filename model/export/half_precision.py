@@ -17,13 +17,17 @@ The attention and the feed-forward's other matrices run in float16.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import onnx
+from onnxruntime.transformers import float16
 from onnxruntime.transformers.float16 import convert_float_to_float16
 from onnxruntime.transformers.optimizer import optimize_model
 
 from modeldir.config import ModelConfig
+from modeldir.external_data import data_file_name
 from modeldir.files import encoder_inputs, encoder_outputs
 
 # The residual stream's nodes, by the names the exporter gives them: a layer's own adds, its norms and the
@@ -32,6 +36,9 @@ from modeldir.files import encoder_inputs, encoder_outputs
 KEPT_FLOAT32 = re.compile(
     r"/(encoder|decoder)/(layers\.\d+/(Add(_\d+)?|\w+_norm/.*|feed_forward/w_2/MatMul)|final_norm/.*|relative/.*)"
 )
+
+
+CONVERTED_AT_ONCE = 1 << 24  # values of a large tensor rounded to float16 at once (64 MiB of float32)
 
 
 def float32_nodes(model: onnx.ModelProto, config: ModelConfig) -> list[str]:
@@ -71,33 +78,82 @@ def _float32_chains(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def _has_data_file(path: Path) -> bool:
+    return (Path(path).parent / data_file_name(Path(path).name)).exists()
+
+
+def _converted(path: Path, keep: list[str], config: ModelConfig) -> onnx.ModelProto:
+    """The graph at path converted to float16 by ONNX Runtime's converter, T5's residual stream float32. A
+    graph whose weights are in a data file (over 1 GiB) is converted without them, then they are read in
+    from the file a part at a time: ONNX Runtime's converter, given them all, held NLLB-200 1.3B's 3 GiB
+    encoder several times over (24 GiB, past this machine's memory)."""
+    structure = onnx.load(str(path), load_external_data=False)
+    kept = float32_nodes(structure, config)
+    if _has_data_file(path):
+        with _shapes_from_dims():
+            half = convert_float_to_float16(structure, keep_io_types=keep, node_block_list=kept)
+        half = _filled(half, Path(path).parent)
+    else:
+        half = convert_float_to_float16(onnx.load(str(path)), keep_io_types=keep, node_block_list=kept)
+    return _with_metadata(_float32_chains(half) if kept else half, structure)
+
+
+@contextmanager
+def _shapes_from_dims():
+    """ONNX Runtime's converter reads a converted initializer's values only for the shape of its value
+    info, which a tensor's dims give without reading them (they are in the data file, still float32)."""
+    original = float16.make_value_info_from_tensor
+    float16.make_value_info_from_tensor = lambda t: onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+    try:
+        yield
+    finally:
+        float16.make_value_info_from_tensor = original
+
+
+def _filled(half: onnx.ModelProto, folder: Path) -> onnx.ModelProto:
+    """Each initializer still in the float32 graph's data file read into the proto: in float16 where the
+    converter made it so (rounded as it rounds: float16's range, a part of the tensor at a time), else as
+    it is."""
+    for tensor in half.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        where = {entry.key: entry.value for entry in tensor.external_data}
+        offset, length = int(where.get("offset", 0)), int(where["length"])
+        data = np.memmap(folder / where["location"], dtype=np.uint8, mode="r", offset=offset, shape=(length,))
+        if tensor.data_type == onnx.TensorProto.FLOAT16:
+            values, half_values = data.view(np.float32), np.empty(length // 4, np.float16)
+            for start in range(0, values.size, CONVERTED_AT_ONCE):
+                part = np.asarray(values[start : start + CONVERTED_AT_ONCE])
+                half_values[start : start + CONVERTED_AT_ONCE] = float16.convert_np_to_float16(part)
+            tensor.raw_data = half_values.tobytes()
+        else:
+            tensor.raw_data = data.tobytes()
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+    return half
+
+
 def half_encoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
     """The encoder with the transformer optimizer's fusions (attention, skip layer norm, gelu: fewer,
     larger kernels on CUDA), then converted to float16. T5's is converted as exported (the optimizer's
-    fusions would hide its residual stream inside fused nodes), ONNX Runtime fusing at load time."""
-    if config.norm == "rms":
-        model = onnx.load(str(path))
-        half = convert_float_to_float16(
-            model, keep_io_types=["last_hidden_state"], node_block_list=float32_nodes(model, config)
-        )
-        return _with_metadata(_float32_chains(half), model)
+    fusions would hide its residual stream inside fused nodes), ONNX Runtime fusing at load time; so is
+    one whose weights are in a data file (the optimizer would hold it several times over: 24 GiB for
+    NLLB-200 1.3B's 3 GiB encoder)."""
+    keep = list(encoder_outputs(config)) if config.task == "embedding" else ["last_hidden_state"]
+    keep += [name for name in encoder_inputs(config) if name == "input_features"]  # the front-end's float32
+    if config.norm == "rms" or _has_data_file(path):
+        return _converted(path, keep, config)
     optimized = optimize_model(
         str(path), model_type="bert", num_heads=config.n_heads, hidden_size=config.d_model, opt_level=0
     )
-    keep = list(encoder_outputs(config)) if config.task == "embedding" else ["last_hidden_state"]
-    keep += [name for name in encoder_inputs(config) if name == "input_features"]  # the front-end's float32
     optimized.convert_float_to_float16(keep_io_types=keep)
-    return _with_metadata(optimized.model, onnx.load(str(path)))
+    return _with_metadata(optimized.model, onnx.load(str(path), load_external_data=False))
 
 
 def half_decoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
     """The decoder step in float16 (T5's residual stream float32); next_token (int64) and the logits stay as
     they are read."""
-    model = onnx.load(str(path))
-    kept = float32_nodes(model, config)
-    half = convert_float_to_float16(model, keep_io_types=["logits"], node_block_list=kept)
-    half = _float32_chains(half) if kept else half
-    return _with_metadata(half, model)
+    return _converted(path, ["logits"], config)
 
 
 def _with_metadata(half: onnx.ModelProto, original: onnx.ModelProto) -> onnx.ModelProto:

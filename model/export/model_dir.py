@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import tempfile
 import time
 import warnings
 from contextlib import contextmanager
@@ -34,6 +35,7 @@ from model.export.attention_graph import export_attention, measure_attention_par
 from model.export.cache_graphs import CACHE_GRAPHS
 from model.export.calibration import calibration_ranges
 from model.export.eight_bit import eight_bit
+from model.export.graph_writing import EXTERNAL_ABOVE, PROTOBUF_LIMIT, ExternalData, data_files, write_graph
 from model.export.graphs import DecoderGraph, EncoderGraph, example_decoder_inputs, example_encoder_inputs
 from model.export.half_precision import half_decoder, half_encoder
 from model.export.manifest_entries import describe_graph, library_versions
@@ -93,8 +95,32 @@ def _to_onnx(
     graph: str,
     config: ModelConfig,
     custom_opsets: dict | None = None,
+    scratch: Path | None = None,
 ):
-    buffer = io.BytesIO()
+    """The traced graph with attnserve's metadata. scratch: a folder for torch to write it in, with its
+    weights in files beside it where they pass protobuf's 2 GiB (torch writes those only to a path);
+    None: in memory."""
+    if scratch is None:
+        buffer = io.BytesIO()
+        _trace(module, args, buffer, input_names, output_names, dynamic_axes, custom_opsets)
+        proto = onnx.load_from_string(buffer.getvalue())
+        onnx.checker.check_model(proto)
+    else:
+        with tempfile.TemporaryDirectory(dir=scratch) as folder:
+            written = Path(folder) / f"{graph}.onnx"
+            _trace(module, args, str(written), input_names, output_names, dynamic_axes, custom_opsets)
+            onnx.checker.check_model(str(written))  # by path: a proto past 2 GiB cannot be checked in memory
+            proto = onnx.load(str(written))  # its weights read in from torch's files
+    metadata_props = {
+        "attnserve.name": name,
+        "attnserve.graph": graph,
+        "attnserve.config": json.dumps(config.to_dict(), sort_keys=True),
+    }
+    onnx.helper.set_model_props(proto, metadata_props)
+    return proto
+
+
+def _trace(module, args, target, input_names, output_names, dynamic_axes, custom_opsets) -> None:
     with warnings.catch_warnings():
         # The TorchScript exporter announces its deprecation; tracer warnings are about Python ints that
         # are constants by construction (head counts, sizes).
@@ -102,7 +128,7 @@ def _to_onnx(
         torch.onnx.export(
             module,
             args,
-            buffer,
+            target,
             input_names=list(input_names),
             output_names=list(output_names),
             dynamic_axes=dynamic_axes,
@@ -112,18 +138,9 @@ def _to_onnx(
             custom_opsets=custom_opsets,
             autograd_inlining=False,
         )
-    proto = onnx.load_from_string(buffer.getvalue())
-    metadata_props = {
-        "attnserve.name": name,
-        "attnserve.graph": graph,
-        "attnserve.config": json.dumps(config.to_dict(), sort_keys=True),
-    }
-    onnx.helper.set_model_props(proto, metadata_props)
-    onnx.checker.check_model(proto)
-    return proto
 
 
-def export_encoder(model, name: str) -> onnx.ModelProto:
+def export_encoder(model, name: str, scratch: Path | None = None) -> onnx.ModelProto:
     config = model.config
     inputs, outputs = encoder_inputs(config), encoder_outputs(config)
     audio = config.encoder_input == "log_mel"
@@ -135,10 +152,12 @@ def export_encoder(model, name: str) -> onnx.ModelProto:
     else:
         axes.update({n: {0: "batch", 2: "sequence"} for n in outputs[1:]})
     args = example_encoder_inputs(config)[: len(inputs)]
-    return _to_onnx(EncoderGraph(model), args, inputs, outputs, axes, name, "encoder", config, {"com.microsoft": 1})
+    return _to_onnx(
+        EncoderGraph(model), args, inputs, outputs, axes, name, "encoder", config, {"com.microsoft": 1}, scratch
+    )
 
 
-def export_decoder(model: Seq2SeqModel, name: str) -> onnx.ModelProto:
+def export_decoder(model: Seq2SeqModel, name: str, scratch: Path | None = None) -> onnx.ModelProto:
     n = model.config.n_decoder_layers
     inputs, outputs = decoder_inputs(n), decoder_outputs(n)
     axes = {
@@ -156,11 +175,8 @@ def export_decoder(model: Seq2SeqModel, name: str) -> onnx.ModelProto:
     axes.update({name_: {0: "groups", 2: "source"} for name_ in inputs if name_.startswith("cross_")})
     args = example_decoder_inputs(model.config)
     return _to_onnx(
-        DecoderGraph(model), args, inputs, outputs, axes, name, "decoder", model.config, {"com.microsoft": 1}
+        DecoderGraph(model), args, inputs, outputs, axes, name, "decoder", model.config, {"com.microsoft": 1}, scratch
     )
-
-
-PROTOBUF_LIMIT = 2 << 30  # bytes: the largest ONNX graph with its weights inside it
 
 
 def float32_bytes(module) -> int:
@@ -178,24 +194,13 @@ def graph_bytes(model) -> dict[str, int]:
     return sizes
 
 
-def refuse_graphs_over_the_protobuf_limit(model, name: str) -> None:
-    """A graph holds its weights (no external data files): a serving graph over 2 GiB cannot be written.
-    Refused before the export starts, naming the sizes. (NLLB-200 1.3B and 3.3B and M2M100 1.2B are this
-    large; their float32 graphs would need ONNX external data, every data file under the manifest's
-    checksums.) The attention-map graph, which holds both stacks, is left out where it alone is too large."""
-    for role, size in graph_bytes(model).items():
-        if role != "attention" and size > PROTOBUF_LIMIT:
-            raise ValueError(
-                f"model {name!r}: its float32 {role} graph would hold {size / 2**30:.2f} GiB of weights, over the "
-                f"{PROTOBUF_LIMIT >> 30} GiB an ONNX file can hold without external data, which attnserve does not "
-                "write yet; models up to about 1 billion parameters (NLLB-200 distilled 600M, M2M100 418M) export"
-            )
-
-
-def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple[str, ...] = ()) -> dict:
+def export_model_dir(
+    model_dir: Path, progress_stream=sys.stderr, reduced: tuple[str, ...] = (), external_data: ExternalData = "auto"
+) -> dict:
     """Export model_dir (config.json, model.safetensors, the tokenizer's files) in place: the float32
     graphs, and copies of the serving graphs in each precision of `reduced` (fp16: for GPUs; int8: for
-    CPUs). Returns the manifest."""
+    CPUs). external_data: where graphs keep their weights (graph_writing.py: "auto" puts those of a graph
+    over 1 GiB in a data file beside it, "always" every graph's). Returns the manifest."""
     model_dir = Path(model_dir)
     started = time.perf_counter()
     unknown = sorted(set(reduced) - set(REDUCED_PRECISIONS))
@@ -203,7 +208,6 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
         raise ValueError(f"precision {', '.join(unknown)}: one of {', '.join(REDUCED_PRECISIONS)} (float32 always)")
     with torch.no_grad():
         name, config, model = load_model_dir(model_dir)
-        refuse_graphs_over_the_protobuf_limit(model, name)
         seq2seq = config.task == "seq2seq"
         files = graph_files(config.task)
         sets = [graph_set for precision in reduced for graph_set in GRAPH_SETS[precision]]
@@ -213,16 +217,21 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
         progress = Progress(f"export {name}", steps, progress_stream)
         (model_dir / "onnx").mkdir(exist_ok=True)
         graphs = {}
+        sizes = graph_bytes(model)
+        # torch writes a graph past protobuf's limit only to a path, with its weights in files beside it
+        scratch = {
+            r: model_dir / "onnx" if external_data == "always" or sizes[r] > EXTERNAL_ABOVE else None for r in sizes
+        }
         with progress.step(f"encoder -> {files['encoder']}"):
-            graphs["encoder"] = export_encoder(model, name)
+            graphs["encoder"] = export_encoder(model, name, scratch["encoder"])
         if seq2seq:
             with progress.step(f"decoder and cache graphs -> {files['decoder']}, ..."):
-                graphs["decoder"] = export_decoder(model, name)
+                graphs["decoder"] = export_decoder(model, name, scratch["decoder"])
                 graphs.update({role: make(config.n_decoder_layers, "fp32") for role, make in CACHE_GRAPHS.items()})
         for role, proto in graphs.items():
-            onnx.save_model(proto, model_dir / files[role])
+            write_graph(proto, model_dir / files[role], external_data)
         attention = None  # the optional attention-map graph holds the whole model: none over the limit
-        whole = graph_bytes(model)["attention"]
+        whole = sizes["attention"]
         # An audio encoder's maps (every head over 1,500 frames, squared) are not drawn: ~200 MB a window.
         fits = whole <= PROTOBUF_LIMIT and config.encoder_input == "tokens"
         skipped = (
@@ -257,7 +266,7 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
         for graph_set in sets:
             copy_files = graph_files(config.task, graph_set)
             with progress.step(f"{graph_set} graphs -> {Path(copy_files['encoder']).parent}/"):
-                copy_graphs = reduced_graphs(model_dir, files, copy_files, config, graph_set)
+                copy_graphs = reduced_graphs(model_dir, files, copy_files, config, graph_set, external_data)
             with progress.step(f"parity, ONNX Runtime {graph_set} vs PyTorch (float32)"):
                 described_copy = {
                     role: {"file": copy_files[role], **describe_graph(g)} for role, g in copy_graphs.items()
@@ -271,6 +280,7 @@ def export_model_dir(model_dir: Path, progress_stream=sys.stderr, reduced: tuple
             optional += [WORD_ALIGNMENT_FILE] if word_alignment is not None else []
             optional += [VOICE_ACTIVITY_FILE] if voice_activity is not None else []
             written = [*files.values(), *optional] + [f for c in copies.values() for f in _files_of(c)]
+            written += data_files(model_dir, [f for f in written if f.endswith(".onnx")])  # weights beside graphs
             checksums = {a: sha256_file(model_dir / a) for a in [CONFIG_FILE, WEIGHTS_FILE, *tokenizer, *written]}
             described = {role: {"file": files[role], **describe_graph(proto)} for role, proto in graphs.items()}
             if attention is not None:
@@ -305,7 +315,9 @@ def _files_of(copy: dict) -> list[str]:
     return [graph["file"] for graph in copy["graphs"].values()]
 
 
-def reduced_graphs(model_dir: Path, files: dict, copy_files: dict, config: ModelConfig, graph_set: str) -> dict:
+def reduced_graphs(
+    model_dir: Path, files: dict, copy_files: dict, config: ModelConfig, graph_set: str, external_data: ExternalData
+) -> dict:
     """The serving graphs of a graph set (fp16, int8, int8_reduced_range), made from the float32 ones and
     written: role -> graph. The cache graphs move the cache's values, float16 with float16 graphs, float32
     with int8 ones."""
@@ -314,12 +326,12 @@ def reduced_graphs(model_dir: Path, files: dict, copy_files: dict, config: Model
     for role in ("encoder", "decoder") if config.task == "seq2seq" else ("encoder",):
         source, target = model_dir / files[role], model_dir / copy_files[role]
         if graph_set.startswith("int8"):
-            graphs[role] = eight_bit(source, target, config, reduce_range=graph_set == "int8_reduced_range")
+            graphs[role] = eight_bit(source, target.parent, config, reduce_range=graph_set == "int8_reduced_range")
         else:
             graphs[role] = half_encoder(source, config) if role == "encoder" else half_decoder(source, config)
     if config.task == "seq2seq":
         cache = "fp16" if graph_set == "fp16" else "fp32"
         graphs.update({role: make(config.n_decoder_layers, cache) for role, make in CACHE_GRAPHS.items()})
     for role, proto in graphs.items():
-        onnx.save_model(proto, model_dir / copy_files[role])
+        write_graph(proto, model_dir / copy_files[role], external_data)
     return graphs

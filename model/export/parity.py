@@ -13,13 +13,25 @@ import torch
 
 from model.architecture.transformer import EmbeddingModel, Seq2SeqModel
 from model.export.graphs import EncoderGraph, example_encoder_inputs
+from modeldir.external_data import data_file_name
 from modeldir.files import encoder_feeds, pooled_output
 
 
 def cpu_session(path: Path):
+    """A CPU session to measure with: weights not pre-packed, no memory arena. Each would hold another copy
+    of the weights beside the PyTorch model (NLLB-200 1.3B's float32 graphs and model passed 24 GiB); the
+    sums are the same (the kernels pack the weights as they run instead). A graph whose weights are in a
+    data file runs as written, unoptimised: the CPU runs float16 matrix products in float32, and its
+    optimiser would fold every weight's cast into a float32 copy of the graph (NLLB-200 1.3B's float16
+    graphs again passed 24 GiB)."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.disable_prepacking", "1")
+    options.enable_cpu_mem_arena = False
+    if (Path(path).parent / data_file_name(Path(path).name)).exists():
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def _feeds(session, inputs, mask) -> dict:
