@@ -23,7 +23,8 @@ models: $(VENV)/.export
 
 run: models
 	$(BIN)/attnserve serve --models $(MODELS)/minilm $(MODELS)/numbers $(MODELS)/numbers-multilingual \
-	  $(MODELS)/numbers-reranker $(MODELS)/numbers-language $(MODELS)/whisper-tiny.en
+	  $(MODELS)/numbers-reranker $(MODELS)/numbers-language $(MODELS)/whisper-tiny.en \
+	  $(MODELS)/numbers-t5
 
 # Debian's prometheus package: its server and promtool run in the metrics and deployment tests; espeak-ng
 # speaks the known sentences the Whisper tests transcribe.

@@ -9,7 +9,8 @@ products in its process). One engine a call, one JSON line out.
     python -m benchmarks.engines attnserve-generate --target HOST:PORT --served NAME --count 64 --concurrency 32
 
 Embeddings: the benchmark sentences (benchmarks/common.py, 10-60 words). Generation: written-out numbers
-(benchmarks/translation_load.py `texts`), greedy, exactly --new-tokens tokens (eos held off) in every engine.
+(benchmarks/translation_load.py `texts`), greedy, exactly --new-tokens tokens (eos held off) in every engine,
+or --beams N: beam search up to --new-tokens tokens, ending at eos.
 On --device cuda the PyTorch baselines run in float16; on the CPU in float32 with --threads threads.
 """
 
@@ -104,13 +105,11 @@ def hf_generate(args) -> dict:
     dtype = torch.float16 if args.device == "cuda" else torch.float32
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, dtype=dtype).eval().to(args.device)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    settings = {
-        "num_beams": 1,
-        "do_sample": False,
-        "max_new_tokens": args.new_tokens,
-        "min_new_tokens": args.new_tokens,
-    }
+    settings = {"num_beams": args.beams, "do_sample": False, "max_new_tokens": args.new_tokens}
+    if args.beams == 1:  # greedy: exactly new_tokens (beam search ends at eos, as in every engine)
+        settings["min_new_tokens"] = args.new_tokens
     sources = texts(args.count)
+    eos = model.generation_config.eos_token_id
 
     def run(group):
         batch = tokenizer(group, return_tensors="pt", padding=True).to(args.device)
@@ -127,9 +126,15 @@ def hf_generate(args) -> dict:
             begun = time.perf_counter()
             out = run(group)
             latencies += [time.perf_counter() - begun] * len(group)
-            tokens += (out.shape[1] - 1) * len(group)
+            tokens += sum(generated_length(row, eos) for row in out.tolist())
         wall = time.perf_counter() - started
     return {"engine": "transformers", "batch": args.batch, **summary(tokens, wall, latencies, args.new_tokens)}
+
+
+def generated_length(row: list[int], eos: int) -> int:
+    """The tokens generate made in a row after its start token, up to its first eos (padding after it)."""
+    made = row[1:]
+    return made.index(eos) if eos in made else len(made)
 
 
 def ct2_generate(args) -> dict:
@@ -155,7 +160,9 @@ def ct2_generate(args) -> dict:
     else:
         pieces, prefixes = [e.tokens for e in tokenizer.encode(texts(args.count))], None
     length = args.new_tokens + (prefixes is not None)  # the prefix counts in CTranslate2's decoding length
-    settings = {"beam_size": 1, "max_decoding_length": length, "min_decoding_length": length}
+    settings = {"beam_size": args.beams, "max_decoding_length": length}
+    if args.beams == 1:
+        settings["min_decoding_length"] = length
 
     def run(start: int, size: int):
         prefix = prefixes[start : start + size] if prefixes else None
@@ -183,7 +190,15 @@ def attnserve_generate(args) -> dict:
     """Callers of a running server: --concurrency at once, each sending its next sentence when answered."""
     languages = parse_languages(args.languages)
     result = asyncio.run(
-        clients(args.target, texts(args.count), args.concurrency, args.new_tokens, args.served, languages=languages)
+        clients(
+            args.target,
+            texts(args.count),
+            args.concurrency,
+            args.new_tokens,
+            args.served,
+            beams=args.beams,
+            languages=languages,
+        )
     )
     return {"engine": "attnserve", "concurrency": args.concurrency, **result}
 
@@ -214,6 +229,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--beams", type=int, default=1, help="generation: 1, greedy (exactly --new-tokens)")
     args = parser.parse_args()
     print(json.dumps(ENGINES[args.engine](args)))
 

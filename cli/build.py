@@ -33,7 +33,7 @@ def cmd_export(args) -> None:
     from model.export.model_dir import export_model_dir
 
     reduced = tuple(p for p in args.precision if p != "fp32")
-    manifest = export_model_dir(args.model_dir, reduced=reduced)
+    manifest = export_model_dir(args.model_dir, reduced=reduced, external_data=args.external_data)
     print(f"{args.model_dir}: exported {', '.join(manifest['graphs'])}; parity {manifest['parity']}")
     for precision in reduced:
         print(f"{args.model_dir}: {precision} graphs; parity {manifest[precision]['parity']}")
@@ -66,6 +66,7 @@ def cmd_build(args) -> None:
     from model.families.bert.importer import import_sentence_transformer
     from model.families.cross_encoder.importer import import_cross_encoder
     from model.families.multilingual.importer import import_multilingual
+    from model.families.t5.importer import import_t5
     from model.families.whisper.ctranslate2_model import import_ctranslate2_whisper
 
     bundled = {
@@ -74,6 +75,7 @@ def cmd_build(args) -> None:
         "numbers-multilingual": lambda target: import_multilingual(
             CHECKPOINTS_DIR / "numbers-multilingual", target, "numbers-multilingual"
         ),
+        "numbers-t5": lambda target: import_t5(CHECKPOINTS_DIR / "numbers-t5", target, "numbers-t5"),
         **{
             name: lambda target, name=name: import_cross_encoder(CHECKPOINTS_DIR / name, target, name)
             for name in NUMBER_RANKERS
@@ -90,8 +92,8 @@ def cmd_build(args) -> None:
             make(target)
             export_model_dir(target, reduced=BUNDLED_REDUCED)
     print(
-        f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers and numbers-multilingual "
-        "(seq2seq), numbers-reranker and numbers-language (classification), whisper-tiny.en (transcription)"
+        f"bundled models in {Path(args.out).resolve()}: minilm (embedding), numbers, numbers-multilingual and "
+        "numbers-t5 (seq2seq), numbers-reranker and numbers-language (classification), whisper-tiny.en (transcription)"
     )
 
 
@@ -116,6 +118,16 @@ def cmd_train_numbers(args) -> None:
         seed=args.seed, steps=args.steps, n_heads=args.heads, d_model=args.d_model, threads=args.threads
     )
     print(f"numbers: training with {settings}", file=sys.stderr)
+    train(settings, args.out)
+
+
+def cmd_train_t5_numbers(args) -> None:
+    _needs_torch()
+    from model.bundled.train_numbers import settings_from
+    from model.bundled.train_t5_numbers import train
+
+    settings = settings_from(seed=args.seed, steps=args.steps, threads=args.threads)
+    print(f"numbers (T5): training with {settings}", file=sys.stderr)
     train(settings, args.out)
 
 

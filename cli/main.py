@@ -19,6 +19,7 @@ from .build import (
     cmd_train_multilingual_numbers,
     cmd_train_number_rankers,
     cmd_train_numbers,
+    cmd_train_t5_numbers,
 )
 from .remote import KINDS, cmd_embed, cmd_generate, cmd_heads, cmd_health, cmd_models, cmd_transcribe
 from .serve import cmd_serve
@@ -171,12 +172,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="graphs to write besides the float32 ones (always written): fp16 for GPUs, int8 for CPUs; "
         "default: fp32 only",
     )
+    export.add_argument(
+        "--external-data",
+        choices=["auto", "always"],
+        default="auto",
+        help="where graphs keep their weights: auto puts those of a graph over 1 GiB in a data file beside it "
+        "(<graph>.onnx.data; an ONNX file holds at most 2 GiB), always every graph's; default: %(default)s",
+    )
     export.set_defaults(run=cmd_export)
 
     imp = commands.add_parser(
         "import",
-        help="convert a MarianMT (opus-mt), M2M100, NLLB-200, mBART-50 or sentence-transformers BERT checkpoint "
-        "into a model directory",
+        help="convert a checkpoint (MarianMT, M2M100, NLLB-200, mBART-50, BART, T5, Whisper, sentence-transformers "
+        "BERT, XLM-RoBERTa or T5, a cross-encoder, SPLADE or ColBERT) into a model directory",
     )
     imp.add_argument(
         "source", type=Path, help="Hugging Face directory (config.json, model.safetensors, tokenizer files, ...)"
@@ -204,6 +212,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--d-model", type=int, help="default: the committed model's")
     train.add_argument("--threads", type=int, help="default: the committed model's (results depend on it)")
     train.set_defaults(run=cmd_train_numbers)
+
+    train_t5 = commands.add_parser(
+        "train-t5-numbers",
+        help="train the bundled T5 model 'numbers-t5' (Flan-T5's layout, task prefixes; about 5 min on 2 cores)",
+        description="Train the T5 numbers model. Options left out keep the settings the committed model was "
+        "trained with; the first line printed lists them all",
+    )
+    train_t5.add_argument("--out", type=Path, default=CHECKPOINTS_DIR / "numbers-t5", help="default: %(default)s")
+    train_t5.add_argument("--seed", type=int, help="default: the committed model's")
+    train_t5.add_argument("--steps", type=int, help="default: the committed model's")
+    train_t5.add_argument("--threads", type=int, help="default: the committed model's (results depend on it)")
+    train_t5.set_defaults(run=cmd_train_t5_numbers)
 
     train_multilingual = commands.add_parser(
         "train-multilingual-numbers",

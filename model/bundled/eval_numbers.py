@@ -9,7 +9,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from model.bundled.numbers import EVAL_SEED, MAX_DIGITS, pair, sample_number
+from model.bundled.numbers import EVAL_SEED, MAX_DIGITS, TASK_PREFIXES, pair, sample_number
 from modeldir.files import open_model_dir
 from modeldir.reference_decoder import greedy_decode_onnx
 from modeldir.tokenizer import TextTokenizer, pad_batch
@@ -24,6 +24,8 @@ class NumbersModel:
         files = open_model_dir(model_dir, precision=precision)
         self.config = files.config
         self.tokenizer = TextTokenizer(files.tokenizer, self.config.max_input_tokens)
+        # The T5 model takes its task before the number ("words: 312"); the other finds it from the input.
+        self.task_prefix = self.tokenizer.token_to_id("▁" + TASK_PREFIXES[False].strip()) is not None
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         self.encoder = ort.InferenceSession(str(files.encoder), options, providers=["CPUExecutionProvider"])
@@ -65,7 +67,7 @@ def evaluate(
     numbers = sample_numbers(count, seed)
     report = {}
     for direction, to_digits in (("digits->words", False), ("words->digits", True)):
-        pairs = [pair(n, to_digits) for n in numbers]
+        pairs = [pair(n, to_digits, model.task_prefix) for n in numbers]
         outputs = model.translate([source for source, _ in pairs])
         by_length = defaultdict(lambda: [0, 0])
         errors = []

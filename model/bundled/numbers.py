@@ -20,6 +20,8 @@ SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3: pad, decoder sta
 LIMIT = 10**9
 MAX_DIGITS = 9
 EVAL_SEED = 20261129  # for evaluation samples; never a training seed
+# The T5 numbers model's tasks, written before the input as Flan-T5's are: what to write the number in.
+TASK_PREFIXES = {True: "digits: ", False: "words: "}  # by the direction (to digits)
 
 
 @dataclass(frozen=True)
@@ -58,10 +60,13 @@ def _pieces(text: str) -> list[str]:
     return [piece for piece, _ in pre_tokenizer().pre_tokenize_str(text)]
 
 
-def build_tokenizer() -> Tokenizer:
-    """A word-level tokenizer whose vocabulary is every piece of every number's two spellings.
-    All word forms occur among 0..999 and the scale words, so that range is enough to collect them."""
+def build_tokenizer(task_prefixes: bool = False) -> Tokenizer:
+    """A word-level tokenizer whose vocabulary is every piece of every number's two spellings (and, for the
+    T5 model, its task prefixes). All word forms occur among 0..999 and the scale words, so that range is
+    enough to collect them."""
     pieces = set(_pieces("0123456789"))
+    if task_prefixes:
+        pieces.update(piece for prefix in TASK_PREFIXES.values() for piece in _pieces(prefix))
     for number in [*range(1000), 1000, 10**6]:
         pieces.update(_pieces(to_words(number)))
     pieces.update(_pieces(to_words(1100)))  # the comma
@@ -92,7 +97,9 @@ def sample_number(rng: random.Random, sparse: float = 0.0) -> int:
     return number
 
 
-def pair(number: int, to_digits: bool) -> tuple[str, str]:
-    """(input, expected output) in the given direction."""
+def pair(number: int, to_digits: bool, task_prefix: bool = False) -> tuple[str, str]:
+    """(input, expected output) in the given direction; task_prefix: the input starts with the task, as the
+    T5 model takes it ("words: 312", "digits: three hundred and twelve")."""
     words, digits = to_words(number), str(number)
-    return (words, digits) if to_digits else (digits, words)
+    source, target = (words, digits) if to_digits else (digits, words)
+    return (TASK_PREFIXES[to_digits] + source if task_prefix else source), target

@@ -52,14 +52,20 @@ def padded(rows: list[list[int]], pad_id: int = 0) -> torch.Tensor:
 class NumberBatches:
     """NumberBatches of both directions, half each, grouped by target length to cut padding."""
 
-    def __init__(self, tokenizer, settings: TrainSettings, rng: random.Random, group: int = 8):
+    def __init__(
+        self, tokenizer, settings: TrainSettings, rng: random.Random, group: int = 8, task_prefix: bool = False
+    ):
+        """task_prefix: each source starts with its task (the T5 model's)."""
         self.tokenizer, self.settings, self.rng, self.group = tokenizer, settings, rng, group
+        self.task_prefix = task_prefix
         self.pending: list = []
 
     def __next__(self):
         if not self.pending:
             size = self.settings.batch_size * self.group
-            examples = [pair(sample_number(self.rng, self.settings.sparse), i % 2 == 0) for i in range(size)]
+            examples = [
+                pair(sample_number(self.rng, self.settings.sparse), i % 2 == 0, self.task_prefix) for i in range(size)
+            ]
             sources = self.tokenizer.encode_batch([s for s, _ in examples])
             targets = self.tokenizer.encode_batch([t for _, t in examples])
             rows = sorted(zip(sources, targets), key=lambda st: len(st[1].ids))

@@ -27,6 +27,7 @@ class BartShape:
     scale_embedding: bool = False
     max_positions: int = 256
     pieces: int = 400  # the trained vocabulary's size, the bytes' 256 included
+    vocab_size: int = 0  # 0: what the tokenizer needs; more: the token table's rows (50,265 in BART's)
     # The checkpoint's generation settings (bart-large-cnn's: 4 beams, length penalty 2.0, early stopping,
     # no 3-gram twice, at least 56 decoder inputs)
     num_beams: int = 1
@@ -63,7 +64,8 @@ def random_bart_checkpoint(out_dir: Path, shape: BartShape, seed: int = 0) -> Pa
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = bart_tokenizer(shape.pieces, seed)
-    config = transformers.BartConfig(vocab_size=len(tokenizer), forced_bos_token_id=0, **stack_config(shape))
+    vocab_size = max(len(tokenizer), shape.vocab_size)
+    config = transformers.BartConfig(vocab_size=vocab_size, forced_bos_token_id=0, **stack_config(shape))
     torch.manual_seed(seed)
     model = transformers.BartForConditionalGeneration(config).eval()
     # generation_config.json, where transformers keeps these (the config no longer does)
