@@ -46,8 +46,18 @@ CARRIED = (
     "av",  # audio uploads (FFmpeg inside the wheel)
     "python-multipart",  # the audio API's multipart bodies
 )
-# The image's own, at its versions, that the serve path imports: the rehearsal installs these.
-IMAGE_SERVE = ("numpy", "tokenizers", "sentencepiece", "safetensors", "packaging", "flatbuffers")
+# The image's own, at its versions, that the serve path imports: the rehearsal installs these. (onnx reads
+# which data files a graph names, before the server opens it: modeldir/external_data.py.)
+IMAGE_SERVE = (
+    "numpy",
+    "tokenizers",
+    "sentencepiece",
+    "safetensors",
+    "packaging",
+    "flatbuffers",
+    "onnx",
+    "ml-dtypes",
+)
 PROJECT_PACKAGES = ("benchmarks", "cli", "model", "modeldir", "service", "testing", "tests")
 
 

@@ -71,8 +71,28 @@ def build(name: str) -> tuple[Path, Path, Path]:
         (random_t5_checkpoint if t5 else random_bart_checkpoint)(hf, SHAPES[name], seed=0)
     exported_once(ours, lambda: (import_t5 if t5 else import_bart)(hf, ours, name))
     if not (ct2 / "model.bin").exists():
+        if not t5:
+            _bart_loader_for_transformers_5(ours)
         ctranslate2.converters.TransformersConverter(str(hf)).convert(str(ct2), force=True)
     return hf, ours, ct2
+
+
+def _bart_loader_for_transformers_5(ours: Path) -> None:
+    """CTranslate2's BART converter reads config.normalize_before, which transformers 5's BartConfig no
+    longer has (BART is post-norm: False), and takes the vocabulary from the tokenizer, shorter than the
+    token table of a checkpoint whose table has rows past it: given the tokenizer's tokens in id order,
+    filled up to the table's size."""
+    import transformers
+    from ctranslate2.converters import transformers as converters
+    from tokenizers import Tokenizer
+
+    from modeldir.config import load_config
+
+    transformers.BartConfig.normalize_before = False
+    ids = Tokenizer.from_file(str(ours / "tokenizer.json")).get_vocab()
+    tokens = [token for token, _ in sorted(ids.items(), key=lambda item: item[1])]
+    tokens += [f"madeupword{i}" for i in range(load_config(ours)[1].vocab_size - len(tokens))]
+    converters.BartLoader.get_vocabulary = lambda self, model, tokenizer: tokens
 
 
 def common(batch: int, args) -> list[str]:
@@ -81,8 +101,9 @@ def common(batch: int, args) -> list[str]:
 
 def run_attnserve(name: str, ours: Path, precision: str, args) -> dict:
     """One server for both loads: -> batch -> figures."""
-    threads, tokens = str(args.threads), str(args.new_tokens)
+    threads, tokens = str(args.threads), str(args.new_tokens + 1)  # room for BART's forced first token
     flags = ("--precision", precision, "--intra-op-threads", threads, "--max-new-tokens", tokens)
+    flags += ("--kv-cache-bytes", str(args.kv_cache_bytes)) if args.kv_cache_bytes else ()
     server = ServerProcess(*flags, models=[str(ours.resolve())])
     try:
         return {
@@ -191,6 +212,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-madlad", action="store_true", help="leave out the MADLAD-shaped mixed-target load")
+    parser.add_argument("--kv-cache-bytes", type=int, default=0, help="attnserve's cache; default: the server's")
+    parser.add_argument("--engines", nargs="+", help="only these (names as in the table); default: all")
     args = parser.parse_args()
     machine = describe(args.threads)
     print_machine(machine)
@@ -204,6 +227,7 @@ def main() -> None:
             "ctranslate2 int8": lambda: run_ctranslate2(ct2, ours, "int8", args),
             "transformers float32": lambda: run_transformers(hf, args),
         }
+        engines = {e: run for e, run in engines.items() if not args.engines or e in args.engines}
         runs: dict[str, list[dict]] = {engine_name: [] for engine_name in engines}
         for round_ in range(args.rounds):
             order = list(engines)[round_ % len(engines) :] + list(engines)[: round_ % len(engines)]
@@ -213,18 +237,23 @@ def main() -> None:
         medians = {
             (engine_name, batch): {
                 key: statistics.median(r[batch][key] for r in rounds)
-                for key in ("tokens_per_second", "latency_p50", "tokens")
+                for key in ("tokens_per_second", "latency_p50", "tokens", "seconds")
             }
             for engine_name, rounds in runs.items()
             for batch in args.batches
         }
+        # Sources a second: every engine translates the same sources (the token counts differ by BART's
+        # forced first token, which CTranslate2 counts and the others do not)
         rows = []
         for (engine_name, batch), m in medians.items():
-            baseline = medians[(f"ctranslate2 {engine_name.split()[-1]}", batch)]["tokens_per_second"]
-            rate = m["tokens_per_second"]
-            rows.append([engine_name, batch, rate, rate / baseline, m["latency_p50"], int(m["tokens"])])
+            baseline = medians[(f"ctranslate2 {engine_name.split()[-1]}", batch)]["seconds"]
+            rate = count(batch, args) / m["seconds"]
+            tokens = int(m["tokens"])
+            rows.append(
+                [engine_name, batch, rate, baseline / m["seconds"], m["tokens_per_second"], tokens, m["latency_p50"]]
+            )
         title = f"{name}: {BEAMS} beams, up to {args.new_tokens} tokens, medians of {args.rounds} rounds"
-        header = ["engine", "callers", "tokens/s", "vs CTranslate2 same precision", "p50 s", "tokens"]
+        header = ["engine", "callers", "sources/s", "vs CTranslate2 same precision", "tokens/s", "tokens", "p50 s"]
         print_table(title, header, rows)
         figures["models"][name] = {f"{e} @ {b}": m for (e, b), m in medians.items()}
     if not args.no_madlad:

@@ -79,12 +79,12 @@ class ByteTokenizer:
         ]
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        data = b""
+        data = bytearray()
         for i in ids:
             if i in self.names:
                 data += b"" if skip_special_tokens else self.names[i].encode()
             elif 0 <= i - OFFSET < 256:
-                data += bytes([i - OFFSET])
+                data.append(i - OFFSET)
         return data.decode("utf-8", errors="ignore")
 
     def stream_decoder(self) -> WindowDecoder:
