@@ -99,6 +99,10 @@ class ModelConfig:
     # activation_fn). pair_segments: token type 1 from the first eos (BERT's [SEP]) on, as a pair's second
     # text has it, computed in the graph from the ids.
     head: Literal["none", "classifier"] = "none"
+    # The state the head reads: the encoder's first token's (BERT, RoBERTa), or (BART's sequence classifier,
+    # bart-large-mnli) the decoder's at the last token, an eos, the decoder fed the input shifted right
+    # after bos_id, its decoder start: an encoder-decoder read whole, as transformers' *ForSequenceClassification.
+    classifier_input: Literal["first_token", "decoder_last_eos"] = "first_token"
     labels: tuple[str, ...] = ()
     score_activation: Literal["identity", "sigmoid", "softmax"] = "identity"
     pair_segments: bool = False
@@ -172,8 +176,14 @@ class ModelConfig:
             )
         if self.positions == "relative" and (self.relative_buckets < 4 or self.relative_max_distance < 2):
             problems.append("relative positions need at least 4 buckets and a max distance of at least 2")
-        if self.task == "embedding" and self.n_decoder_layers:
-            problems.append("an embedding model has no decoder layers")
+        if self.task == "embedding" and bool(self.n_decoder_layers) != (self.classifier_input == "decoder_last_eos"):
+            problems.append("an embedding model has no decoder layers, but a classifier reading the decoder has")
+        if self.classifier_input not in ("first_token", "decoder_last_eos"):
+            problems.append(
+                f"classifier_input must be 'first_token' or 'decoder_last_eos', not {self.classifier_input!r}"
+            )
+        if self.classifier_input == "decoder_last_eos" and self.head != "classifier":
+            problems.append("classifier_input 'decoder_last_eos' needs a classifier head")
         if self.num_beams < 1:
             problems.append(f"num_beams must be >= 1, not {self.num_beams}")
         if self.position_offset < 0:

@@ -8,6 +8,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import sentencepiece
@@ -73,13 +74,16 @@ class TextTokenizer:
         return self._truncated_at("left", keep).encode(text, add_special_tokens=False).ids
 
     def encode_pairs(
-        self, pairs: list[tuple[str, str]], only_second: bool = False, truncate_left: bool = False
+        self,
+        pairs: list[tuple[str, str]],
+        truncation: Literal["longest_first", "only_first", "only_second"] = "longest_first",
+        truncate_left: bool = False,
     ) -> list[Encoded]:
         """(query, document) pairs as one input each, framed as the checkpoint frames a pair ([CLS] q [SEP] d
-        [SEP]), too long ones cut as CrossEncoder cuts them: the longer text first, token by token; or, with
-        only_second, the document alone (truncate_left: at the texts' starts)."""
-        strategy = "only_second" if only_second else "longest_first"
-        tokenizer = self._truncated_at("left" if truncate_left else "right", self.max_tokens, strategy)
+        [SEP]), too long ones cut as CrossEncoder cuts them: the longer text first, token by token; or one
+        text alone, the document (only_second) or, as the zero-shot pipeline cuts a premise, the first
+        (truncate_left: at the texts' starts)."""
+        tokenizer = self._truncated_at("left" if truncate_left else "right", self.max_tokens, truncation)
         return [Encoded(e.ids, e.tokens, bool(e.overflowing)) for e in tokenizer.encode_batch(pairs)]
 
     def spans(self, texts: list[str], add_special_tokens: bool = True) -> list[list[Span]]:

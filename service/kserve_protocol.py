@@ -16,6 +16,7 @@ from .core.embedding.embeddings import EmbedRequest
 from .core.generation.generation import GenerateResult
 from .core.info import ModelInfo
 from .core.ranking.cross_encoding import ClassifyRequest
+from .core.ranking.zero_shot import DEFAULT_TEMPLATE, is_entailment, label_list
 from .core.transcription.speech_chunks import FIELD as CHUNKING
 from .core.transcription.speech_chunks import SERVER_VAD_FIELDS, silence_cuts
 from .core.transcription.transcription import TranscribeRequest
@@ -54,7 +55,9 @@ GENERATION_PARAMETERS = {
     "source_language": str,
     "target_language": str,
 }
-CLASSIFY_PARAMETERS = {"raw_scores": bool}
+# Zero-shot with an NLI classifier: the candidate labels in one string, comma-separated (as the
+# zero-shot-classification pipeline reads a string), since a request's parameters are scalars.
+CLASSIFY_PARAMETERS = {"raw_scores": bool, "candidate_labels": str, "hypothesis_template": str, "multi_label": bool}
 TRANSCRIPTION_PARAMETERS = {
     "task": str,
     "language": str,
@@ -150,8 +153,9 @@ def tensor_metadata(model: ModelInfo) -> tuple[list[TensorSpec], list[TensorSpec
     inputs = [TensorSpec(TEXT, "BYTES", (-1,))]
     if model.task == "embedding":
         return inputs, [TensorSpec("embedding", "FP32", (-1, model.dimensions))]
-    if model.task == "classification":  # each text's score for every label
-        return inputs, [TensorSpec("scores", "FP32", (-1, len(model.labels)))]
+    if model.task == "classification":  # each text's score for every label (an NLI model's: every candidate)
+        labels = -1 if any(map(is_entailment, model.labels)) else len(model.labels)
+        return inputs, [TensorSpec("scores", "FP32", (-1, labels))]
     outputs = [
         TensorSpec(TEXT, "BYTES", (-1,)),
         TensorSpec("token_ids", "INT64", (-1, -1)),
@@ -240,7 +244,14 @@ async def infer(core, model: ModelInfo, inputs: list, options: dict, record: Cal
         result = await core.embeddings.embed(embed, record)
         return [numbers_tensor("embedding", "FP32", result.vectors)], {"prompt_tokens": result.usage.prompt_tokens}
     if model.task == "classification":
-        classify = ClassifyRequest(model=model.name, inputs=texts, raw_scores=options.get("raw_scores", False))
+        classify = ClassifyRequest(
+            model=model.name,
+            inputs=texts,
+            raw_scores=options.get("raw_scores", False),
+            candidate_labels=label_list(options["candidate_labels"]) if "candidate_labels" in options else None,
+            hypothesis_template=options.get("hypothesis_template", DEFAULT_TEMPLATE),
+            multi_label=options.get("multi_label", False),
+        )
         result = await core.cross_encoding.classify(classify, record)
         return [numbers_tensor("scores", "FP32", result.scores)], {"prompt_tokens": result.prompt_tokens}
     generation = generation_options(options)

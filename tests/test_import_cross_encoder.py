@@ -34,7 +34,7 @@ class Exported:
         self.reference = sentence_transformers.CrossEncoder(str(self.source), device="cpu")
 
     def scores(self, pairs: list[tuple[str, str]], only_second: bool = False) -> np.ndarray:
-        encoded = self.tokenizer.encode_pairs(pairs, only_second)
+        encoded = self.tokenizer.encode_pairs(pairs, "only_second" if only_second else "longest_first")
         ids, mask = pad_batch([e.ids for e in encoded], self.config.pad_id)
         (logits,) = self.session.run(["logits"], {"input_ids": ids, "attention_mask": mask})
         if self.config.score_activation == "sigmoid":
@@ -89,7 +89,7 @@ def test_any_pair_scores_as_cross_encoder_does(exported, query, document):
 def test_only_the_document_is_cut_on_request(exported):
     model = exported["bert-reranker"]
     query, document = "which module parses command lines", " ".join(stdlib_sentences(8, 20, 40))
-    (cut,) = model.tokenizer.encode_pairs([(query, document)], only_second=True)
+    (cut,) = model.tokenizer.encode_pairs([(query, document)], "only_second")
     query_ids = model.tokenizer.encode([query])[0].ids[1:-1]
     assert cut.ids[1 : 1 + len(query_ids)] == query_ids and len(cut.ids) == model.config.max_input_tokens
     model.reference.tokenizer.truncation_side = "right"

@@ -7,8 +7,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from model.architecture.transformer import build_model
-from model.architecture.weights import save_model_dir
+from model.architecture.weights import build_model, save_model_dir
 from modeldir.config import ModelConfig
 from modeldir.files import TOKENIZER_FILE
 

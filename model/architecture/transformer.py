@@ -325,7 +325,3 @@ class Seq2SeqModel(nn.Module):
         cross = self.project_cross(self.encode(input_ids, attention_mask))
         hidden = self.decoder(target_ids, self.empty_cache(input_ids.shape[0]), cross, attention_mask)
         return self.logits(hidden)
-
-
-def build_model(config: ModelConfig) -> EmbeddingModel | Seq2SeqModel:
-    return EmbeddingModel(config) if config.task == "embedding" else Seq2SeqModel(config)

@@ -1,4 +1,5 @@
-"""A model directory on disk: config.json + model.safetensors (+ tokenizer.json). Never pickle."""
+"""A model directory on disk: config.json + model.safetensors (+ tokenizer.json), and the model class its
+config names. Never pickle."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ from pathlib import Path
 
 from safetensors.torch import load_model, save_model
 
-from model.architecture.transformer import EmbeddingModel, Seq2SeqModel, build_model
+from model.architecture.encoder_decoder_classifier import EncoderDecoderClassifier
+from model.architecture.transformer import EmbeddingModel, Seq2SeqModel
 from modeldir.config import ModelConfig, load_config, save_config
 from modeldir.files import TOKENIZER_FILE, WEIGHTS_FILE
+
+
+def build_model(config: ModelConfig) -> EmbeddingModel | Seq2SeqModel:
+    if config.task == "seq2seq":
+        return Seq2SeqModel(config)
+    return EncoderDecoderClassifier(config) if config.classifier_input == "decoder_last_eos" else EmbeddingModel(config)
 
 
 def save_model_dir(

@@ -186,6 +186,9 @@ def float32_bytes(module) -> int:
 def graph_bytes(model) -> dict[str, int]:
     """About the float32 weights each graph holds: a stack's own, and in the decoder the output layer as
     one more table (a tied one too: the graph holds it apart); the attention-map graph holds them all."""
+    if model.config.task == "embedding":  # one graph: the whole model (a classifier's decoder too)
+        whole = float32_bytes(model)
+        return {"encoder": whole, "attention": whole}
     sizes = {"encoder": float32_bytes(model.encoder)}
     if getattr(model, "decoder", None) is not None:
         output = model.lm_head if not model.config.tie_output else model.decoder.embeddings.tokens

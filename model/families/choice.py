@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .bart.classifier import import_bart_classifier, is_bart_classifier
 from .bart.importer import FAMILY as BART_TYPE
 from .bart.importer import import_bart
 from .bert.importer import import_sentence_transformer
@@ -36,6 +37,7 @@ class Family:
 FAMILIES = (
     Family(claims=lambda source, hf: is_colbert(source), importer=import_colbert, label="ColBERT"),
     Family(claims=lambda source, hf: is_splade(source), importer=import_splade, label="SPLADE"),
+    Family(claims=lambda source, hf: is_bart_classifier(hf), importer=import_bart_classifier, label="classifier"),
     Family(claims=lambda source, hf: is_cross_encoder(hf), importer=import_cross_encoder, label="cross-encoder"),
     Family(claims=lambda source, hf: hf.get("model_type") == "marian", importer=import_marian),
     Family(claims=lambda source, hf: hf.get("model_type") in MULTILINGUAL_TYPES, importer=import_multilingual),

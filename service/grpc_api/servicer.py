@@ -14,13 +14,13 @@ from ..core.embedding.embeddings import EmbedRequest
 from ..core.generation.generation import CANCELLED, EOS, LENGTH, STOP, GenerateRequest, GenerationUsage
 from ..core.info import ModelInfo
 from ..core.ranking.cross_encoding import ClassifyRequest, RerankRequest
+from ..core.ranking.zero_shot import DEFAULT_TEMPLATE
 from ..core.serving import ServingCore
-from ..core.translation.documents import SPLIT_ALL, SPLIT_NO_NEWLINES, SPLIT_NONE
-from ..core.translation.translation import TranslateRequest, Translation, TranslationOptions
 from .call_handling import handler
 from .pb import inference_pb2 as pb
 from .pb import inference_pb2_grpc as pb_grpc
 from .transcription_messages import gathered_request, stream_messages, transcribe_request, transcript_message
+from .translation_messages import translate_request, translation_message
 
 TASKS = {"embedding": pb.TASK_EMBEDDING, "seq2seq": pb.TASK_SEQ2SEQ, "classification": pb.TASK_CLASSIFICATION}
 PAIR_TRUNCATIONS = {
@@ -59,11 +59,6 @@ EMBEDDING_TYPES = {
     pb.EMBEDDING_TYPE_BINARY: "binary",
     pb.EMBEDDING_TYPE_UBINARY: "ubinary",
 }
-SENTENCE_SPLITTING = {
-    pb.SENTENCE_SPLITTING_UNSPECIFIED: SPLIT_ALL,
-    pb.SENTENCE_SPLITTING_NO_NEWLINES: SPLIT_NO_NEWLINES,
-    pb.SENTENCE_SPLITTING_NONE: SPLIT_NONE,
-}
 
 
 def generation_options(p: pb.GenerationParams) -> GenerationOptions:
@@ -91,48 +86,6 @@ def generate_request(request: pb.GenerateRequest) -> GenerateRequest:
         target_language=request.target_language or None,
     )
     return GenerateRequest(model=request.model, input=request.input, options=options)
-
-
-def translate_request(request: pb.TranslateRequest) -> TranslateRequest:
-    options = TranslationOptions(
-        num_beams=request.num_beams,
-        alternatives=request.alternatives,
-        max_new_tokens=request.max_new_tokens,
-        split_sentences=SENTENCE_SPLITTING.get(request.sentence_splitting, str(request.sentence_splitting)),
-        scores=request.return_scores,
-        alignment=request.return_alignment,
-    )
-    return TranslateRequest(
-        texts=list(request.texts),
-        target_language=request.target_language,
-        source_language=request.source_language or None,
-        model=request.model,
-        options=options,
-    )
-
-
-def translation_message(t: Translation) -> pb.Translation:
-    message = pb.Translation(
-        text=t.text,
-        model=t.model,
-        source_language=t.source_language or "",
-        target_language=t.target_language or "",
-        alternatives=t.alternatives,
-        sentences=t.sentences,
-        prompt_tokens=t.prompt_tokens,
-        generated_tokens=t.generated_tokens,
-        alignments=[
-            pb.SentenceAlignment(
-                source_words=a.source_words, target_words=a.target_words, pairs=[i for pair in a.pairs for i in pair]
-            )
-            for a in t.alignments
-        ],
-    )
-    if t.detected_confidence is not None:
-        message.detected_confidence = t.detected_confidence
-    if t.mean_log_prob is not None:
-        message.score = t.mean_log_prob
-    return message
 
 
 def embedding_messages(vectors: np.ndarray) -> list[pb.Embedding]:
@@ -322,7 +275,16 @@ class InferenceServicer(pb_grpc.InferenceServicer):
 
     @handler
     async def Classify(self, request: pb.ClassifyRequest, context, call: Call) -> pb.ClassifyResponse:
-        classify = ClassifyRequest(model=request.model, inputs=list(request.inputs), raw_scores=request.raw_scores)
+        classify = ClassifyRequest(
+            model=request.model,
+            inputs=list(request.inputs),
+            raw_scores=request.raw_scores,
+            candidate_labels=tuple(request.candidate_labels) or None,  # none sent: the model's own labels
+            hypothesis_template=request.hypothesis_template
+            if request.HasField("hypothesis_template")
+            else DEFAULT_TEMPLATE,
+            multi_label=request.multi_label,
+        )
         r = await self.core.cross_encoding.classify(classify, call.record)
         results = [pb.LabelScores(scores=row.tolist(), label=r.labels[int(row.argmax())]) for row in r.scores]
         return pb.ClassifyResponse(model=r.model, labels=r.labels, results=results, prompt_tokens=r.prompt_tokens)

@@ -15,6 +15,7 @@ from modeldir.languages import language_tag
 
 from ..core.embedding.embeddings import INPUT_TYPES
 from ..core.info import ModelInfo
+from ..core.ranking.zero_shot import is_entailment
 from ..core.serving import ServingCore
 from ..kserve_protocol import OUTPUTS
 from .openapi_document import FILL
@@ -204,6 +205,8 @@ FILLS = {
     "speech_translation_models": lambda core: {"enum": ["", *core.transcription.translating_models()]},
     "reranking_models": model_names(labelled("one")),
     "tei_classifying_models": model_names(labelled("several")),
+    "nli_models": model_names(lambda m: m.task == "classification" and any(map(is_entailment, m.labels))),
+    "candidate_labels": documents,
     "tokenizing_models": model_names(lambda m: m.token_offsets),
     "any_model": model_names(lambda m: True),
     "full_dimensions": full_dimensions,

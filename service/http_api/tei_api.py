@@ -17,6 +17,7 @@ from starlette.responses import Response
 from ..core.calls.lifecycle import Call, StatusTable
 from ..core.embedding.embeddings import EmbedRequest, EmbedResult
 from ..core.ranking.cross_encoding import ClassifyRequest, RerankRequest
+from ..core.ranking.zero_shot import DEFAULT_TEMPLATE
 from ..core.serving import ServingCore
 from ..errors import (
     DeadlineExceeded,
@@ -33,6 +34,7 @@ from .call_handling import FastJSONResponse, HttpApi, TextError, body_error, han
 from .openapi_document import FILL, JSON, REF, answers, request_body
 from .request_fields import json_fields
 from .tei_answers import INFO, LABELLED, NUMBERS, RANKED, SPARSE, TOKENS, VECTORS
+from .tei_choices import characters, classifier, giving, labelled, sigmoid, tei_scores, timing_headers
 from .tei_info import tei_info
 from .tei_types import (
     ClassificationBody,
@@ -46,6 +48,7 @@ from .tei_types import (
     TeiEmbedBody,
     TeiRerankBody,
     TokenizeBody,
+    ZeroShotBody,
     predict_inputs,
 )
 
@@ -89,75 +92,6 @@ PATHS = (
     "/info",
 )
 NAMES = {"documents": "texts"}
-
-
-def timing_headers(result: EmbedResult | None, started: float, tokens: int, characters: int) -> dict[str, str]:
-    """TEI's x-compute-* and per-stage times (milliseconds)."""
-    took = str(round((time.perf_counter() - started) * 1000))
-    headers = {
-        "x-compute-type": "cpu+attnserve",
-        "x-compute-time": took,
-        "x-total-time": took,
-        "x-compute-tokens": str(tokens),
-        "x-compute-characters": str(characters),
-    }
-    if result is not None:
-        u = result.usage
-        headers.update(
-            {
-                "x-tokenization-time": str(round(u.tokenization_seconds * 1000)),
-                "x-queue-time": str(round(u.queue_seconds * 1000)),
-                "x-inference-time": str(round(u.inference_seconds * 1000)),
-            }
-        )
-    return headers
-
-
-def characters(inputs) -> int:
-    """TEI's x-compute-characters: a text's characters, token ids' count."""
-    items = [inputs] if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)) else inputs
-    return sum(len(item) for item in items)
-
-
-def classifier(core: ServingCore, name: str, labels: str) -> str:
-    """The model a TEI route asks for: the named one; else the first cross-encoder of one label (a reranker,
-    labels "one") or of several (a classifier), as TEI tells them apart."""
-    if name:
-        return name
-    for model in core.models():
-        if model.task == "classification" and (len(model.labels) == 1) == (labels == "one"):
-            return model.name
-    kind = "reranker (a cross-encoder of one label)" if labels == "one" else "classifier of several labels"
-    raise NotFound(f"model: no {kind} is served", "model")
-
-
-def giving(core: ServingCore, name: str, output: str) -> str:
-    """The model an embedding route asks for: the named one; else the default embedding model where it
-    gives `output`, else the first that does."""
-    if name:
-        return name
-    models = [m for m in core.models() if m.task == "embedding" and output in m.outputs]
-    if not models:
-        raise NotFound(f"model: no served model gives {output} vectors", "model")
-    return next((m.name for m in models if m.is_default), models[0].name)
-
-
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def tei_scores(logits: np.ndarray, function: str | None = None) -> np.ndarray:
-    """(N, labels) logits -> TEI's scores: a softmax of several labels, a sigmoid of one (or `function`)."""
-    function = function or ("softmax" if logits.shape[1] > 1 else "sigmoid")
-    if function == "softmax":
-        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-        return shifted / shifted.sum(axis=1, keepdims=True)
-    return sigmoid(logits) if function == "sigmoid" else logits
-
-
-def labelled(labels: tuple[str, ...], scores: np.ndarray, top_k: int | None = None) -> list[dict]:
-    order = sorted(range(len(labels)), key=lambda i: (-float(scores[i]), i))[:top_k]
-    return [{"score": float(scores[i]), "label": labels[i]} for i in order]
 
 
 def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
@@ -239,6 +173,23 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
         result, scores = await classified(body, inputs, call, p.function_to_apply)
         return FastJSONResponse([labelled(result.labels, row, p.top_k) for row in scores])
 
+    async def zero_shot_classification(body: ZeroShotBody, call: Call) -> Response:
+        """huggingface_hub's zero_shot_classification: each text's candidate labels, best first, scored as
+        transformers' pipeline scores them."""
+        p = body.parameters
+        request = ClassifyRequest(
+            model=classifier(core, body.model, "entailment"),
+            inputs=[body.inputs] if isinstance(body.inputs, str) else body.inputs,
+            truncate=body.cut,
+            truncation_direction=body.direction,
+            candidate_labels=p.labels,
+            hypothesis_template=DEFAULT_TEMPLATE if p.hypothesis_template is None else p.hypothesis_template,
+            multi_label=bool(p.multi_label),
+        )
+        result = await core.cross_encoding.classify(request, call.record)
+        rows = [labelled(result.labels, row) for row in result.scores.astype(np.float64)]
+        return FastJSONResponse(rows[0] if isinstance(body.inputs, str) else rows)
+
     async def similarity(body: SimilarityBody, call: Call) -> Response:
         p = body.parameters or SimilarityParameters()
         if not body.inputs.sentences:
@@ -304,10 +255,12 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
         return await (sparse if model.outputs[0] == "sparse" else dense)(body, call)
 
     # InferenceClient's tasks on the base URL, told apart by their bodies, in this order: the first kind the
-    # body fits answers (sentence_similarity's inputs are an object; text_classification sends "parameters";
+    # body fits answers (sentence_similarity's inputs are an object; zero_shot_classification's parameters
+    # have candidate_labels; text_classification sends other "parameters";
     # a query and texts are a rerank; the rest is embedding, sparse where the model's first output is).
     by_shape = [
         (SimilarityBody, similarity),
+        (ZeroShotBody, zero_shot_classification),
         (ClassificationBody, text_classification),
         (TeiRerankBody, rerank),
         (TeiEmbedBody, embedding),
@@ -318,7 +271,9 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
 
     @app.post(
         "/",
-        responses=answers(TEI, {"anyOf": [NUMBERS, {"type": "array", "items": LABELLED}, RANKED, VECTORS, SPARSE]}),
+        responses=answers(
+            TEI, {"anyOf": [NUMBERS, LABELLED, {"type": "array", "items": LABELLED}, RANKED, VECTORS, SPARSE]}
+        ),
         openapi_extra={"requestBody": {"required": True, "content": {JSON: {"schema": root_body}}}},
     )
     async def root(request: Request) -> Response:
@@ -333,7 +288,15 @@ def add_tei_routes(app: FastAPI, core: ServingCore) -> None:
                     continue
                 return await work(body, call)
             # Fitting none: the error of the kind the body looks most like (the last, embedding, by default).
-            looks = [isinstance(fields.get("inputs"), dict), "parameters" in fields, "query" in fields, True]
+            parameters = fields.get("parameters")
+            zero_shot_like = isinstance(parameters, dict) and "candidate_labels" in parameters
+            looks = [
+                isinstance(fields.get("inputs"), dict),
+                zero_shot_like,
+                "parameters" in fields,
+                "query" in fields,
+                True,
+            ]
             raise body_error(errors[looks.index(True)]) from None
 
         return await handle(core, request, NAMES, run, TEI)

@@ -9,10 +9,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from ..core.ranking.zero_shot import DEFAULT_TEMPLATE, label_list
 from ..errors import invalid
 from .documented_types import (
     DIMENSIONS,
     DOCUMENTS,
+    NULL,
     PROMPT_NAME,
     STRICT,
     TEXT,
@@ -31,6 +33,12 @@ Inputs = Annotated[str | list[Integer] | list[str | list[Integer]], WithJsonSche
 # One text, a pair, or a batch of either.
 TEXT_OR_PAIR = {"type": "array", "items": TEXT, "minItems": 1, "maxItems": 2}
 PREDICT_INPUTS = {"anyOf": [TEXT, TEXT_OR_PAIR, {"type": "array", "items": TEXT_OR_PAIR, "minItems": 1, FILL: "batch"}]}
+CANDIDATES = {"type": "array", "items": TEXT, "minItems": 1, FILL: "candidate_labels"}
+TEMPLATE = {
+    "type": "string",
+    "pattern": "[{][}]",
+    "description": f"each label's hypothesis, the label at {{}}; unset: {DEFAULT_TEMPLATE!r}",
+}
 # The source sentence is one of the call's texts.
 SENTENCES = {**TEXTS, FILL: "batch_less_one"}
 IDS = {"anyOf": [TOKEN_IDS, {"type": "array", "items": TOKEN_IDS, "minItems": 1, FILL: "batch"}]}
@@ -133,6 +141,31 @@ class ClassificationParameters(BaseModel):
 
     top_k: Integer | None = Field(None, ge=1)
     function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
+
+
+class ZeroShotParameters(BaseModel):
+    """huggingface_hub's zero_shot_classification parameters (POST / with a "parameters" object): the labels
+    a list, or one string of comma-separated labels, as the pipeline takes them."""
+
+    model_config = ConfigDict(extra="ignore", **STRICT)
+
+    candidate_labels: Annotated[list[str] | str, WithJsonSchema({"anyOf": [CANDIDATES, TEXT]})]
+    multi_label: bool | None = False
+    hypothesis_template: Annotated[str | None, WithJsonSchema({"anyOf": [TEMPLATE, NULL]})] = None
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return (
+            label_list(self.candidate_labels)
+            if isinstance(self.candidate_labels, str)
+            else tuple(self.candidate_labels)
+        )
+
+
+class ZeroShotBody(Truncation):
+    model: Annotated[str, model_field("nli_models")] = Field("", description=MODEL)
+    inputs: TextOrTexts
+    parameters: ZeroShotParameters = Field(description="sent by zero_shot_classification: tells it apart")
 
 
 class ClassificationBody(Truncation):

@@ -90,3 +90,29 @@ def random_bart_checkpoint(out_dir: Path, shape: BartShape, seed: int = 0) -> Pa
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+NLI_LABELS = ("contradiction", "neutral", "entailment")  # bart-large-mnli's id2label
+
+
+def random_bart_classifier(out_dir: Path, shape: BartShape, labels=NLI_LABELS, seed: int = 0) -> Path:
+    """A BartForSequenceClassification with random weights and `labels` (an NLI model's by default, as
+    bart-large-mnli's), with its tokenizer files, in out_dir (safetensors only)."""
+    import transformers
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = bart_tokenizer(shape.pieces, seed)
+    config = transformers.BartConfig(
+        vocab_size=max(len(tokenizer), shape.vocab_size),
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+        **stack_config(shape),
+    )
+    torch.manual_seed(seed)
+    model = transformers.BartForSequenceClassification(config).eval()
+    randomize(model, seed)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.model_max_length = shape.max_positions  # as bart-large-mnli's: the pipeline cuts premises there
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

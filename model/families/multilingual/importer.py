@@ -21,9 +21,12 @@ import dataclasses
 import json
 import re
 import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from safetensors import safe_open
+from torch import nn
 
 from model.architecture.transformer import Seq2SeqModel
 from model.architecture.weights import save_model_dir
@@ -131,16 +134,23 @@ def rename(name: str, error: type[MarianImportError] = MultilingualImportError) 
         raise error(f"unexpected tensor in the checkpoint: {name}") from None
 
 
-def tied_model(source: Path, config: ModelConfig, error: type[MarianImportError]) -> Seq2SeqModel:
+def tied_model(
+    source: Path,
+    config: ModelConfig,
+    error: type[MarianImportError],
+    build: Callable[[ModelConfig], nn.Module] = Seq2SeqModel,
+    head: Mapping[str, str] = MappingProxyType({}),
+) -> nn.Module:
     """A checkpoint of BART's layout whose one token table serves encoder, decoder and output layer (M2M100,
-    NLLB, mBART, BART), with `config`, as our model (every tensor placed, none missing)."""
+    NLLB, mBART, BART), with `config`, as our model (every tensor placed, none missing): build's, with a
+    head's tensors renamed as `head` says (theirs -> ours)."""
     weights = safetensors_file(source, error)
     state, tables, theirs = {}, {}, {}
     with safe_open(str(weights), framework="pt") as f:
         for key in f.keys():
             if key in TABLES:
                 tables[key] = f.get_tensor(key).float()
-            elif (ours := rename(key, error)) is not None:
+            elif (ours := head.get(key) or rename(key, error)) is not None:
                 tensor = f.get_tensor(key).float()
                 state[ours] = tensor.reshape(-1) if ours == "logits_bias" else tensor  # (1, vocab) in mBART
                 theirs[ours] = key
@@ -148,7 +158,7 @@ def tied_model(source: Path, config: ModelConfig, error: type[MarianImportError]
     if not shared:
         raise error(f"{source}: the encoder's and decoder's token tables differ")
     state.update(token_tables)
-    model = Seq2SeqModel(config)
+    model = build(config)
     wanted = set(model.state_dict())
     if extra := sorted(theirs[name] for name in set(state) - wanted):  # a part of another family's layout
         raise error(f"{source}: unexpected tensor in the checkpoint: {', '.join(extra)}")

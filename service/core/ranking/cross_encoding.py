@@ -18,6 +18,7 @@ from ..calls.tokenization import INLINE_CHARACTERS, Tokenization
 from ..calls.validation import check_text, check_texts
 from ..models.registry import ModelRegistry
 from ..models.served_models import ServedCrossEncoder
+from .zero_shot import DEFAULT_TEMPLATE, entailment_index, hypotheses, zero_shot_scores
 
 TRUNCATIONS = ("longest_first", "only_document")  # CrossEncoder's default; or the query kept whole
 
@@ -56,12 +57,17 @@ class ClassifyRequest:
     raw_scores: bool = False
     truncate: bool = True  # False: an input too long is refused, not cut
     truncation_direction: str = "right"
+    # Zero-shot (an NLI classifier): each text scored against these labels, not the checkpoint's; with
+    # raw_scores, each label's entailment logit.
+    candidate_labels: tuple[str, ...] | None = None  # None: classified by the model's own labels
+    hypothesis_template: str = DEFAULT_TEMPLATE
+    multi_label: bool = False  # each label true or not on its own, not one of them
 
 
 @dataclass(frozen=True)
 class ClassifyResult:
     model: str
-    labels: tuple[str, ...]  # the checkpoint's, in its order
+    labels: tuple[str, ...]  # the checkpoint's, in its order; or the candidate labels, in the request's
     scores: np.ndarray  # (inputs, labels) float32
     prompt_tokens: int
 
@@ -108,18 +114,19 @@ class CrossEncoding:
         return np.stack([r.vector for r in results])
 
     async def _pairs(
-        self, model: ServedCrossEncoder, pairs: list[tuple[str, str]], only_second: bool = False, left: bool = False
+        self, model: ServedCrossEncoder, pairs: list[tuple[str, str]], truncation: str = "longest_first", left=False
     ) -> list[Encoded]:
-        encode = functools.partial(model.tokenizer.encode_pairs, only_second=only_second, truncate_left=left)
+        encode = functools.partial(model.tokenizer.encode_pairs, truncation=truncation, truncate_left=left)
         try:
             if sum(len(q) + len(d) for q, d in pairs) <= INLINE_CHARACTERS:
                 return encode(pairs)
             return await asyncio.get_running_loop().run_in_executor(self.tokenization.executor, encode, pairs)
-        except Exception as error:  # only_document, and the query alone leaves no room
-            if not only_second:
+        except Exception as error:  # one text cut alone, and the other leaves it no room
+            if truncation == "longest_first":
                 raise
+            kept, cut = ("query", "a document") if truncation == "only_second" else ("hypothesis_template", "a text")
             raise invalid(
-                "query", f"too long to leave room for a document in {model.max_input_tokens} tokens ({error})"
+                kept, f"too long to leave room for {cut} in {model.max_input_tokens} tokens ({error})"
             ) from None
 
     @staticmethod
@@ -160,8 +167,8 @@ class CrossEncoding:
         call.use_model(model.name)
         self.check_rerank(model, request)
         pairs = [(request.query, document) for document in request.documents]
-        only_second, left = request.truncation == "only_document", request.truncation_direction == "left"
-        encoded = await self._pairs(model, pairs, only_second, left)
+        truncation = "only_second" if request.truncation == "only_document" else "longest_first"
+        encoded = await self._pairs(model, pairs, truncation, request.truncation_direction == "left")
         self._check_length(model, encoded, request.truncate, "documents")
         ids = [e.ids for e in encoded]
         logits = await self._logits(model, ids)
@@ -179,6 +186,8 @@ class CrossEncoding:
         call.use_model(model.name)
         inputs = check_classify_inputs(request.inputs, self.max_inputs)
         check_direction(request.truncation_direction)
+        if request.candidate_labels is not None:
+            return await self._zero_shot(model, request, inputs, call)
         left = request.truncation_direction == "left"
         texts = [item for item in inputs if isinstance(item, str)]
         encoded_texts = iter(await self.tokenization.encode(model, texts, truncate_left=left))
@@ -193,3 +202,32 @@ class CrossEncoding:
         tokens = sum(len(i) for i in ids)
         call.figures.update(inputs=len(ids), prompt_tokens=tokens)
         return ClassifyResult(model.name, model.labels, scores.astype(np.float32), tokens)
+
+    async def _zero_shot(
+        self, model: ServedCrossEncoder, request: ClassifyRequest, inputs: list, call: CallRecord
+    ) -> ClassifyResult:
+        """Each text against each candidate label's hypothesis, as one batch of pairs (zero_shot.py)."""
+        entailment = entailment_index(model.name, model.labels)
+        if any(not isinstance(item, str) for item in inputs):
+            raise invalid("inputs", "zero-shot classification takes texts, not pairs (the labels make the pairs)")
+        candidates = list(request.candidate_labels)
+        filled = hypotheses(request.hypothesis_template, candidates, self.max_documents)
+        if len(inputs) * len(filled) > self.max_documents:
+            raise invalid(
+                "candidate_labels",
+                f"{len(inputs)} texts x {len(filled)} labels = {len(inputs) * len(filled)} pairs; at most "
+                f"{self.max_documents} per call (rerank_max_documents)",
+            )
+        pairs = [(text, hypothesis) for text in inputs for hypothesis in filled]
+        # The pipeline cuts the premise only, so that every hypothesis is read whole.
+        encoded = await self._pairs(model, pairs, "only_first", request.truncation_direction == "left")
+        groups = [encoded[i : i + len(filled)] for i in range(0, len(encoded), len(filled))]  # a text's pairs
+        self._check_length(model, [max(g, key=lambda e: e.truncated) for g in groups], request.truncate, "inputs")
+        ids = [e.ids for e in encoded]
+        logits = (await self._logits(model, ids)).reshape(len(inputs), len(filled), -1)
+        scores = (
+            logits[..., entailment] if request.raw_scores else zero_shot_scores(logits, entailment, request.multi_label)
+        )
+        tokens = sum(len(i) for i in ids)
+        call.figures.update(inputs=len(ids), prompt_tokens=tokens)
+        return ClassifyResult(model.name, tuple(candidates), scores.astype(np.float32), tokens)

@@ -506,14 +506,20 @@ class RerankResponse(_message.Message):
     def __init__(self, model: _Optional[str] = ..., results: _Optional[_Iterable[_Union[RankedDocument, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
 
 class ClassifyRequest(_message.Message):
-    __slots__ = ("model", "inputs", "raw_scores")
+    __slots__ = ("model", "inputs", "raw_scores", "candidate_labels", "hypothesis_template", "multi_label")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     RAW_SCORES_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_LABELS_FIELD_NUMBER: _ClassVar[int]
+    HYPOTHESIS_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    MULTI_LABEL_FIELD_NUMBER: _ClassVar[int]
     model: str
     inputs: _containers.RepeatedScalarFieldContainer[str]
     raw_scores: bool
-    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., raw_scores: _Optional[bool] = ...) -> None: ...
+    candidate_labels: _containers.RepeatedScalarFieldContainer[str]
+    hypothesis_template: str
+    multi_label: bool
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., raw_scores: _Optional[bool] = ..., candidate_labels: _Optional[_Iterable[str]] = ..., hypothesis_template: _Optional[str] = ..., multi_label: _Optional[bool] = ...) -> None: ...
 
 class LabelScores(_message.Message):
     __slots__ = ("scores", "label")
