@@ -130,7 +130,7 @@ class ModelConfig:
     languages: tuple[str, ...] = ()
     language_token: str = "{}"
     source_language: Literal["none", "prefix", "suffix"] = "none"
-    target_language: Literal["none", "first_token", "source_prefix"] = "none"
+    target_language: Literal["none", "first_token", "source_prefix", "decoder_start"] = "none"
     # The checkpoint's own language pair, where it names one (Marian's source_lang, target_lang).
     language_pair: tuple[str, ...] = ()
     pad_id: int = 0

@@ -6,7 +6,9 @@ Where the codes go (ModelConfig.source_language and target_language):
 - M2M100, mBART-50 and NLLB-200: `[source code] text </s>` (NLLB's legacy_behaviour: `text </s> [source
   code]`), and the decoder's first generated token is the target's code, forced (first_token);
 - Marian checkpoints with several targets: `>>fra<< text </s>`, the target's code at the start of the
-  source (source_prefix), and no source code.
+  source (source_prefix), and no source code;
+- mBART-25 (mbart-large-cc25 and its fine-tunes, mbart-large-en-ro): `text </s> [source code]`, and the
+  target's code is the decoder's start token (decoder_start), as transformers' decoder_start_token_id.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Literal
 import langcodes
 
 SourcePlace = Literal["none", "prefix", "suffix"]
-TargetPlace = Literal["none", "first_token", "source_prefix"]
+TargetPlace = Literal["none", "first_token", "source_prefix", "decoder_start"]
 LISTED = 12  # codes an error lists, the nearest first
 
 

@@ -1,4 +1,4 @@
-"""Random M2M100, NLLB-200 and mBART-50 checkpoints (model/families/multilingual/random_checkpoint.py), imported and
+"""Random M2M100, NLLB-200, mBART-50 and mBART-25 checkpoints (model/families/multilingual/random_checkpoint.py), imported and
 exported, beside transformers' model and tokenizer of each: for the tests that serve a multilingual model
 (conftest.py builds them once a session)."""
 
@@ -30,6 +30,11 @@ SHAPES = {
         ("fr_XX", "de_DE", "ja_XX"),
         "en_XX",
     ),
+    "mbart25-h2": (
+        MultilingualShape("mbart25", d_model=32, heads=2, encoder_layers=1, decoder_layers=2, scale_embedding=False),
+        ("ro_RO", "de_DE", "fr_XX"),
+        "en_XX",
+    ),
 }
 MAX_NEW = 16  # new tokens the tests ask for (transformers counts the forced language code as one more)
 
@@ -48,6 +53,7 @@ class Checkpoint(MultilingualReference):
         shape, self.targets, self.source_language = SHAPES[name]
         self.source, self.dir = root / f"{name}-hf", root / name
         self.name = name
-        super().__init__(self.source, shape.family == "mbart50", self.source_language, MAX_NEW)
+        mbart = shape.family.startswith("mbart")
+        super().__init__(self.source, mbart, self.source_language, MAX_NEW, start=shape.family == "mbart25")
         self.codes = open_model_dir(self.dir).config.languages
         self.code_ids = {self.language_id(code) for code in self.codes}

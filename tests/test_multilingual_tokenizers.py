@@ -1,6 +1,6 @@
 """The multilingual families' tokenizers, token-exact with transformers' on hypothesis-drawn text:
-M2M100Tokenizer (sentencepiece and vocab.json), NllbTokenizer (both places of the source's code) and
-MBart50Tokenizer, each framing the source with its language code; and the codes a request may use."""
+M2M100Tokenizer (sentencepiece and vocab.json), NllbTokenizer (both places of the source's code),
+MBart50Tokenizer and MBartTokenizer (mBART-25's, the code last), each framing the source with its language code; and the codes a request may use."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ FAMILIES = {
     "nllb": (MultilingualShape("nllb"), "m2m_100", "fra_Latn"),
     "nllb-legacy": (MultilingualShape("nllb", legacy_behaviour=True), "m2m_100", "deu_Latn"),
     "mbart50": (MultilingualShape("mbart50"), "mbart", "es_XX"),
+    "mbart25": (MultilingualShape("mbart25"), "mbart", "de_DE"),
 }
 MAX_TOKENS = 48
 # Text in several scripts, with the specials' spellings and spaces of every kind among it.
@@ -40,6 +41,7 @@ def tokenizers(tmp_path_factory):
         directory = random_multilingual_checkpoint(tmp_path_factory.mktemp(name), shape, seed)
         hf = transformers.AutoTokenizer.from_pretrained(directory, src_lang=source)
         fields = language_fields(directory, family)
+        assert fields["target_language"] == ("decoder_start" if name == "mbart25" else "first_token")
         config = ModelConfig(
             task="seq2seq",
             vocab_size=1,
@@ -86,7 +88,14 @@ def test_decoding_matches_transformers_without_the_language_codes(tokenizers, na
 
 
 def test_the_source_code_goes_where_the_checkpoint_puts_it(tokenizers):
-    for name, place in (("nllb", "first"), ("nllb-legacy", "last"), ("m2m100", "first"), ("mbart50", "first")):
+    places = (
+        ("nllb", "first"),
+        ("nllb-legacy", "last"),
+        ("m2m100", "first"),
+        ("mbart50", "first"),
+        ("mbart25", "last"),
+    )
+    for name, place in places:
         hf, ours, source = tokenizers[name]
         (encoded,) = ours.encode(["one hundred"], source=source)
         code = ours.language_id(source)
@@ -95,7 +104,7 @@ def test_the_source_code_goes_where_the_checkpoint_puts_it(tokenizers):
 
 
 def test_the_codes_are_the_checkpoints_and_their_ids_transformers(tokenizers):
-    for name, count in (("m2m100", 100), ("nllb", 202), ("mbart50", 52)):
+    for name, count in (("m2m100", 100), ("nllb", 202), ("mbart50", 52), ("mbart25", 25)):
         hf, ours, _ = tokenizers[name]
         assert len(ours.languages.codes) == count
         for code in ours.languages.codes[::7]:

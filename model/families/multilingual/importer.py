@@ -1,5 +1,5 @@
 """The multilingual families' checkpoints as our Seq2SeqModel: M2M100 and NLLB-200 (transformers'
-model_type "m2m_100": the same architecture) and mBART-50 ("mbart"); config.json read into a
+model_type "m2m_100": the same architecture) and mBART-50 and mBART-25 ("mbart"); config.json read into a
 ModelConfig, the safetensors tensors into our parameter names.
 
 Both are pre-norm with a LayerNorm closing each stack and one token table for encoder, decoder and
@@ -7,7 +7,8 @@ output layer. M2M100/NLLB: token embeddings scaled by sqrt(d_model), no bias on 
 sinusoidal positions (model/architecture/positions.py `fairseq_sinusoid_table`) counted from pad_id + 1.
 mBART: learned positions counted from 2, a LayerNorm on the embeddings (layernorm_embedding), a bias on
 the logits (final_logits_bias). The decoder starts from eos; the target language's code is the first
-token generated, forced per request.
+token generated, forced per request (mBART-25's tokenizer, MBartTokenizer: the decoder starts from the
+target's code, and the source's code follows the source's </s>).
 
 Their tokenizers: M2M100's sentencepiece.bpe.model and vocab.json, its language tokens (__fr__) after
 the vocabulary in the order of transformers' table that tokenizer_config.json names (language_codes);
@@ -62,6 +63,9 @@ TABLES = {
     "lm_head.weight",
 }
 # How each family's tokenizer.json spells a language code.
+# mBART-25's tokenizer (mbart-large-cc25, mbart-large-en-ro), not mBART-50's: `text </s> [source code]`, and
+# the target's code the decoder's start token.
+MBART25_TOKENIZERS = ("MBartTokenizer", "MBartTokenizerFast")
 CODE_PATTERNS = {"m2m_100": re.compile(r"^[a-z]{3}_[A-Z][a-z]{3}$"), "mbart": re.compile(r"^[a-z]{2}_[A-Z]{2}$")}
 
 
@@ -200,7 +204,11 @@ def language_fields(source: Path, family: str) -> dict:
         codes = tuple(
             t["content"] for t in sorted(added, key=lambda t: t["id"]) if CODE_PATTERNS[family].match(t["content"])
         )
-        legacy = bool(read_json(source / "tokenizer_config.json").get("legacy_behaviour", False))
+        tokenizer_config = read_json(source / "tokenizer_config.json")
+        if family == "mbart" and is_mbart25(tokenizer_config, read_json(source / TOKENIZER_FILE)):
+            fields = dict(tokenizer="tokenizers", languages=codes, source_language="suffix")
+            return {**_checked(fields, source), "target_language": "decoder_start"}
+        legacy = bool(tokenizer_config.get("legacy_behaviour", False))
         fields = dict(tokenizer="tokenizers", languages=codes, source_language="suffix" if legacy else "prefix")
     elif all((source / f).is_file() for f in M2M100_TOKENIZER_FILES) and family == "m2m_100":
         codes = _m2m100_codes(source)
@@ -208,14 +216,28 @@ def language_fields(source: Path, family: str) -> dict:
     else:
         m2m100 = f", or {' and '.join(M2M100_TOKENIZER_FILES)}" if family == "m2m_100" else ""
         raise MultilingualImportError(f"{source}: no tokenizer ({TOKENIZER_FILE}{m2m100})")
+    return {**_checked(fields, source), "target_language": "first_token"}
+
+
+def is_mbart25(tokenizer_config: dict, tokenizer_json: dict) -> bool:
+    """An mBART checkpoint whose tokenizer is mBART-25's: so named, or (older saves name none) its
+    tokenizer.json ends a single text with a language code, after the </s>."""
+    if tokenizer_config.get("tokenizer_class") in MBART25_TOKENIZERS:
+        return True
+    template = (tokenizer_json.get("post_processor") or {}).get("single") or [{}]
+    last = template[-1].get("SpecialToken", {}).get("id", "")
+    return bool(CODE_PATTERNS["mbart"].match(last))
+
+
+def _checked(fields: dict, source: Path) -> dict:
     if not fields["languages"]:
         raise MultilingualImportError(f"{source}: the tokenizer names no language codes")
-    return {**fields, "target_language": "first_token"}
+    return fields
 
 
 def import_multilingual(source: Path, out_dir: Path, name: str) -> Path:
-    """Convert an M2M100, NLLB-200 or mBART-50 checkpoint directory into our model directory (tokenizer
-    files copied as they are)."""
+    """Convert an M2M100, NLLB-200, mBART-50 or mBART-25 checkpoint directory into our model directory
+    (tokenizer files copied as they are)."""
     source = Path(source)
     model = multilingual_model(source)
     family = json.loads((source / "config.json").read_text())["model_type"]

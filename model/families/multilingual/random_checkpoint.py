@@ -1,7 +1,7 @@
 """Random multilingual checkpoints in Hugging Face's layout, for tests and benchmarks: no checkpoint can be
-downloaded here, so transformers builds an M2M100, NLLB-200 or mBART-50 model with random weights and
-its own tokenizer class writes the tokenizer files (M2M100: sentencepiece.bpe.model and vocab.json;
-NLLB and mBART-50: tokenizer.json), over a small vocabulary trained on the spot on numbers in four
+downloaded here, so transformers builds an M2M100, NLLB-200, mBART-50 or mBART-25 model with random weights
+and its own tokenizer class writes the tokenizer files (M2M100: sentencepiece.bpe.model and vocab.json;
+NLLB and mBART: tokenizer.json), over a small vocabulary trained on the spot on numbers in four
 languages. Needs transformers, sentencepiece and num2words (the dev extra)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ EMBEDDING_STD, LAYER_GAIN = 0.5, 3.0  # M2M100's vocabulary ends in 8 unused tok
 
 @dataclass(frozen=True)
 class MultilingualShape:
-    family: str  # "m2m100", "nllb" or "mbart50"
+    family: str  # "m2m100", "nllb", "mbart50" or "mbart25"
     d_model: int = 32
     heads: int = 4
     encoder_layers: int = 2
@@ -91,12 +91,14 @@ def _nllb_tokenizer(shape: MultilingualShape, seed: int):
     return tokenizer, len(tokenizer)
 
 
-def _mbart50_tokenizer(shape: MultilingualShape, seed: int):
-    from transformers import MBart50Tokenizer
+def _mbart_tokenizer(shape: MultilingualShape, seed: int):
+    """mBART-50's tokenizer (MBart50Tokenizer: `[code] text </s>`) or mBART-25's (MBartTokenizer: `text </s>
+    [code]`) over a unigram vocabulary."""
+    from transformers import MBart50Tokenizer, MBartTokenizer
 
     processor = sentencepiece.SentencePieceProcessor(model_proto=_unigram(shape, seed))
     pieces = [(processor.id_to_piece(i), processor.get_score(i)) for i in range(processor.get_piece_size())]
-    tokenizer = MBart50Tokenizer(vocab=pieces, src_lang="en_XX")
+    tokenizer = (MBart50Tokenizer if shape.family == "mbart50" else MBartTokenizer)(vocab=pieces, src_lang="en_XX")
     return tokenizer, len(tokenizer)
 
 
@@ -153,11 +155,11 @@ def random_multilingual_checkpoint(out_dir: Path, shape: MultilingualShape, seed
         tokenizer, vocab_size = _m2m100_tokenizer(out_dir, shape, seed)
     elif shape.family == "nllb":
         tokenizer, vocab_size = _nllb_tokenizer(shape, seed)
-    elif shape.family == "mbart50":
-        tokenizer, vocab_size = _mbart50_tokenizer(shape, seed)
+    elif shape.family in ("mbart50", "mbart25"):
+        tokenizer, vocab_size = _mbart_tokenizer(shape, seed)
     else:
-        raise ValueError(f"family {shape.family!r}: m2m100, nllb or mbart50")
-    mbart = shape.family == "mbart50"
+        raise ValueError(f"family {shape.family!r}: m2m100, nllb, mbart50 or mbart25")
+    mbart = shape.family in ("mbart50", "mbart25")
     config_class = transformers.MBartConfig if mbart else transformers.M2M100Config
     config = config_class(
         vocab_size=max(vocab_size, shape.vocab_size), **stack_config(shape), num_beams=shape.num_beams

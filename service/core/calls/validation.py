@@ -117,11 +117,17 @@ def check_counts(p: GenerationOptions) -> None:
 
 
 def generation_params(
-    model: ServedSeq2SeqModel, p: GenerationOptions, streaming: bool, max_beams: int, first_token: int | None = None
+    model: ServedSeq2SeqModel,
+    p: GenerationOptions,
+    streaming: bool,
+    max_beams: int,
+    first_token: int | None = None,
+    start_token: int | None = None,
 ) -> GenerationParams:
     """The options checked against the model's limits, unset ones filled from its defaults. first_token:
     the forced first token (a target language's code; else the checkpoint's own forced first token, BART's
-    bos), which takes a cache position of its own."""
+    bos), which takes a cache position of its own; start_token: the decoder's first input where it is not
+    the model's start token (mBART-25's target code)."""
     p = with_answers(p)
     check_counts(p)
     code = first_token is not None
@@ -167,6 +173,7 @@ def generation_params(
         beams=beam_settings(model, p, streaming, max_beams),
         stream=streaming,
         forced_tokens=() if first_token is None else (first_token,),
+        start_token=start_token,
         rules=model.defaults.rules,
         scores=p.scores,
     )

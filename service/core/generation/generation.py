@@ -175,7 +175,9 @@ class Generation:
             call.use_model(model.name)
             check_text("input", request.input)
             languages = check_languages(model, options.source_language, options.target_language)
-        params = generation_params(model, options, streaming, self.max_beams, languages.first_token)
+        params = generation_params(
+            model, options, streaming, self.max_beams, languages.first_token, languages.start_token
+        )
         (encoded,) = await self.tokenization.encode(model, [request.input], languages)
         if encoded.truncated:
             raise invalid("input", f"more than {model.max_input_tokens} tokens, the most model {model.name!r} takes")

@@ -1,6 +1,6 @@
 """A request's source and target language checked against what its model serves, as every front door
-refuses them alike: resolved to the checkpoint's codes, with the target's forced first token where the
-model takes one (modeldir/languages.py says where each family puts its codes)."""
+refuses them alike: resolved to the checkpoint's codes, with the target's forced first token (or decoder
+start token) where the model takes one (modeldir/languages.py says where each family puts its codes)."""
 
 from __future__ import annotations
 
@@ -22,17 +22,17 @@ class LanguageChoice:
     source: str | None = None
     target: str | None = None
     first_token: int | None = None  # the decoder's forced first token: the target's code
+    start_token: int | None = None  # or the decoder's start token: the target's code (mBART-25)
 
     def codes(self, model: ServedModel) -> set[int]:
         """The ids of the language tokens this choice puts in the source or the decoder."""
-        if self.first_token is not None:
-            return {self.first_token, *([model.tokenizer.language_id(self.source)] if self.source else [])}
         return {model.tokenizer.language_id(code) for code in (self.source, self.target) if code}
 
     @property
     def frames_source(self) -> bool:
         """The source's text is framed with language tokens (the tokenizer's encode takes them)."""
-        return self.source is not None or (self.target is not None and self.first_token is None)
+        in_decoder = self.first_token is not None or self.start_token is not None
+        return self.source is not None or (self.target is not None and not in_decoder)
 
 
 NO_LANGUAGES = LanguageChoice()
@@ -78,8 +78,10 @@ def check_languages(model: ServedModel, source: str | None, target: str | None) 
         target = languages.resolve(TARGET, target) if target else None
     except UnknownLanguage as error:
         raise invalid(error.field, error.message) from None
-    first = model.tokenizer.language_id(target) if target and languages.target == "first_token" else None
-    return LanguageChoice(source, target, first)
+    code = model.tokenizer.language_id(target) if target else None
+    if languages.target == "first_token":
+        return LanguageChoice(source, target, first_token=code)
+    return LanguageChoice(source, target, start_token=code if languages.target == "decoder_start" else None)
 
 
 def serves_target(model: ServedModel, target: str) -> bool:

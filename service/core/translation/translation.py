@@ -205,7 +205,9 @@ class TranslationService:
     def _params(self, route: Route, options: GenerationOptions) -> GenerationParams:
         """The route's generation parameters, a refusal naming the option as a translation call has it."""
         try:
-            return generation_params(route.model, options, False, self.max_beams, route.languages.first_token)
+            return generation_params(
+                route.model, options, False, self.max_beams, route.languages.first_token, route.languages.start_token
+            )
         except InvalidArgument as error:
             field, message = renamed(error, OPTION_NAMES)
             raise InvalidArgument(message, field) from None
