@@ -18,6 +18,8 @@ from .cross_encoder.importer import import_cross_encoder, is_cross_encoder
 from .marian.importer import import_marian
 from .multilingual.importer import FAMILIES as MULTILINGUAL_TYPES
 from .multilingual.importer import import_multilingual
+from .pegasus.importer import FAMILY as PEGASUS_TYPE
+from .pegasus.importer import import_pegasus
 from .splade.importer import import_splade, is_splade
 from .t5.importer import FAMILIES as T5_TYPES
 from .t5.importer import import_t5
@@ -42,6 +44,7 @@ FAMILIES = (
     Family(claims=lambda source, hf: hf.get("model_type") == "marian", importer=import_marian),
     Family(claims=lambda source, hf: hf.get("model_type") in MULTILINGUAL_TYPES, importer=import_multilingual),
     Family(claims=lambda source, hf: hf.get("model_type") == BART_TYPE, importer=import_bart),
+    Family(claims=lambda source, hf: hf.get("model_type") == PEGASUS_TYPE, importer=import_pegasus),
     Family(claims=is_sentence_t5, importer=import_sentence_t5, label="sentence-transformers"),
     Family(claims=lambda source, hf: hf.get("model_type") in T5_TYPES, importer=import_t5),
     Family(claims=lambda source, hf: hf.get("model_type") == "whisper", importer=import_whisper),

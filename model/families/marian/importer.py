@@ -213,11 +213,12 @@ def _token_tables(tables: dict[str, torch.Tensor], tie_output: bool) -> tuple[di
     return ours, torch.equal(encoder, decoder)
 
 
-def _check_positions(name: str, table: torch.Tensor) -> None:
-    """A checkpoint that stores its position table must hold the one we rebuild from the config."""
+def check_sinusoid_positions(name: str, table: torch.Tensor, error: type[ValueError] = MarianImportError) -> None:
+    """A checkpoint that stores its position table (Marian's, Pegasus's) must hold the one we rebuild from
+    the config: sines, then cosines."""
     ours = sinusoid_table(table.shape[0], table.shape[1], split=True)
     if not torch.allclose(table.float(), ours, atol=1e-5):
-        raise MarianImportError(f"{name} is not Marian's sinusoid table: learned positions are not supported")
+        raise error(f"{name} is not the sinusoid table (sines, then cosines): learned positions are not supported")
 
 
 def import_marian(source: Path, out_dir: Path, name: str) -> Path:
@@ -245,7 +246,7 @@ def import_marian(source: Path, out_dir: Path, name: str) -> Path:
     with safe_open(str(weights), framework="pt") as f:
         for key in f.keys():
             if _POSITIONS.match(key):
-                _check_positions(key, f.get_tensor(key))
+                check_sinusoid_positions(key, f.get_tensor(key))
             elif key in _TABLES:
                 tables[key] = f.get_tensor(key).float()
             elif (ours := rename(key)) is not None:

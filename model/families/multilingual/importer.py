@@ -143,18 +143,18 @@ def tied_model(
     config: ModelConfig,
     error: type[MarianImportError],
     build: Callable[[ModelConfig], nn.Module] = Seq2SeqModel,
-    head: Mapping[str, str] = MappingProxyType({}),
+    head: Mapping[str, str | None] = MappingProxyType({}),
 ) -> nn.Module:
     """A checkpoint of BART's layout whose one token table serves encoder, decoder and output layer (M2M100,
     NLLB, mBART, BART), with `config`, as our model (every tensor placed, none missing): build's, with a
-    head's tensors renamed as `head` says (theirs -> ours)."""
+    head's tensors renamed as `head` says (theirs -> ours; None: one not placed, checked by the caller)."""
     weights = safetensors_file(source, error)
     state, tables, theirs = {}, {}, {}
     with safe_open(str(weights), framework="pt") as f:
         for key in f.keys():
             if key in TABLES:
                 tables[key] = f.get_tensor(key).float()
-            elif (ours := head.get(key) or rename(key, error)) is not None:
+            elif (ours := head[key] if key in head else rename(key, error)) is not None:
                 tensor = f.get_tensor(key).float()
                 state[ours] = tensor.reshape(-1) if ours == "logits_bias" else tensor  # (1, vocab) in mBART
                 theirs[ours] = key

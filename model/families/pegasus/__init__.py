@@ -1,0 +1,1 @@
+"""Pegasus checkpoints (pegasus-xsum, pegasus-cnn_dailymail, pegasus-large): abstractive summaries."""
