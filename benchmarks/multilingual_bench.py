@@ -149,9 +149,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
-    # A row's cache holds cross-attention K/V for the longest source the model takes (M2M100: 1,024 tokens,
-    # 100 MB a row in float32): the CPU's default 1 GiB holds 9 rows, fewer than the callers.
-    parser.add_argument("--kv-cache-bytes", type=int, default=4 << 30, help="the server's; default: 4 GiB (38 rows)")
+    parser.add_argument("--kv-cache-bytes", type=int, default=0, help="the server's; 0: its default (1 GiB on the CPU)")
     parser.add_argument("--build-only", action="store_true", help="make the models, measure nothing")
     parser.add_argument("--engines", nargs="+", help="only these (e.g. 'attnserve int8'); the goals need all four")
     args = parser.parse_args()

@@ -246,12 +246,11 @@ def main() -> None:
         # forced first token, which CTranslate2 counts and the others do not)
         rows = []
         for (engine_name, batch), m in medians.items():
-            baseline = medians[(f"ctranslate2 {engine_name.split()[-1]}", batch)]["seconds"]
+            baseline = medians.get((f"ctranslate2 {engine_name.split()[-1]}", batch))  # (not among --engines)
+            ratio = baseline["seconds"] / m["seconds"] if baseline else "-"
             rate = count(batch, args) / m["seconds"]
             tokens = int(m["tokens"])
-            rows.append(
-                [engine_name, batch, rate, baseline / m["seconds"], m["tokens_per_second"], tokens, m["latency_p50"]]
-            )
+            rows.append([engine_name, batch, rate, ratio, m["tokens_per_second"], tokens, m["latency_p50"]])
         title = f"{name}: {BEAMS} beams, up to {args.new_tokens} tokens, medians of {args.rounds} rounds"
         header = ["engine", "callers", "sources/s", "vs CTranslate2 same precision", "tokens/s", "tokens", "p50 s"]
         print_table(title, header, rows)

@@ -35,9 +35,10 @@ class Holder:
         self.marker, self.cross_marker, self.row = marker, marker, None
 
 
-def new_cache(rows: int, precision: str = "fp32") -> GenerationCache:
+def new_cache(rows: int, precision: str = "fp32", cross_tokens: int = 0) -> GenerationCache:
+    """cross_tokens: the cross buffers' source positions (0: each row room for the longest source)."""
     g = dataclasses.replace(GEOMETRY, precision=precision)
-    return GenerationCache(CacheMemory(g, rows, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY))
+    return GenerationCache(CacheMemory(g, rows, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY, cross_tokens))
 
 
 def views(cache: GenerationCache) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -129,6 +130,38 @@ def test_the_source_capacity_follows_the_longest_running_source():
     assert cache.source_capacity == MIN_SOURCE_CAPACITY  # empty: back to the minimum
 
 
+def test_the_cross_buffers_hold_as_many_sources_as_their_lengths_allow():
+    """96 source positions over 6 rows: six short sources at once; a long one waits while more than one
+    other runs, then runs beside one, and the capacity falls back to the short one's when it leaves."""
+    cache = new_cache(rows=6, cross_tokens=96)
+    assert [cache.memory.cross_rows_at(c) for c in (16, 32, 40)] == [6, 3, 2]
+    assert cache.capacity_tokens == 6 * 10 + 96
+    shorts = [Holder(float(i + 1)) for i in range(6)]
+    for holder in shorts:
+        assert cache.admits(10, 1)
+        admit(cache, holder, 10, steps=2)
+    assert views(cache)[1][0].shape == (6, 2, 16, 8) and not cache.admits(10, 1)  # no row free
+    for holder in shorts[3:]:
+        cache.release(holder)
+    assert cache.free_rows == 3 and not cache.admits(33, 1)  # three sources of 40 positions do not fit 96
+    with pytest.raises(CacheFull):
+        cache.allocate(Holder(9.0), 33, 5)
+    assert (cache.used, cache.groups, cache.source_capacity) == (3, 3, 16)  # nothing changed
+    for holder in shorts[1:3]:
+        cache.release(holder)
+    long = Holder(9.0)
+    assert cache.admits(33, 1)
+    admit(cache, long, 33, steps=1)
+    assert cache.source_capacity == 40 and views(cache)[1][0].shape == (2, 2, 40, 8)
+    assert not cache.admits(10, 1)  # two sources at 40 positions fill the room
+    assert_holds(cache, shorts[0])
+    assert_holds(cache, long)
+    cache.release(long)  # the longest left: the capacity follows the short one's
+    assert cache.source_capacity == 16 and views(cache)[1][0].shape == (6, 2, 16, 8)
+    assert_holds(cache, shorts[0])
+    assert cache.admits(10, 1)
+
+
 def test_beams_share_one_copy_of_their_source():
     cache = new_cache(rows=4)
     beams = [Holder(5.0), Holder(5.0), Holder(5.0)]
@@ -187,18 +220,26 @@ def test_beam_rows_follow_their_parents_copying_rows_on_the_device():
         max_size=30,
     )
 )
-def test_every_row_keeps_its_own_data_whatever_comes_and_goes(operations):
+@pytest.mark.parametrize("cross_tokens", [0, 64])
+def test_every_row_keeps_its_own_data_whatever_comes_and_goes(cross_tokens, operations):
     """Random admissions (sources 1-40: the capacity grows and shrinks; some rows sharing another's group,
     as beams do), releases and steps: every holder's row has its own K/V and its group its source's at
-    every moment, and the books agree with the row table."""
-    cache = new_cache(rows=4)
+    every moment, and the books agree with the row table. With cross room for 4 sources of 16 positions
+    or 1 of 40, a source that does not fit is refused (CacheFull) and changes nothing."""
+    cache = new_cache(rows=4, cross_tokens=cross_tokens)
     live: list[Holder] = []
     marker = 0.0
     for operation, pick, source in operations:
         if operation in ("admit", "share") and cache.free_rows:
-            marker += 1.0
             shares = live[pick % len(live)] if operation == "share" and live else None
             source = source if shares is None else cache.source_length(shares.row)
+            if shares is None and not cache.admits(source, 1):
+                books = (cache.used, cache.groups, cache.source_capacity)
+                with pytest.raises(CacheFull):
+                    cache.allocate(Holder(), source, 5)
+                assert (cache.used, cache.groups, cache.source_capacity) == books
+                continue
+            marker += 1.0
             live.append(Holder(marker))
             admit(cache, live[-1], source, steps=pick % 3, shares=shares)
         elif operation == "release" and live:
@@ -217,4 +258,6 @@ def test_every_row_keeps_its_own_data_whatever_comes_and_goes(operations):
         assert (
             np.bincount(cache.group_of[: cache.used], minlength=cache.groups) == cache.members[: cache.groups]
         ).all()
-    assert cache.source_capacity >= max([cache.source_length(h.row) for h in live], default=0)
+        longest = max([cache.source_length(h.row) for h in live], default=0)
+        assert longest <= cache.source_capacity <= max(2 * longest, MIN_SOURCE_CAPACITY)
+        assert cache.groups <= cache.memory.cross_rows_at(cache.source_capacity)

@@ -102,8 +102,10 @@ def test_cuda_sessions_get_the_memory_settings_and_the_cpu_gets_none():
 
 
 def test_the_default_cache_and_rows_follow_the_device():
-    """The defaults (0): 1 GiB and 64 rows on the CPU; on CUDA what the device has left, up to 1,024 rows."""
-    from service.core.models.opening import CPU_CACHE_BYTES, CacheSettings
+    """The defaults (0): 1 GiB and 64 rows on the CPU; on CUDA what the device has left, up to 1,024 rows.
+    Rows are as many as if each source were as long as the longest answer, the cross buffers take the rest;
+    under CUDA graphs (fixed_cross) each row has room for the longest source."""
+    from service.core.models.opening import CPU_CACHE_BYTES, CachePlan, CacheSettings
     from service.core.models.served_models import Architecture
     from service.ops.config import ServerConfig
     from service.runner.sessions import CPU, CUDA
@@ -114,13 +116,23 @@ def test_the_default_cache_and_rows_follow_the_device():
     auto = CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=0, max_running=0, max_waiting=10)
     fp32, fp16 = (auto.geometry(architecture, 512, p) for p in ("fp32", "fp16"))
     assert fp32.bytes_per_row == 2 * fp16.bytes_per_row == (257 + 512) * 6 * 2 * 512 * 4
-    assert auto.rows(fp32, CPU) == CPU_CACHE_BYTES // fp32.bytes_per_row == 56
-    assert auto.rows(fp16, CPU, auto_bytes=200 * fp16.bytes_per_row) == 64  # the CPU's default step
-    assert auto.rows(fp16, CUDA, auto_bytes=10 * fp16.bytes_per_row) == 10  # what the device has left
-    assert auto.rows(fp16, CUDA, auto_bytes=700 * fp16.bytes_per_row) == 700
-    assert auto.rows(fp16, CUDA, auto_bytes=5000 * fp16.bytes_per_row) == 1024
+    positions = CPU_CACHE_BYTES // fp32.bytes_per_token
+    assert positions == 43690 and CPU_CACHE_BYTES // fp32.bytes_per_row == 56  # rows sized for the longest source
+    assert auto.plan(fp32, CPU) == CachePlan(64, positions - 64 * 257)  # the CPU's default step
+    assert auto.plan(fp16, CPU, auto_bytes=200 * fp16.bytes_per_row) == CachePlan(64, 64 * 512)  # room to spare
+    ten = 10 * fp16.bytes_per_row  # what the device has left: rows for half of it
+    assert auto.plan(fp16, CUDA, auto_bytes=ten) == CachePlan(7690 // 514, 7690 - 14 * 257)
+    assert auto.plan(fp16, CUDA, auto_bytes=ten, fixed_cross=True) == CachePlan(10, 10 * 512)
+    assert auto.plan(fp16, CUDA, auto_bytes=300 * fp16.bytes_per_row).rows == 300 * 769 // 514 == 448
+    assert auto.plan(fp16, CUDA, auto_bytes=5000 * fp16.bytes_per_row).rows == 1024
     capped = CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=0, max_running=4, max_waiting=10)
-    assert capped.rows(fp16, CUDA) == 4
+    assert capped.plan(fp16, CUDA).rows == 4
+    one_source = CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=257 + 512, max_running=0, max_waiting=1)
+    assert one_source.plan(fp16, CUDA) == CachePlan(1, 512)  # the least cache: one row and the longest source
+    short = auto.geometry(architecture, 32, "fp32")  # sources shorter than answers: rows as before
+    assert CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=2 * 289, max_running=0, max_waiting=1).plan(
+        short, CPU
+    ) == CachePlan(2, 2 * 32)
 
 
 def test_the_thread_rule_gives_small_models_and_cuda_one_quiet_thread_and_leaves_set_values_alone():

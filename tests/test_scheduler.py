@@ -195,10 +195,13 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def serving(rows: int, max_waiting: int = 64, runner: FakeRunner | None = None, start: bool = True):
-    """A scheduler over a cache of `rows` rows, its model thread one worker; stopped after."""
+async def serving(
+    rows: int, max_waiting: int = 64, runner: FakeRunner | None = None, start: bool = True, cross_tokens: int = 0
+):
+    """A scheduler over a cache of `rows` rows (and cross_tokens source positions, 0: room for the
+    longest source in each), its model thread one worker; stopped after."""
     runner = runner or FakeRunner()
-    cache = GenerationCache(CacheMemory(GEOMETRY, rows, "cpu", SESSIONS, MIN_SOURCE_CAPACITY))
+    cache = GenerationCache(CacheMemory(GEOMETRY, rows, "cpu", SESSIONS, MIN_SOURCE_CAPACITY, cross_tokens))
     settings = SchedulerSettings(bos_id=BOS, pad_id=PAD, max_waiting=max_waiting, name="fake")
     health = HealthRecord()
     with ThreadPoolExecutor(1) as executor:
@@ -328,6 +331,26 @@ def test_requests_beyond_the_rows_wait_and_take_rows_as_they_free_up():
         for prompt, n in cases:  # each sequence ran its steps back to back, in one row
             ran = runner.rows_with(prompt)
             assert ran == list(range(ran[0], ran[0] + steps_needed(prompt, n)))
+
+    run(main)
+
+
+def test_a_long_source_waits_for_room_in_the_cross_buffers_first_come_first_served():
+    """Room for one source of 40 positions or two of 16: a long source first runs alone while two short
+    ones wait behind it (rows are free), then the two run together at the capacity of 16."""
+    long, shorts = [FIRST_WORD + i % 20 for i in range(35)], [[10, 4, 5], [11, 4, 6]]
+    cases = [(long, 5)] + [(short, 2) for short in shorts]
+
+    async def main():
+        async with serving(rows=3, cross_tokens=40) as served:
+            outcomes = await asyncio.gather(*(generate(served.scheduler, p, greedy(n)) for p, n in cases))
+            assert_idle(served)
+            assert served.cache.source_capacity == MIN_SOURCE_CAPACITY
+        for outcome, (prompt, n) in zip(outcomes, cases):
+            assert_answer(outcome, prompt, n)
+        alone, together = steps_needed(long, 5), steps_needed(shorts[0], 2)
+        assert [len(step) for step in served.runner.steps] == [1] * alone + [2] * together
+        assert [s for call in served.runner.encoded for s in call] == [tuple(p) for p, _ in cases]
 
     run(main)
 
@@ -503,10 +526,14 @@ prompts = st.lists(st.integers(FIRST_WORD, VOCAB - 1), min_size=1, max_size=GEOM
 @given(
     requests=st.lists(st.tuples(prompts, st.integers(1, MAX_NEW), st.booleans()), min_size=1, max_size=10),
     rows=st.integers(1, 4),
+    cross_tokens=st.sampled_from([0, 40, 64]),
 )
-def test_any_mix_of_sequences_gets_the_models_answers_and_leaves_the_cache_empty(requests, rows):
+def test_any_mix_of_sequences_gets_the_models_answers_and_leaves_the_cache_empty(requests, rows, cross_tokens):
+    """cross_tokens 0: room for the longest source in every row, so admission goes by rows alone; 40 or
+    64: sources share less room, and wait for it."""
+
     async def main():
-        async with serving(rows=rows) as served:
+        async with serving(rows=rows, cross_tokens=cross_tokens) as served:
             outcomes = await asyncio.gather(
                 *(generate(served.scheduler, p, greedy(n, stream)) for p, n, stream in requests)
             )
@@ -514,6 +541,8 @@ def test_any_mix_of_sequences_gets_the_models_answers_and_leaves_the_cache_empty
         for outcome, (prompt, n, _) in zip(outcomes, requests):
             assert_answer(outcome, prompt, n)
         needs = [steps_needed(p, n) for p, n, _ in requests]
-        assert [len(step) for step in served.runner.steps] == rows_per_step(needs, rows)
+        if not cross_tokens:
+            assert [len(step) for step in served.runner.steps] == rows_per_step(needs, rows)
+        assert served.scheduler.largest_step <= rows
 
     run(main)

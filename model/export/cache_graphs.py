@@ -5,7 +5,8 @@ cache lives on, so that no cache row ever goes through the host (docs/kv_cache.m
   leaves makes room for the last row's; a beam takes its parent's row). Gather, then ScatterND.
 - cross: the encoder's cross-attention K/V of a batch of sources written into their sequences' rows,
   padded to the buffers' source capacity. Gather, Pad, ScatterND.
-- resize: the cross buffers' running rows laid out anew for a larger source capacity. Pad.
+- resize: the cross buffers' running rows laid out anew for another source capacity. Pad (negative pads
+  cut: a smaller capacity once the longest sources have left).
 
 Every cache buffer of moves and cross is bound as the graph's input and as its output at once: ScatterND
 then skips its copy of the input (ONNX Runtime checks the pointers, on the CPU and on CUDA) and writes
@@ -80,7 +81,8 @@ def cross_graph(n_layers: int, precision: str) -> onnx.ModelProto:
 
 def resize_graph(n_layers: int, precision: str) -> onnx.ModelProto:
     """Inputs: capacity (1) the new source capacity, and the running rows of the cross buffers (N, H, C, Dh),
-    C <= capacity. Outputs: resized_cross_key.i ... (N, H, capacity, Dh), bound to the new buffers."""
+    each row's source within both. Outputs: resized_cross_key.i ... (N, H, capacity, Dh), bound to the new
+    buffers."""
     dtype = DTYPES[precision]
     zeros = helper.make_tensor("six_zeros", TensorProto.INT64, [6], [0] * 6)
     zero = helper.make_tensor("one_zero", TensorProto.INT64, [1], [0])

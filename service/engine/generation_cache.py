@@ -18,13 +18,17 @@ moves into its place.
 Cross-attention reads its buffer's whole source capacity, so that capacity follows the longest source
 among running sequences: it doubles when a longer one arrives and returns to its minimum when the cache
 empties (a re-layout on the device at admission, never per step), unless CUDA graphs replay steps: a
-graph keeps the buffers' addresses it was captured with, so there the capacity only grows.
+graph keeps the buffers' addresses it was captured with, so there the capacity only grows. The cross
+buffers' room is a budget of source positions (CacheMemory.cross_tokens), so they hold as many groups as
+the running sources need: many short ones, or a few long ones. A sequence is admitted when there are
+rows for all its beams and room for its group at the capacity it needs; otherwise it waits.
 
 A holder is any object with a `row` attribute (int or None), which the cache keeps up to date.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 
 import numpy as np
@@ -32,11 +36,13 @@ import numpy as np
 from ..errors import invalid
 from ..runner.cache_memory import CacheMemory, CrossLayout
 
+log = logging.getLogger("attnserve.engine")
+
 MIN_SOURCE_CAPACITY = 16
 
 
 class CacheFull(Exception):
-    """No free row."""
+    """No free row, or no room for another group's source."""
 
 
 def reorder_beams(beam_rows: list, parents: list[int]) -> tuple[list, list[tuple[int, int]]]:
@@ -93,7 +99,8 @@ class GenerationCache:
 
     @property
     def capacity_tokens(self) -> int:
-        return self.rows * self.geometry.tokens_per_row
+        """Positions the cache holds: every row's target positions and the cross buffers' budget."""
+        return self.rows * self.geometry.target_tokens + self.memory.cross_tokens
 
     @property
     def reserved_tokens(self) -> int:
@@ -107,6 +114,19 @@ class GenerationCache:
     @property
     def free_rows(self) -> int:
         return self.rows - self.used
+
+    def admits(self, source_tokens: int, rows: int) -> bool:
+        """Whether a sequence of this source and `rows` rows (its beams) can start now: rows free, and room
+        for one more group at the source capacity it would take."""
+        capacity = self._capacity_for(source_tokens)
+        return self.free_rows >= rows and self.groups < self.memory.cross_rows_at(capacity)
+
+    def _capacity_for(self, source_tokens: int) -> int:
+        """The source capacity once this source runs: the current one, doubled until it holds it."""
+        capacity = self.source_capacity
+        while capacity < source_tokens:
+            capacity *= 2
+        return min(capacity, max(self.source_capacity, self.geometry.source_tokens))
 
     def fits(self, source_tokens: int, new_tokens: int) -> bool:
         """Whether a request could ever run here (else it is too large for the whole cache)."""
@@ -131,7 +151,7 @@ class GenerationCache:
             raise ValueError(f"a request of {source_tokens} + {new_tokens} tokens never fits this cache")
         if self.used == self.rows:
             raise CacheFull(f"all {self.rows} rows are in use")
-        if shares is None:
+        if shares is None:  # (before anything changes: it may raise CacheFull)
             group = self._open_group(source_tokens)
         else:
             group = int(self.group_of[shares.row])
@@ -145,11 +165,11 @@ class GenerationCache:
         return row
 
     def _open_group(self, source_tokens: int) -> int:
-        if source_tokens > self.source_capacity:
-            capacity = self.source_capacity
-            while capacity < source_tokens:
-                capacity *= 2
-            self.memory.resize_cross(min(capacity, self.geometry.source_tokens), self.groups)
+        capacity = self._capacity_for(source_tokens)
+        if self.groups >= self.memory.cross_rows_at(capacity):
+            raise CacheFull(f"no room for another source of {source_tokens} tokens beside {self.groups}")
+        if capacity > self.source_capacity:
+            self.memory.resize_cross(capacity, self.groups)
         group = self.groups
         self.groups += 1
         self.source_lengths[group] = source_tokens
@@ -181,10 +201,10 @@ class GenerationCache:
         group = int(self.group_of[row])
         self.members[group] -= 1
         groups = self.groups  # before the group closes, if it does
-        cross_moves = [] if self.members[group] else self._close_group(group)
+        cross_moves = None if self.members[group] else self._close_group(group)
         self_moves = [(last, row)] if row != last else []
         if self_moves or cross_moves:
-            self.memory.move_rows(self.used, self_moves, groups, cross_moves)
+            self.memory.move_rows(self.used, self_moves, groups, cross_moves or [])
         if self_moves:
             for books in self._books:
                 books[row] = books[last]
@@ -194,8 +214,23 @@ class GenerationCache:
         self.holders.pop()
         self.reserved[last] = 0
         holder.row = None
-        if self.shrinks and self.used == 0 and self.source_capacity > MIN_SOURCE_CAPACITY:
-            self.memory.resize_cross(MIN_SOURCE_CAPACITY, 0)  # a long source once need not cost every step after
+        if self.shrinks and cross_moves is not None:
+            self._shrink()
+
+    def _shrink(self) -> None:
+        """The least source capacity (MIN_SOURCE_CAPACITY doubled) that the longest running source fits, where
+        it is less than now: a long source once need not cost every step after it, nor keep the cross
+        buffers' room from shorter ones."""
+        longest = int(self.source_lengths[: self.groups].max(initial=0))
+        capacity = MIN_SOURCE_CAPACITY
+        while capacity < longest:
+            capacity *= 2
+        capacity = min(capacity, self.geometry.source_tokens) if longest else MIN_SOURCE_CAPACITY
+        if capacity < self.source_capacity:
+            try:
+                self.memory.resize_cross(capacity, self.groups)
+            except Exception:  # (a device whose Pad cannot crop: the buffers stay as they were)
+                log.exception("shrinking the cross buffers to %d positions failed; they keep their size", capacity)
 
     def _close_group(self, group: int) -> list[tuple[int, int]]:
         """Free a group no row reads; the last group takes its place. -> the cross row moves that makes it so."""

@@ -186,10 +186,11 @@ class Scheduler:
     # schedule
 
     def _schedule(self) -> StepPlan:
-        """Admit waiting sequences, first come first served, while the cache has rows for them (a beam
-        search at the head waits until it has all its rows); -> the turn's plan over every row."""
+        """Admit waiting sequences, first come first served, while the cache has rows for them and room for
+        their sources (a beam search at the head waits until it has all its rows); -> the turn's plan over
+        every row."""
         admitted = []
-        while self.waiting and self.cache.free_rows >= self.waiting[0].params.width:
+        while self.waiting and self.cache.admits(self.waiting[0].source_length, self.waiting[0].params.width):
             sequence = self.waiting.popleft()
             if sequence.search:
                 sequence.beam_rows = [BeamRow(sequence, beam) for beam in range(sequence.params.width)]

@@ -1,6 +1,7 @@
 """The generation cache's memory on the sessions' device: every layer's self-attention and cross-attention
 K/V buffers (self-attention: a row per running sequence or beam; cross-attention: a row per group of rows
-that share a source, so a beam search's beams read one copy), allocated once as OrtValues (zeroed:
+that share a source, so a beam search's beams read one copy, as many rows as a budget of source positions
+holds at the current source capacity), allocated as OrtValues (zeroed:
 never-written positions must not hold NaN bit patterns, which a zero attention weight would still spread),
 and the device-side operations on their rows, run by the model's cache graphs (model/export/cache_graphs.py)
 with every buffer bound in place by pointer. The books (which row holds what, how much of it is filled) are
@@ -96,11 +97,24 @@ class CrossLayout:
 
 class CacheMemory:
     def __init__(
-        self, geometry: CacheGeometry, rows: int, device: str, graphs: dict[str, ort.InferenceSession], capacity: int
+        self,
+        geometry: CacheGeometry,
+        rows: int,
+        device: str,
+        graphs: dict[str, ort.InferenceSession],
+        capacity: int,
+        cross_tokens: int = 0,
     ):
         """device: "cpu" or "cuda"; graphs: the cache_moves, cache_cross and cache_resize sessions on it;
-        capacity: the cross buffers' first source capacity."""
+        capacity: the cross buffers' first source capacity; cross_tokens: the source positions the cross
+        buffers may hold in all (rows x capacity), at least the longest source; 0: a row for every row of
+        the self-attention buffers at the longest source (what CUDA graphs' fixed bindings need)."""
         self.geometry, self.rows, self.device, self.graphs = geometry, rows, device, graphs
+        self.cross_tokens = cross_tokens or rows * geometry.source_tokens
+        if self.cross_tokens < geometry.source_tokens:
+            raise ValueError(
+                f"cross buffers of {self.cross_tokens} positions hold no {geometry.source_tokens}-token source"
+            )
         self.dtype = geometry.dtype
         g = geometry
         self.self_names = cache_names("self", g.n_layers)
@@ -109,9 +123,14 @@ class CacheMemory:
         self.capacity = capacity
         self.cross_buffers = [self._zeros(self._cross_shape(capacity)) for _ in self.cross_names]
 
+    def cross_rows_at(self, capacity: int) -> int:
+        """The groups the cross buffers hold at a source capacity: fewer, the longer the sources. (The least
+        capacity may pass a tiny model's longest source: it counts as that source.)"""
+        return min(self.rows, self.cross_tokens // min(capacity, self.geometry.source_tokens))
+
     def _cross_shape(self, capacity: int, rows: int | None = None) -> tuple[int, ...]:
         g = self.geometry
-        return (self.rows if rows is None else rows, g.n_heads, capacity, g.d_head)
+        return (self.cross_rows_at(capacity) if rows is None else rows, g.n_heads, capacity, g.d_head)
 
     def _zeros(self, shape: tuple[int, ...]) -> ort.OrtValue:
         zeros = np.zeros(shape, self.dtype)  # calloc'ed: its pages take memory only once written
@@ -172,18 +191,19 @@ class CacheMemory:
         session.run_with_iobinding(binding)
 
     def resize_cross(self, capacity: int, used: int) -> None:
-        """New cross buffers of `capacity` source positions; their first `used` rows keep their K/V (laid out
-        anew on the device when rows are in use; the cache only grows while they are)."""
-        old, self.capacity = self.cross_buffers, capacity
-        self.cross_buffers = [self._zeros(self._cross_shape(capacity)) for _ in self.cross_names]
-        if not used:
-            return
-        session = self.graphs["cache_resize"]
-        binding = session.io_binding()
-        binding.bind_cpu_input("capacity", np.array([capacity], np.int64))
-        for name, before, after in zip(self.cross_names, old, self.cross_buffers):
-            self.bind(binding, name, before, used)
-            binding.bind_output(
-                f"resized_{name}", self.device, 0, self.dtype, self._cross_shape(capacity, used), after.data_ptr()
-            )
-        session.run_with_iobinding(binding)
+        """New cross buffers of `capacity` source positions (more or fewer), as many rows as cross_tokens
+        holds there (at least `used`); their first `used` rows keep their K/V, padded or cut (laid out anew
+        on the device). The old buffers stay if that fails."""
+        if used > self.cross_rows_at(capacity):
+            raise ValueError(f"{used} groups do not fit cross buffers of capacity {capacity}")
+        resized = [self._zeros(self._cross_shape(capacity)) for _ in self.cross_names]
+        if used:
+            session = self.graphs["cache_resize"]
+            binding = session.io_binding()
+            binding.bind_cpu_input("capacity", np.array([capacity], np.int64))
+            for name, before, after in zip(self.cross_names, self.cross_buffers, resized):
+                self.bind(binding, name, before, used)
+                shape = self._cross_shape(capacity, used)
+                binding.bind_output(f"resized_{name}", self.device, 0, self.dtype, shape, after.data_ptr())
+            session.run_with_iobinding(binding)
+        self.capacity, self.cross_buffers = capacity, resized

@@ -120,7 +120,7 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
             pooling="splade" if c.sparse_head == "splade" else c.pooling,
         )
     g = opened.geometry
-    memory = opened.runner.cache_memory(g, opened.rows, MIN_SOURCE_CAPACITY)
+    memory = opened.runner.cache_memory(g, opened.cache.rows, MIN_SOURCE_CAPACITY, opened.cache.cross_tokens)
     cache = GenerationCache(memory, shrinks=not settings.cuda_graphs)
     buckets = None
     if settings.cuda_graphs:
@@ -164,13 +164,15 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
     limits = GenerationLimits(max_new_tokens=opened.geometry.target_tokens - 1, cache_rows=cache.rows)
     model_metrics.watch_cache_bytes(lambda: memory.nbytes)
     log.info(
-        "model %s: generation cache of %d rows (%d MB at most, on %s), up to %d new tokens and %d source tokens a row",
+        "model %s: generation cache of %d rows of up to %d new tokens and %d source positions for sources of up "
+        "to %d tokens (%d MB at most, on %s)",
         files.name,
         cache.rows,
-        cache.rows * g.bytes_per_row >> 20,
-        memory.device,
         g.target_tokens - 1,
+        memory.cross_tokens,
         g.source_tokens,
+        cache.capacity_tokens * g.bytes_per_token >> 20,
+        memory.device,
     )
     seq2seq = dict(**common, runner=opened.runner, scheduler=scheduler, defaults=defaults, limits=limits)
     if c.whisper is not None:

@@ -67,12 +67,31 @@ class CacheSettings:
     def auto(self) -> bool:
         return not self.cache_tokens and not self.cache_bytes
 
-    def rows(self, geometry: CacheGeometry, provider: str, auto_bytes: int = CPU_CACHE_BYTES) -> int:
-        if self.cache_tokens:
-            rows = self.cache_tokens // geometry.tokens_per_row
-        else:
-            rows = (self.cache_bytes or auto_bytes) // geometry.bytes_per_row
-        return min(rows, self.max_running or DEFAULT_MAX_RUNNING[provider])
+    def plan(
+        self, geometry: CacheGeometry, provider: str, auto_bytes: int = CPU_CACHE_BYTES, fixed_cross: bool = False
+    ) -> CachePlan:
+        """How the cache's positions are shared: as many self-attention rows as there would be if each
+        source were as long as the longest answer (or the longest source, where shorter), leaving room for
+        one longest source; the cross buffers the rest (at most the longest source for every row), for as
+        many sources as fit by their lengths. fixed_cross (CUDA graphs, whose bindings are fixed): every row
+        its own room for the longest source."""
+        budget = self.cache_tokens or (self.cache_bytes or auto_bytes) // geometry.bytes_per_token
+        most = self.max_running or DEFAULT_MAX_RUNNING[provider]
+        target, source = geometry.target_tokens, geometry.source_tokens
+        if fixed_cross:
+            rows = min(budget // (target + source), most)
+            return CachePlan(rows, rows * source)
+        rows = min(budget // (target + min(source, target)), (budget - source) // target, most)
+        return CachePlan(rows, min(budget - rows * target, rows * source))
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """A generation cache's shape: its self-attention rows (running sequences and beams), and the source
+    positions its cross buffers hold in all (runner/cache_memory.py CacheMemory.cross_tokens)."""
+
+    rows: int
+    cross_tokens: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +124,7 @@ class OpenedModel:
     runner: EmbeddingRunner | Seq2SeqRunner
     attention: AttentionMapsRunner | None
     geometry: CacheGeometry | None = None
-    rows: int = 0
+    cache: CachePlan | None = None
     word_alignment: WordAlignmentRunner | None = None  # a speech model's, for word timestamps
     voice_activity: VoiceActivityRunner | None = None  # a speech model's, to cut recordings at their silences
 
@@ -138,7 +157,7 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
         source = c.max_source_positions if audio else c.max_input_tokens
         geometry = settings.cache.geometry(architecture, source, precision, whole_context=audio)
         if not (settings.cache.auto and provider == CUDA):  # a cache of no row serves nothing: refuse early
-            _rows(files.name, settings.cache, geometry, provider)
+            _plan(files.name, settings, geometry, provider)
     tokenizer = load_model_tokenizer(c, files.tokenizer)
     special = SpecialTokens(c.bos_id, c.eos_id, c.pad_id, frozenset(tokenizer.special_ids))
     # Threads and spinning the settings leave open, by the model's size (runner/sessions.py threads_for).
@@ -146,7 +165,7 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
     spinning = "on" if sessions.spinning else "off"
     log.info("model %s: %d ONNX Runtime thread(s) a call, spinning %s", files.name, sessions.intra_op_threads, spinning)
     encoder = create_session(files.encoder, sessions, provider)
-    rows = 0
+    plan = None
     if files.task == "embedding":
         states = ("last_hidden_state",) if c.head == "none" else ()  # token embeddings, unpooled (TEI's embed_all)
         runner = EmbeddingRunner(encoder, pooled_output(c.head), extra_outputs(c) + states)
@@ -158,7 +177,7 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
         runner = Seq2SeqRunner(encoder, decoder, cache_graphs, c.n_decoder_layers, precision, captures)
         left = cuda_memory() if provider == CUDA and settings.cache.auto else None
         auto_bytes = int(left[0] * DEVICE_SHARE / seq2seq_left) if left else CPU_CACHE_BYTES
-        rows = _rows(files.name, settings.cache, geometry, provider, auto_bytes)
+        plan = _plan(files.name, settings, geometry, provider, auto_bytes)
     # The side graphs' threads sleep between calls instead of spinning: they run seldom, and spinning threads
     # of an idle session would take cycles from the serving graphs' next calls.
     quiet = dataclasses.replace(sessions, spinning=False)
@@ -172,7 +191,7 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
     if files.voice_activity is not None:  # a small LSTM, run frame after frame: on the CPU, one thread
         tiny = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
         voice_activity = VoiceActivityRunner(create_session(files.voice_activity, tiny, CPU))
-    parts = (files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, rows)
+    parts = (files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, plan)
     opened = OpenedModel(*parts, word_alignment=word_alignment, voice_activity=voice_activity)
     graphs = precision if files.graph_set == precision else f"{precision}: {files.graph_set}, for this CPU"
     log.info("model %s (%s, %s) loaded from %s on %s", files.name, files.task, graphs, model_dir, opened.provider)
@@ -198,13 +217,13 @@ def _decoder_session(files: ModelFiles, sessions: SessionSettings, provider: str
         return create_session(files.decoder, sessions, provider), False
 
 
-def _rows(
-    name: str, cache: CacheSettings, geometry: CacheGeometry, provider: str, auto_bytes: int = CPU_CACHE_BYTES
-) -> int:
-    rows = cache.rows(geometry, provider, auto_bytes)
-    if rows < 1:
+def _plan(
+    name: str, settings: LoadSettings, geometry: CacheGeometry, provider: str, auto_bytes: int = CPU_CACHE_BYTES
+) -> CachePlan:
+    plan = settings.cache.plan(geometry, provider, auto_bytes, fixed_cross=settings.cuda_graphs)
+    if plan.rows < 1:
         raise ValueError(
             f"model {name}: the generation cache holds no row: one takes {geometry.bytes_per_row} bytes "
             f"({geometry.tokens_per_row} tokens); raise kv_cache_bytes or kv_cache_tokens, or lower max_new_tokens"
         )
-    return rows
+    return plan
