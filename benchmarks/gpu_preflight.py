@@ -145,10 +145,10 @@ def check_in_place(kit: Path, device: str) -> dict:
     row_bytes = 2 * layers * heads * positions * d_head * 2  # K and V, every layer, float16
     big_rows = GIB // row_bytes
 
-    def row_move(rows: int) -> float:  # one row moved, every row of the buffer bound
+    def row_move(rows: int) -> float:  # one row's every position moved, every row of the buffer bound
         geometry = CacheGeometry(layers, heads, d_head, positions, MIN_SOURCE_CAPACITY, runner.precision)
         memory = runner.cache_memory(geometry, rows, MIN_SOURCE_CAPACITY)
-        return median_seconds(lambda: memory.move_rows(rows, [(0, 1)], rows, []), repeats=7, warmup=1)
+        return median_seconds(lambda: memory.move_rows(rows, [(0, 1, positions)], rows, []), repeats=7, warmup=1)
 
     move_big, move_small = row_move(big_rows), row_move(2)
     ids = np.full((64, 8), 5, np.int64)
@@ -197,7 +197,7 @@ def check_profile(kit: Path, device: str) -> dict:
         )
         memory = runner.cache_memory(geometry, 2, MIN_SOURCE_CAPACITY)
         for _ in range(21):
-            memory.move_rows(2, [(0, 1)], 2, [])
+            memory.move_rows(2, [(0, 1, 64)], 2, [])
         ids = np.full((64, 8), 5, np.int64)
         cache = harness.cache(ids, np.ones_like(ids), 64)
         tokens = np.full((64, 1), c.bos_id, np.int64)

@@ -12,11 +12,12 @@ from pathlib import Path
 from .config import ModelConfig
 from .external_data import ExternalDataError, checked_data_files
 
-# 5: the decoder step's cross-attention K/V once per group of rows that share a source (query_slots,
-# row_slots). (4: the decoder step's total_length, from the host; attention as fused contrib ops. 3: half-precision
+# 6: the cache_moves graph copies a self-attention row's filled positions only ((row, head, position)
+# triples). 5: the decoder step's cross-attention K/V once per group of rows that share a source
+# (query_slots, row_slots). (4: the decoder step's total_length, from the host; attention as fused contrib ops. 3: half-precision
 # graphs beside the float32 ones; the cache graphs; next_token, logit_rows and source_lengths. 2: the
 # decoder step on cache buffers.)
-MANIFEST_FORMAT = "attnserve.manifest/5"
+MANIFEST_FORMAT = "attnserve.manifest/6"
 OPSET = 18
 CACHE_IR_VERSION = 8  # of the cache graphs, as the exporter writes the others
 MANIFEST_FILE = "manifest.json"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from model.export.cache_graphs import CACHE_GRAPHS
 from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheFull, GenerationCache
-from service.runner.cache_memory import CacheGeometry, CacheMemory, CrossLayout
+from service.runner.cache_memory import CacheGeometry, CacheMemory, CrossLayout, filled_positions
 
 GEOMETRY = CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=40)
 SESSIONS = {
@@ -205,13 +205,32 @@ def test_beam_rows_follow_their_parents_copying_rows_on_the_device():
     beams = [Holder(float(i + 1)) for i in range(3)]
     for beam in beams:
         admit(cache, beam, 4, steps=3)
+    for buffer in views(cache)[0]:
+        buffer[2, :, 3:] = 99.0  # past row 2's filled positions: what a copy must leave behind
     ordered = cache.follow_parents(beams, [1, 2, 2])  # beam 0 died; beam 2 has two children
     assert [b.row for b in ordered] == [1, 2, 0]  # the second child of beam 2 takes row 0, with a copy
     self_views, cross_views = views(cache)
     for buffer in self_views:
         assert (buffer[0, :, :3] == 3.0).all() and (buffer[1, :, :3] == 2.0).all() and (buffer[2, :, :3] == 3.0).all()
+        assert (buffer[0, :, 3:] == 0.0).all()  # only the 3 filled positions were copied
     for buffer in cross_views:  # cross rows are the sequence's source: never moved for beams
         assert (buffer[0, :, :4] == 1.0).all()
+
+
+@given(
+    moves=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 6)), max_size=5),
+    heads=st.integers(1, 3),
+)
+def test_a_move_copies_each_head_s_filled_positions(moves, heads):
+    sources, targets = filled_positions(moves, heads)
+    expected = [
+        ((source, head, position), (target, head, position))
+        for source, target, filled in moves
+        for head in range(heads)
+        for position in range(filled)
+    ]
+    assert sources.dtype == targets.dtype == np.int64 and sources.shape == targets.shape == (len(expected), 3)
+    assert list(zip(map(tuple, sources.tolist()), map(tuple, targets.tolist()))) == expected
 
 
 @given(

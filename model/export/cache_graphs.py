@@ -1,8 +1,9 @@
 """The cache graphs of a seq2seq model: three tiny ONNX graphs that the server runs on the device its
 cache lives on, so that no cache row ever goes through the host (docs/kv_cache.md, "On the device").
 
-- moves: rows of the self-attention and cross-attention buffers copied to other rows (a sequence that
-  leaves makes room for the last row's; a beam takes its parent's row). Gather, then ScatterND.
+- moves: the filled positions of self-attention rows, and whole cross-attention rows, copied to other
+  rows (a sequence that leaves makes room for the last row's; a beam takes its parent's row). GatherND
+  or Gather, then ScatterND.
 - cross: the encoder's cross-attention K/V of a batch of sources written into their sequences' rows,
   padded to the buffers' source capacity. Gather, Pad, ScatterND.
 - resize: the cross buffers' running rows laid out anew for another source capacity. Pad (negative pads
@@ -39,15 +40,20 @@ def _model(nodes, name: str, inputs, outputs, initializers=()) -> onnx.ModelProt
 
 
 def moves_graph(n_layers: int, precision: str) -> onnx.ModelProto:
-    """Inputs: self_from (R) and self_to (R, 1) rows of the self-attention buffers, cross_from (Q) and
-    cross_to (Q, 1) of the cross buffers (R or Q may be 0); every buffer. Outputs: the buffers, moved."""
+    """Inputs: self_from and self_to (P, 3), the (row, head, position) of each self-attention position
+    copied, from and to: only the filled ones, so that a copy costs what a row holds, not its width (a
+    beam's row early in a 256-token row holds a few); cross_from (Q) and cross_to (Q, 1), whole rows of
+    the cross buffers (P or Q may be 0); every buffer. Outputs: the buffers, moved."""
     dtype = DTYPES[precision]
-    nodes, inputs, outputs = [], [_index("self_from", ["r"]), _index("self_to", ["r", 1])], []
+    nodes, inputs, outputs = [], [_index("self_from", ["p", 3]), _index("self_to", ["p", 3])], []
     inputs += [_index("cross_from", ["q"]), _index("cross_to", ["q", 1])]
     for kind, length in (("self", "target"), ("cross", "source")):
         for name in cache_names(kind, n_layers):
             picked = f"{name}/picked"
-            nodes.append(helper.make_node("Gather", [name, f"{kind}_from"], [picked], axis=0))
+            if kind == "self":
+                nodes.append(helper.make_node("GatherND", [name, "self_from"], [picked]))
+            else:
+                nodes.append(helper.make_node("Gather", [name, "cross_from"], [picked], axis=0))
             nodes.append(helper.make_node("ScatterND", [name, f"{kind}_to", picked], [f"moved_{name}"]))
             inputs.append(_buffer(name, dtype, length))
             outputs.append(_buffer(f"moved_{name}", dtype, length))

@@ -202,7 +202,7 @@ class GenerationCache:
         self.members[group] -= 1
         groups = self.groups  # before the group closes, if it does
         cross_moves = None if self.members[group] else self._close_group(group)
-        self_moves = [(last, row)] if row != last else []
+        self_moves = [(last, row, int(self.lengths[last]))] if row != last else []
         if self_moves or cross_moves:
             self.memory.move_rows(self.used, self_moves, groups, cross_moves or [])
         if self_moves:
@@ -250,5 +250,6 @@ class GenerationCache:
         Cross-attention rows are alike for all beams of a sequence and are left alone."""
         ordered, copies = reorder_beams(beam_rows, parents)
         if copies:
-            self.memory.move_rows(self.used, copies, self.groups, [])
+            filled = [(source, target, int(self.lengths[source])) for source, target in copies]
+            self.memory.move_rows(self.used, filled, self.groups, [])
         return ordered

@@ -160,15 +160,19 @@ class CacheMemory:
         for name, value in zip(cross_names, self.cross_buffers):
             self.bind(binding, name, value, groups)
 
-    def move_rows(self, rows: int, self_moves: list[tuple[int, int]], groups: int, cross_moves: list[tuple[int, int]]):
-        """Copy rows (from, to) of the self-attention buffers (of their first `rows`) and of the cross
-        buffers (of their first `groups`), on the device."""
+    def move_rows(
+        self, rows: int, self_moves: list[tuple[int, int, int]], groups: int, cross_moves: list[tuple[int, int]]
+    ):
+        """Copy rows of the self-attention buffers (of their first `rows`: (from, to, filled), the first
+        `filled` positions of row `from` into row `to`) and whole rows (from, to) of the cross buffers (of
+        their first `groups`), on the device."""
         session = self.graphs["cache_moves"]
         binding = session.io_binding()
-        for kind, moves in (("self", self_moves), ("cross", cross_moves)):
-            sources = np.array([m[0] for m in moves], np.int64)
-            binding.bind_cpu_input(f"{kind}_from", sources)
-            binding.bind_cpu_input(f"{kind}_to", np.array([m[1] for m in moves], np.int64).reshape(-1, 1))
+        sources, targets = filled_positions(self_moves, self.geometry.n_heads)
+        binding.bind_cpu_input("self_from", sources)
+        binding.bind_cpu_input("self_to", targets)
+        binding.bind_cpu_input("cross_from", np.array([m[0] for m in cross_moves], np.int64))
+        binding.bind_cpu_input("cross_to", np.array([m[1] for m in cross_moves], np.int64).reshape(-1, 1))
         for name, value in zip(self.self_names, self.self_buffers):
             self.bind(binding, name, value, rows, output=f"moved_{name}")
         for name, value in zip(self.cross_names, self.cross_buffers):
@@ -207,3 +211,17 @@ class CacheMemory:
                 binding.bind_output(f"resized_{name}", self.device, 0, self.dtype, shape, after.data_ptr())
             session.run_with_iobinding(binding)
         self.capacity, self.cross_buffers = capacity, resized
+
+
+def filled_positions(moves: list[tuple[int, int, int]], heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """Moves (from row, to row, filled positions) -> the (row, head, position) of every position copied,
+    from and to: (P, 3) int64 each, a row's heads and positions in memory order."""
+    if not moves:
+        return np.zeros((0, 3), np.int64), np.zeros((0, 3), np.int64)
+    rows_from, rows_to, filled = (np.array(column, np.int64) for column in zip(*moves))
+    per_move = filled * heads  # positions a move copies, over all heads
+    move = np.repeat(np.arange(len(moves)), per_move)
+    within = np.arange(per_move.sum()) - np.repeat(np.cumsum(per_move) - per_move, per_move)
+    head, position = within // filled[move], within % filled[move]
+    sources = np.stack([rows_from[move], head, position], axis=1)
+    return sources, np.stack([rows_to[move], head, position], axis=1)
