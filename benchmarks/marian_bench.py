@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from model.families.marian.random_checkpoint import MarianShape
-from modeldir.files import GRAPH_SETS
+from modeldir.files import GRAPH_SETS, MANIFEST_FORMAT
 from testing.server_process import ServerProcess
 
 from .common import print_table, write_results
@@ -50,11 +50,13 @@ SOURCE_TOKENS = 30  # about, per sentence of benchmarks/translation_load.py
 
 
 def exported_once(ours: Path, import_checkpoint) -> None:
-    """Our model directory, imported and exported in float32 and int8 unless an earlier run left it."""
+    """Our model directory, imported and exported in float32 and int8 unless an earlier run left it (of
+    this manifest format)."""
     from model.export.model_dir import export_model_dir
 
     manifest = ours / "manifest.json"
-    if not manifest.exists() or not set(GRAPH_SETS["int8"]) <= set(json.loads(manifest.read_text())):
+    written = json.loads(manifest.read_text()) if manifest.exists() else {}
+    if written.get("format") != MANIFEST_FORMAT or not set(GRAPH_SETS["int8"]) <= set(written):
         import_checkpoint()
         export_model_dir(ours, progress_stream=io.StringIO(), reduced=("int8",))
 

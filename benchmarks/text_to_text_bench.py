@@ -101,7 +101,8 @@ def common(batch: int, args) -> list[str]:
 
 def run_attnserve(name: str, ours: Path, precision: str, args) -> dict:
     """One server for both loads: -> batch -> figures."""
-    threads, tokens = str(args.threads), str(args.new_tokens + 1)  # room for BART's forced first token
+    threads = str(args.threads)
+    tokens = str(args.row_tokens or args.new_tokens + 1)  # room for BART's forced first token
     flags = ("--precision", precision, "--intra-op-threads", threads, "--max-new-tokens", tokens)
     flags += ("--kv-cache-bytes", str(args.kv_cache_bytes)) if args.kv_cache_bytes else ()
     server = ServerProcess(*flags, models=[str(ours.resolve())])
@@ -213,6 +214,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-madlad", action="store_true", help="leave out the MADLAD-shaped mixed-target load")
     parser.add_argument("--kv-cache-bytes", type=int, default=0, help="attnserve's cache; default: the server's")
+    parser.add_argument(
+        "--row-tokens", type=int, default=0, help="attnserve's --max-new-tokens (a cache row's); 0: --new-tokens + 1"
+    )
     parser.add_argument("--engines", nargs="+", help="only these (names as in the table); default: all")
     args = parser.parse_args()
     machine = describe(args.threads)
