@@ -123,10 +123,14 @@ class GenerationCache:
 
     def _capacity_for(self, source_tokens: int) -> int:
         """The source capacity once this source runs: the current one, doubled until it holds it."""
-        capacity = self.source_capacity
+        return self._doubled(self.source_capacity, source_tokens)
+
+    def _doubled(self, capacity: int, source_tokens: int) -> int:
+        """`capacity` doubled until it holds the source, at most the longest source (or `capacity`)."""
+        ceiling = max(capacity, self.geometry.source_tokens)
         while capacity < source_tokens:
             capacity *= 2
-        return min(capacity, max(self.source_capacity, self.geometry.source_tokens))
+        return min(capacity, ceiling)
 
     def fits(self, source_tokens: int, new_tokens: int) -> bool:
         """Whether a request could ever run here (else it is too large for the whole cache)."""
@@ -151,7 +155,7 @@ class GenerationCache:
             raise ValueError(f"a request of {source_tokens} + {new_tokens} tokens never fits this cache")
         if self.used == self.rows:
             raise CacheFull(f"all {self.rows} rows are in use")
-        if shares is None:  # (before anything changes: it may raise CacheFull)
+        if shares is None:  # may raise CacheFull, before anything changes
             group = self._open_group(source_tokens)
         else:
             group = int(self.group_of[shares.row])
@@ -221,11 +225,7 @@ class GenerationCache:
         """The least source capacity (MIN_SOURCE_CAPACITY doubled) that the longest running source fits, where
         it is less than now: a long source once need not cost every step after it, nor keep the cross
         buffers' room from shorter ones."""
-        longest = int(self.source_lengths[: self.groups].max(initial=0))
-        capacity = MIN_SOURCE_CAPACITY
-        while capacity < longest:
-            capacity *= 2
-        capacity = min(capacity, self.geometry.source_tokens) if longest else MIN_SOURCE_CAPACITY
+        capacity = self._doubled(MIN_SOURCE_CAPACITY, int(self.source_lengths[: self.groups].max(initial=0)))
         if capacity < self.source_capacity:
             try:
                 self.memory.resize_cross(capacity, self.groups)
