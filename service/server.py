@@ -56,6 +56,7 @@ def core_settings(config: ServerConfig) -> CoreSettings:
             max_waiting=config.max_waiting_sequences,
         ),
         attention_maps=config.attention_maps,
+        tag_alignment=config.tag_alignment,
         fault_threshold=config.fault_threshold,
         cuda_graphs=config.cuda_graphs,
         input_caps=input_caps(config.model_max_input_tokens),

@@ -77,10 +77,12 @@ def test_a_caller_that_leaves_holds_its_slot_until_its_graph_has_run(tight):
     assert tight.stub().Attention(request).predicted_tokens == ["▁five", "</s>"]
 
 
-def test_off_by_default_nothing_loaded_and_failed_precondition(numbers_dir):
+def test_off_by_default_failed_precondition(numbers_dir):
+    """The graph is loaded by default to place translations' tags (--tag-alignment), but the Attention RPC
+    stays off; with neither, nothing is loaded (tests/test_translation_serving.py)."""
     server = ServerThread([numbers_dir])
     try:
-        assert server.server.core.registry.models["numbers"].attention is None
+        assert server.server.core.registry.models["numbers"].attention is not None
         code, details = status_of(lambda: server.stub().Attention(pb.AttentionRequest(input="5")))
         assert code == grpc.StatusCode.FAILED_PRECONDITION
         assert "attention maps are off on this server; start it with --attention-maps" in details

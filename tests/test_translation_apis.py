@@ -68,7 +68,7 @@ def test_deepl_lists_languages_as_deepl_does(translator):
     [
         (dict(target_lang="JA"), "target_lang: 'ja': no served model translates into it"),
         (dict(target_lang="FR", source_lang="JA"), "source_lang: 'ja' is not a language of this model"),
-        (dict(target_lang="FR", tag_handling="html"), "tag_handling: tag handling (xml, html) is not served"),
+        (dict(target_lang="FR", tag_handling="yaml"), "tag_handling: 'yaml'; one of xml, html"),
         (dict(target_lang="FR", formality="more"), "formality: 'more': no served model has a formality"),
         (dict(target_lang="FR", context="numbers"), "context: context is not served"),
         (dict(target_lang="FR", model_type="quality_optimized"), "model_type: model types are not served"),
@@ -138,7 +138,7 @@ def test_libretranslate_detects_and_lists(base_url):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"q": "5", "source": "zxx", "target": "fr", "format": "html"}, "format: 'html' is not served; send text"),
+        ({"q": "5", "source": "zxx", "target": "fr", "format": "md"}, "format: 'md'; one of text, html"),
         ({"q": "5", "source": "zxx"}, "target: required"),
         ({"q": "", "source": "zxx", "target": "fr"}, "q: empty text"),
         ({"q": ["5", ""], "source": "zxx", "target": "fr"}, "q[1]: empty text"),

@@ -215,9 +215,26 @@ def test_word_alignments_are_the_cross_attention_transformers_computes(aligning,
     assert {j for j in a.pairs[1::2]} == set(range(len(target_words)))  # every target word is aligned
 
 
-def test_alignments_need_the_attention_graphs(stub):
-    code, details = refusal(lambda: translate(stub, ["5"], "fr", source="zxx", return_alignment=True))
-    assert code == grpc.StatusCode.FAILED_PRECONDITION and "--attention-maps" in details
+def test_alignments_need_the_attention_graphs(stub, multilingual_numbers_dir):
+    """Loaded by default (--tag-alignment) for a seq2seq model; on a server started without it (and without
+    --attention-maps) nothing more is loaded, an alignment is refused by name and tags are placed by
+    their share of the text."""
+    from testing.server_thread import ServerThread
+
+    (aligned,) = translate(stub, ["5"], "fr", source="zxx", return_alignment=True)
+    assert aligned.text == "cinq" and list(aligned.alignments[0].target_words) == ["cinq"]
+    server = ServerThread([multilingual_numbers_dir], tag_alignment=False)
+    try:
+        assert server.server.core.registry.models[MULTILINGUAL].attention is None
+        bare = server.stub()
+        code, details = refusal(lambda: translate(bare, ["5"], "fr", source="zxx", return_alignment=True))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "--tag-alignment" in details and "--attention-maps" in details
+        markup = pb.Markup(tag_handling="html")
+        (t,) = translate(bare, ["<p>5</p><p><b>12</b></p>"], "fr", source="zxx", markup=markup)
+        assert t.text == "<p>cinq</p><p><b>douze</b></p>"
+    finally:
+        server.close()
 
 
 def test_generate_naming_languages_but_no_model_is_routed_by_its_pair(stub, translating):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from ..core.translation.documents import SPLIT_ALL, SPLIT_NO_NEWLINES, SPLIT_NONE
+from ..core.translation.markup import TAG_HANDLINGS, MarkupRules
 from ..core.translation.translation import TranslateRequest, Translation, TranslationOptions
+from ..errors import invalid
 from .pb import inference_pb2 as pb
 
 SENTENCE_SPLITTING = {
@@ -11,6 +13,20 @@ SENTENCE_SPLITTING = {
     pb.SENTENCE_SPLITTING_NO_NEWLINES: SPLIT_NO_NEWLINES,
     pb.SENTENCE_SPLITTING_NONE: SPLIT_NONE,
 }
+
+
+def markup_rules(markup: pb.Markup) -> MarkupRules | None:
+    if not markup.tag_handling:
+        return None
+    if markup.tag_handling not in TAG_HANDLINGS:
+        raise invalid("markup.tag_handling", f"{markup.tag_handling!r}; one of {', '.join(TAG_HANDLINGS)}")
+    return MarkupRules(
+        tag_handling=markup.tag_handling,
+        outline_detection=markup.outline_detection if markup.HasField("outline_detection") else True,
+        splitting_tags=frozenset(markup.splitting_tags),
+        non_splitting_tags=frozenset(markup.non_splitting_tags),
+        ignore_tags=frozenset(markup.ignore_tags),
+    )
 
 
 def translate_request(request: pb.TranslateRequest) -> TranslateRequest:
@@ -21,6 +37,7 @@ def translate_request(request: pb.TranslateRequest) -> TranslateRequest:
         split_sentences=SENTENCE_SPLITTING.get(request.sentence_splitting, str(request.sentence_splitting)),
         scores=request.return_scores,
         alignment=request.return_alignment,
+        markup=markup_rules(request.markup),
     )
     return TranslateRequest(
         texts=list(request.texts),

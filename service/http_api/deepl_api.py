@@ -1,7 +1,7 @@
 """DeepL's API on the HTTP port (/v2/translate, /v2/languages), as DeepL's own client libraries call it
-with a server URL: its parameters (JSON or form bodies), language codes, response and error shapes and
-statuses (403 for a missing or wrong key, sent as 'DeepL-Auth-Key <token>'). Options attnserve does not
-serve are refused by name, never ignored."""
+with a server URL: its parameters (JSON or form bodies; XML and HTML with tag_handling), language codes,
+response and error shapes and statuses (403 for a missing or wrong key, sent as 'DeepL-Auth-Key
+<token>'). Options attnserve does not serve are refused by name, never ignored."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ from modeldir.languages import language_name, language_tag
 from ..core.calls.lifecycle import Call, Refusal
 from ..core.serving import ServingCore
 from ..core.translation.documents import SPLIT_MODES
+from ..core.translation.markup import TAG_HANDLINGS, MarkupRules
 from ..core.translation.translation import TranslateRequest, TranslationOptions
 from ..errors import invalid
 from ..ops.auth import BEARER
 from .call_handling import KEY_STATUSES, HttpApi, MessageError, handle
-from .documented_types import NULL, SourceTexts
+from .documented_types import NULL, SourceTexts, TagNames
 from .openapi_document import FILL, answers, json_or_form
-from .request_fields import bool_field, request_fields, string_field, texts_field
+from .request_fields import bool_field, names_field, request_fields, string_field, texts_field
 from .schema_shapes import BOOLEAN, INTEGER, STRING, array, obj
 
 
@@ -43,16 +44,16 @@ SERVED = {
     "formality",
     "show_billed_characters",
     "model",  # attnserve's: a served model by name, instead of the one that covers the pair
+    "tag_handling",
+    "tag_handling_version",
+    "outline_detection",
+    "splitting_tags",
+    "non_splitting_tags",
+    "ignore_tags",
 }
 # DeepL's parameters that attnserve does not serve: refused by name.
 NOT_SERVED = {
     "glossary_id": "glossaries are not served",
-    "tag_handling": "tag handling (xml, html) is not served: send plain text",
-    "tag_handling_version": "tag handling is not served",
-    "outline_detection": "tag handling is not served",
-    "non_splitting_tags": "tag handling is not served",
-    "splitting_tags": "tag handling is not served",
-    "ignore_tags": "tag handling is not served",
     "context": "context is not served",
     "model_type": "model types are not served: the model is the one that covers the pair (or 'model')",
     "custom_instructions": "custom instructions are not served",
@@ -61,6 +62,7 @@ NOT_SERVED = {
     "translation_memory_threshold": "translation memories are not served",
     "auth_key": "send the key in the Authorization header: 'DeepL-Auth-Key <key>'",
 }
+TAG_HANDLING_VERSIONS = ("v1", "v2")  # both read as one: inline tags placed through the alignment
 FORMALITY = ("default", "prefer_more", "prefer_less")  # prefer_*: DeepL too falls back to the default
 VARIANTS = {"en": ("EN-GB", "EN-US"), "pt": ("PT-BR", "PT-PT")}  # DeepL lists no bare EN or PT target
 
@@ -82,6 +84,14 @@ class DeeplTranslateBody(BaseModel):
     model: Annotated[str | None, WithJsonSchema({"anyOf": [{"type": "string", FILL: "translating_models"}, NULL]})] = (
         None
     )
+    tag_handling: Annotated[str | None, WithJsonSchema({"anyOf": [{"enum": list(TAG_HANDLINGS)}, NULL]})] = None
+    tag_handling_version: Annotated[
+        str | None, WithJsonSchema({"anyOf": [{"enum": list(TAG_HANDLING_VERSIONS)}, NULL]})
+    ] = None
+    outline_detection: bool = True
+    splitting_tags: TagNames = None
+    non_splitting_tags: TagNames = None
+    ignore_tags: TagNames = None
 
 
 class DeeplLanguagesBody(BaseModel):
@@ -153,6 +163,24 @@ def language_listing(core: ServingCore, target: bool) -> list[dict]:
     return entries
 
 
+def markup_rules(fields: dict) -> MarkupRules | None:
+    """DeepL's tag-handling fields as the rules markup is read by (None: plain text)."""
+    tag_handling = string_field(fields, "tag_handling")
+    if tag_handling is not None and tag_handling not in TAG_HANDLINGS:
+        raise invalid("tag_handling", f"{tag_handling!r}; one of {', '.join(TAG_HANDLINGS)}")
+    version = string_field(fields, "tag_handling_version")  # null: v1, as left out
+    if version is not None and version not in TAG_HANDLING_VERSIONS:
+        raise invalid("tag_handling_version", f"{version!r}; one of {', '.join(TAG_HANDLING_VERSIONS)}")
+    rules = MarkupRules(  # read (and checked) with or without tag_handling: as DeepL, no effect on plain text
+        tag_handling=tag_handling or "",
+        outline_detection=bool_field(fields, "outline_detection", True),
+        splitting_tags=names_field(fields, "splitting_tags"),
+        non_splitting_tags=names_field(fields, "non_splitting_tags"),
+        ignore_tags=names_field(fields, "ignore_tags"),
+    )
+    return rules if tag_handling else None
+
+
 def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
     """DeepL's fields as a translation request, and whether billed characters are asked for."""
     for name in fields:
@@ -179,7 +207,7 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
         target_language=language_in(target, target=True),
         source_language=language_in(source, target=False) if source is not None else None,
         model=string_field(fields, "model", "") or "",
-        options=TranslationOptions(split_sentences=split),
+        options=TranslationOptions(split_sentences=split, markup=markup_rules(fields)),
     )
     return request, bool_field(fields, "show_billed_characters")
 

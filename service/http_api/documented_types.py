@@ -52,6 +52,11 @@ SOURCE_TEXT = {
 }
 DOCUMENTS = {"minItems": 1, FILL: "documents", "x-limit": "rerank_max_documents"}
 SourceTexts = Annotated[str | list[str], WithJsonSchema({"anyOf": [SOURCE_TEXT, {**TEXTS, "items": SOURCE_TEXT}]})]
+# Tag names, comma-separated in one string (DeepL's form) or as a list.
+TagNames = Annotated[
+    str | list[str] | None,
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}, NULL]}),
+]
 
 
 def batch(core: ServingCore) -> dict:

@@ -19,6 +19,7 @@ from modeldir.languages import language_name, language_tag
 from ..core.calls.lifecycle import Call, Refusal
 from ..core.serving import ServingCore
 from ..core.translation.languages import AUTO
+from ..core.translation.markup import HTML, MarkupRules
 from ..core.translation.translation import TranslateRequest, TranslationOptions
 from ..errors import Unauthenticated, invalid
 from ..ops.auth import REQUIRED, bearer_allowed
@@ -38,6 +39,7 @@ PATHS = ("/translate", "/detect", "/languages")
 NAMES = {"texts": "q", "source_language": "source", "target_language": "target"}
 TRANSLATE_FIELDS = {"q", "source", "target", "format", "alternatives", "api_key", "model"}
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
+FORMATS = ("text", "html")
 API_KEY = "the server's token, where it requires one (or send it as a bearer token)"
 
 
@@ -51,7 +53,7 @@ class LibreTranslateBody(BaseModel):
         str | None, WithJsonSchema({"anyOf": [{"type": "string", FILL: "libretranslate_sources"}, NULL]})
     ] = AUTO
     target: Annotated[str, WithJsonSchema({"type": "string", FILL: "libretranslate_targets"})]
-    format: Annotated[str, WithJsonSchema({"const": "text"})] = "text"
+    format: Annotated[str, WithJsonSchema({"enum": list(FORMATS)})] = "text"
     alternatives: Annotated[int, WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_ALTERNATIVES})] = 0
     api_key: str | None = Field(None, description=API_KEY)
     model: Annotated[str | None, WithJsonSchema({"anyOf": [{"type": "string", FILL: "translating_models"}, NULL]})] = (
@@ -138,10 +140,11 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
     if not target:
         raise invalid("target", "required")
     text_format = string_field(fields, "format", "text")
-    if text_format != "text":
-        raise invalid("format", f"{text_format!r} is not served; send text")
+    if text_format not in FORMATS:
+        raise invalid("format", f"{text_format!r}; one of {', '.join(FORMATS)}")
     alternatives = int_field(fields, "alternatives", 0, 0, MAX_ALTERNATIVES)
-    options = TranslationOptions(alternatives=alternatives)
+    markup = MarkupRules(tag_handling=HTML) if text_format == "html" else None
+    options = TranslationOptions(alternatives=alternatives, markup=markup)
     model = string_field(fields, "model", "") or ""
     return TranslateRequest(
         texts=texts, target_language=target, source_language=source, model=model, options=options

@@ -112,3 +112,15 @@ def int_field(fields: dict, name: str, default: int, low: int, high: int) -> int
     if not low <= value <= high:
         raise invalid(name, f"{value}; from {low} to {high}")
     return value
+
+
+def names_field(fields: dict, name: str) -> frozenset[str]:
+    """A list of names, as a comma-separated string (DeepL's form) or a list of strings (each may be
+    comma-separated too)."""
+    value = fields.get(name)
+    if value is None:
+        return frozenset()
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise invalid(name, "a comma-separated string of tag names, or a list of them")
+    return frozenset(n.strip() for v in values for n in v.split(",") if n.strip())

@@ -154,6 +154,12 @@ class ServerConfig:
         "serve the Attention RPC: load each model's attention-map graph (onnx/attention.onnx, a second copy "
         "of its weights) at start; off, Attention answers FAILED_PRECONDITION and nothing more is loaded",
     )
+    tag_alignment: bool = _setting(
+        True,
+        "place a translation's inline tags (tag_handling, format=html) through its word alignment: load each "
+        "seq2seq model's attention-map graph where its directory has one (float32, a second copy of its "
+        "weights; none over 2 GiB); off, or a model without one: tags are placed by their share of the text",
+    )
     attention_max_input_tokens: int = _setting(
         128, "most tokens of an Attention call's input, and most decoder positions (start token included)"
     )

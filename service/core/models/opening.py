@@ -9,7 +9,15 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modeldir.files import CACHE_GRAPHS, ModelFiles, extra_outputs, open_model_dir, pooled_output
+from modeldir.files import (
+    ATTENTION_FILE,
+    CACHE_GRAPHS,
+    ModelFiles,
+    extra_outputs,
+    open_model_dir,
+    pooled_output,
+    read_manifest,
+)
 from modeldir.language_tokenizer import load_model_tokenizer
 
 from ...engine.batcher import BatchLimits
@@ -101,6 +109,7 @@ class LoadSettings:
     batching: BatchLimits
     cache: CacheSettings
     attention_maps: bool  # load each model's attention-map graph
+    tag_alignment: bool = False  # load each seq2seq model's attention-map graph where it has one
     fault_threshold: int  # consecutive failed model calls before a model is unhealthy
     cuda_graphs: bool = False  # greedy decode steps in buckets, captured as CUDA graphs on CUDA
     input_caps: dict[str, int] = field(default_factory=dict)  # model name -> most input tokens (its own if less)
@@ -129,12 +138,23 @@ class OpenedModel:
     voice_activity: VoiceActivityRunner | None = None  # a speech model's, to cut recordings at their silences
 
 
+def _loads_attention(model_dir: Path, settings: LoadSettings) -> bool:
+    """Whether a model's attention-map graph is loaded: for the Attention RPC (every model), or to place a
+    translation's tags (a seq2seq model whose directory has one)."""
+    if settings.attention_maps:
+        return True
+    if not settings.tag_alignment:
+        return False
+    manifest = read_manifest(model_dir)
+    return manifest["task"] == "seq2seq" and ATTENTION_FILE in manifest["sha256"]
+
+
 def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: int) -> OpenedModel:
     """Open and verify one model directory and create its sessions (blocking: run it in the model thread).
     seq2seq_left: seq2seq models not loaded yet, this one included, among which an automatic cache size
     shares the device memory that is left."""
     precision = settings.precision_on(provider)
-    files = open_model_dir(model_dir, attention=settings.attention_maps, precision=precision)
+    files = open_model_dir(model_dir, attention=_loads_attention(model_dir, settings), precision=precision)
     cap = settings.input_caps.get(files.name)
     if cap is not None and cap < files.config.max_input_tokens:  # the operator's cap (model_max_input_tokens)
         files = dataclasses.replace(files, config=dataclasses.replace(files.config, max_input_tokens=cap))
@@ -182,7 +202,7 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
     # of an idle session would take cycles from the serving graphs' next calls.
     quiet = dataclasses.replace(sessions, spinning=False)
     attention = None
-    if settings.attention_maps:
+    if files.attention is not None:
         attention = AttentionMapsRunner(create_session(files.attention, quiet, provider), files.task)
     word_alignment = None
     if files.word_alignment is not None:

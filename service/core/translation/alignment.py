@@ -8,6 +8,7 @@ Pairs are Pharaoh's "i-j": (source word, target word), 0-based."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from ...errors import FailedPrecondition
 from ..attention.maps import CROSS
 from ..models.served_models import ServedModel
+from .tag_projection import Link
 
 WORD_STARTS = ("\u2581", "\u0120")  # SentencePiece's and byte-level BPE's marks of a word's first token
 CONTINUES = "##"  # WordPiece's mark of a word's later token
@@ -47,16 +49,24 @@ def words_of(tokens: list[str], special: list[bool]) -> tuple[list[str], list[in
     return words, word_of
 
 
-def align(weights: np.ndarray, source_word: list[int], target_word: list[int]) -> list[tuple[int, int]]:
+def aligned_sources(weights: np.ndarray, source_special: list[bool], target_special: list[bool]) -> list[int]:
     """weights (target positions, source positions): the attention of the decoder position that generated
-    each target token (the position before it). -> the (source word, target word) pairs."""
-    sources = np.array(source_word) >= 0
-    pairs = set()
-    for t, word in enumerate(target_word):
-        if word < 0 or t == 0:
+    each target token (the position before it). -> each target position's source position (-1: none)."""
+    sources = ~np.array(source_special, dtype=bool)
+    aligned = []
+    for t, special in enumerate(target_special):
+        if special or t == 0:
+            aligned.append(-1)
             continue
         scores = np.where(sources, weights[t - 1], -np.inf)  # the step whose output was token t
-        pairs.add((source_word[int(np.argmax(scores))], word))
+        aligned.append(int(np.argmax(scores)))
+    return aligned
+
+
+def align(weights: np.ndarray, source_word: list[int], target_word: list[int]) -> list[tuple[int, int]]:
+    """-> the (source word, target word) pairs of the tokens' alignment."""
+    aligned = aligned_sources(weights, [w < 0 for w in source_word], [w < 0 for w in target_word])
+    pairs = {(source_word[s], target_word[t]) for t, s in enumerate(aligned) if s >= 0}
     return sorted(pairs, key=lambda pair: (pair[1], pair[0]))
 
 
@@ -72,18 +82,55 @@ async def sentence_alignment(
     if model.attention is None:
         raise FailedPrecondition(
             "return_alignment: alignments come from the attention-map graphs, which this server has not loaded; "
-            "start it with --attention-maps (ATTNSERVE_ATTENTION_MAPS=1)",
+            "start it with --tag-alignment (the default) or --attention-maps",
             "return_alignment",
         )
-    layer = alignment_layer(model)
-    running = model.attention.submit(
-        source_ids, target_ids, {CROSS: [layer]}, positions=len(source_ids) + len(target_ids)
-    )
-    maps = await asyncio.shield(running)
-    weights = maps.weights[CROSS][0].mean(axis=0)  # (heads, T, S) -> (T, S)
+    weights = await cross_attention(model, source_ids, target_ids)
     special = model.special.of(True) | extra_special
     tokens = model.tokenizer.tokens
     source_words, source_word = words_of(tokens(source_ids), [i in special for i in source_ids])
     target_words, target_word = words_of(tokens(target_ids), [i in special for i in target_ids])
     pairs = align(weights, source_word, target_word)
     return SentenceAlignment(tuple(source_words), tuple(target_words), tuple(pairs))
+
+
+async def cross_attention(model: ServedModel, source_ids: list[int], target_ids: list[int]) -> np.ndarray:
+    """The alignment layer's cross-attention, its heads averaged: (target positions, source positions)."""
+    layer = alignment_layer(model)
+    running = model.attention.submit(
+        source_ids, target_ids, {CROSS: [layer]}, positions=len(source_ids) + len(target_ids)
+    )
+    maps = await asyncio.shield(running)
+    return maps.weights[CROSS][0].mean(axis=0)
+
+
+def token_ranges(decode: Callable[[list[int]], str], ids: list[int], text: str) -> list[tuple[int, int]]:
+    """Each token's characters in text, from the lengths of its decoded prefixes (scaled to text's length
+    where the decoding differs from it, as a normalizing tokenizer's may)."""
+    ends = [len(decode(ids[: k + 1])) for k in range(len(ids))]
+    scale = len(text) / ends[-1] if ids and ends[-1] else 1.0
+    ends = [min(round(end * scale), len(text)) for end in ends]
+    return list(zip([0, *ends[:-1]], ends))
+
+
+async def token_links(
+    model: ServedModel, source: tuple[str, list[int]], target: tuple[str, list[int]], extra_special: set[int]
+) -> list[Link]:
+    """source, target: a sentence and its translation, each as (text, the ids the model took or made, the
+    decoder's start token first). -> each target token's characters and its aligned source token's."""
+    if model.attention is None:
+        return []
+    (source_text, source_ids), (target_text, target_ids) = source, target
+    weights = await cross_attention(model, source_ids, target_ids)
+    special = model.special.of(True) | extra_special
+    source_content = [i for i, token in enumerate(source_ids) if token not in special]
+    target_content = [i for i, token in enumerate(target_ids) if token not in special]
+    decode = model.tokenizer.decode
+    source_chars = dict(zip(source_content, token_ranges(decode, [source_ids[i] for i in source_content], source_text)))
+    target_chars = dict(zip(target_content, token_ranges(decode, [target_ids[i] for i in target_content], target_text)))
+    aligned = aligned_sources(weights, [i in special for i in source_ids], [i in special for i in target_ids])
+    links = []
+    for t, s in enumerate(aligned):
+        if s >= 0 and t in target_chars and s in source_chars:
+            links.append(Link(*target_chars[t], *source_chars[s]))
+    return links

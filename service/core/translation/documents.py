@@ -43,6 +43,17 @@ class Document:
         """The document with each piece replaced by its translation (len(translated) == len(pieces))."""
         return "".join(part if isinstance(part, str) else translated[part] for part in self.parts)
 
+    def offsets(self, translated: Sequence[str]) -> list[int]:
+        """Where each piece's translation starts in the assembled document."""
+        at, starts = 0, [0] * len(self.pieces)
+        for part in self.parts:
+            if isinstance(part, str):
+                at += len(part)
+            else:
+                starts[part] = at
+                at += len(translated[part])
+        return starts
+
 
 def _segment(text: str, language: str) -> list[str]:
     from sentencex import segment  # the segmenter loads its rules when a document first needs them

@@ -18,9 +18,11 @@ from ...ops.call_record import CallRecord
 from ..calls.tokenization import Tokenization
 from ..calls.validation import GenerationOptions, check_text, generation_params
 from ..generation.generation import GenerateResult, answer, whole_answer
-from .alignment import SentenceAlignment, sentence_alignment
+from .alignment import SentenceAlignment, sentence_alignment, token_links
 from .documents import SPLIT_ALL, SPLIT_MODES, Document, fit_pieces, split_document
+from .markup import Markup, MarkupRules, parse_markup
 from .routing import LanguageRouter, Route
+from .tag_projection import Link, place_tags
 
 # The generation options' names as a translation call has them.
 OPTION_NAMES = {
@@ -30,6 +32,8 @@ OPTION_NAMES = {
     "params.num_return_sequences": "alternatives",
 }
 SEGMENTER_FALLBACK = "en"  # sentence rules for a language without a two-letter code
+# What a sentence is generated with beside its translation.
+NO_ALIGNMENT, WORD_ALIGNMENT, TOKEN_LINKS = "", "words", "tokens"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +51,7 @@ class TranslationOptions:
     split_sentences: str = SPLIT_ALL  # documents.SPLIT_MODES
     scores: bool = False  # each text's confidence: the mean log-probability of its tokens
     alignment: bool = False  # each sentence's word alignment, from cross-attention (needs --attention-maps)
+    markup: MarkupRules | None = None  # the texts are XML or HTML: their inline tags kept around their words
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +122,9 @@ class TranslationService:
         for name in ("num_beams", "alternatives", "max_new_tokens"):
             if getattr(options, name) < 0:
                 raise invalid(name, f"{getattr(options, name)}; at least 0")
+        if options.markup is not None:
+            if options.alignment:  # the alignment of a text's sentences: of markup's, they are not its own
+                raise invalid("return_alignment", "not served with markup")
 
     def check_sentences(self, documents: list[Document]) -> int:
         """-> the sentences of a call's documents, at most translation_max_sentences."""
@@ -150,17 +158,71 @@ class TranslationService:
         """Every text translated, in order. One refused or failed sentence stops the others."""
         self.check(request)
         options = request.options
+        markups = None
+        if options.markup is not None:
+            markups = [parse_markup(text, options.markup) for text in request.texts]
+            contents = [[segment.plain for segment in markup.segments] for markup in markups]
+        else:
+            contents = [[text] for text in request.texts]
         router, source, target = self.router, request.source_language, request.target_language
         candidates = router.candidates(request.model, target)
-        routes = [router.route(text, source, target, candidates) for text in request.texts]
-        split = options.split_sentences
-        documents = [split_document(t, segmenter_language(r.source), split) for r, t in zip(routes, request.texts)]
+        routes = [  # a text detected by its plain text (a text of markup alone: by itself)
+            router.route(" ".join(plain) or text, source, target, candidates)
+            for plain, text in zip(contents, request.texts)
+        ]
+        for route in routes:
+            call.use_model(route.model.name)
+            if options.alignment and route.model.attention is None:
+                raise FailedPrecondition(
+                    f"return_alignment: model {route.model.name!r} has no attention-map graph loaded; start the "
+                    "server with --tag-alignment (the default, for a model exported with onnx/attention.onnx) or "
+                    "--attention-maps",
+                    "return_alignment",
+                )
+        # One document per text (per segment of a text with markup), each cut into sentences.
+        owners = [i for i, texts in enumerate(contents) for _ in texts]
+        documents = [
+            split_document(text, segmenter_language(routes[i].source), options.split_sentences)
+            for i, text in zip(owners, (t for texts in contents for t in texts))
+        ]
+        alignment = WORD_ALIGNMENT if options.alignment else NO_ALIGNMENT
+        kinds = [alignment] * len(documents)
+        if markups is not None:
+            tagged = [segment.tagged for markup in markups for segment in markup.segments]
+            kinds = [TOKEN_LINKS if t else NO_ALIGNMENT for t in tagged]
+        results = await self._translate_documents([routes[i] for i in owners], documents, options, kinds)
+        translations = []
+        for i, route in enumerate(routes):
+            mine = [k for k, owner in enumerate(owners) if owner == i]
+            if markups is None:
+                (k,) = mine
+                translation = self._translation(route, documents[k], [r for r, _ in results[k]], options.alternatives)
+                if options.alignment:
+                    translation = dataclasses.replace(translation, alignments=tuple(a for _, a in results[k]))
+            else:
+                translation = self._markup_translation(
+                    route, markups[i], [documents[k] for k in mine], [results[k] for k in mine], options.alternatives
+                )
+            translations.append(translation)
+        call.figures.update(
+            inputs=len(request.texts),
+            sentences=sum(t.sentences for t in translations),
+            prompt_tokens=sum(t.prompt_tokens for t in translations),
+            generated_tokens=sum(t.generated_tokens for t in translations),
+        )
+        return translations
+
+    async def _translate_documents(
+        self, routes: list[Route], documents: list[Document], options: TranslationOptions, kinds: list[str]
+    ) -> list[list[tuple[GenerateResult, SentenceAlignment | list[Link] | None]]]:
+        """Each document's sentences translated, all at once: per document, per sentence, the result and
+        what was asked beside it (kinds: per document, NO_ALIGNMENT, WORD_ALIGNMENT or TOKEN_LINKS)."""
         self.check_sentences(documents)  # before any tokenizing: cutting long sentences only adds more
         ids = []
         for i, route in enumerate(routes):
             documents[i], piece_ids = await self._pieces(route, documents[i])
             ids.append(piece_ids)
-        sentences = self.check_sentences(documents)
+        self.check_sentences(documents)
         generation = GenerationOptions(
             max_new_tokens=options.max_new_tokens,
             num_beams=options.num_beams,
@@ -168,39 +230,20 @@ class TranslationService:
             scores=options.scores,
         )
         params = [self._params(route, generation) for route in routes]
-        for route in routes:
-            call.use_model(route.model.name)
-            if options.alignment and route.model.attention is None:
-                raise FailedPrecondition(
-                    f"return_alignment: model {route.model.name!r} has no attention-map graph loaded; start the "
-                    "server with --attention-maps (ATTNSERVE_ATTENTION_MAPS=1)",
-                    "return_alignment",
-                )
         tasks = [
-            asyncio.ensure_future(self._generate(route, piece_ids, route_params, options.alignment))
-            for route, route_params, pieces in zip(routes, params, ids)
-            for piece_ids in pieces
+            [
+                asyncio.ensure_future(self._generate(route, piece, piece_ids, route_params, kind))
+                for piece, piece_ids in zip(document.pieces, pieces)
+            ]
+            for route, route_params, document, pieces, kind in zip(routes, params, documents, ids, kinds)
         ]
+        every = [task for document_tasks in tasks for task in document_tasks]
         try:
-            results = await asyncio.gather(*tasks)
+            await asyncio.gather(*every)
         finally:
-            for task in tasks:
+            for task in every:
                 task.cancel()
-        translations, start = [], 0
-        for route, document in zip(routes, documents):
-            mine = results[start : start + len(document.pieces)]
-            start += len(document.pieces)
-            translation = self._translation(route, document, [r for r, _ in mine], options.alternatives)
-            if options.alignment:
-                translation = dataclasses.replace(translation, alignments=tuple(a for _, a in mine))
-            translations.append(translation)
-        call.figures.update(
-            inputs=len(request.texts),
-            sentences=sentences,
-            prompt_tokens=sum(t.prompt_tokens for t in translations),
-            generated_tokens=sum(t.generated_tokens for t in translations),
-        )
-        return translations
+        return [[task.result() for task in document_tasks] for document_tasks in tasks]
 
     def _params(self, route: Route, options: GenerationOptions) -> GenerationParams:
         """The route's generation parameters, a refusal naming the option as a translation call has it."""
@@ -214,19 +257,20 @@ class TranslationService:
 
     @staticmethod
     async def _generate(
-        route: Route, ids: list[int], params: GenerationParams, alignment: bool
-    ) -> tuple[GenerateResult, SentenceAlignment | None]:
-        """One sentence's translation, and its word alignment where asked for."""
+        route: Route, piece: str, ids: list[int], params: GenerationParams, kind: str
+    ) -> tuple[GenerateResult, SentenceAlignment | list[Link] | None]:
+        """One sentence's translation, and its word alignment or token links where asked for."""
         model = route.model
         model.metrics.prompt(len(ids))
         text, token_ids, last = await whole_answer(model, ids, params)
         result = answer(model.name, text, token_ids, last)
-        if not alignment:
+        if kind == NO_ALIGNMENT:
             return result, None
         codes = route.languages.codes(model)
-        forced = list(params.forced_tokens)
-        aligned = await sentence_alignment(model, ids, [model.special.bos, *forced, *token_ids], codes)
-        return result, aligned
+        target_ids = [model.special.bos, *params.forced_tokens, *token_ids]
+        if kind == TOKEN_LINKS:
+            return result, await token_links(model, (piece, ids), (text, target_ids), codes)
+        return result, await sentence_alignment(model, ids, target_ids, codes)
 
     @staticmethod
     def _translation(route: Route, document: Document, results: list[GenerateResult], alternatives: int):
@@ -247,3 +291,45 @@ class TranslationService:
             prompt_tokens=sum(r.usage.prompt_tokens for r in results),
             generated_tokens=sum(r.usage.generated_tokens for r in results),
         )
+
+    def _markup_translation(
+        self, route: Route, markup: Markup, documents: list[Document], results: list, alternatives: int
+    ) -> Translation:
+        """A text with markup put back together: each segment's translation with its tags placed through
+        its sentences' token links (shifted to where each sentence stands in the segment); alternatives'
+        tags placed by their share of the text (only the best answer is aligned)."""
+        rendered, flat = [], []
+        for segment, document, pieces in zip(markup.segments, documents, results):
+            texts = [r.text for r, _ in pieces]
+            flat.extend(r for r, _ in pieces)
+            translation = document.assemble(texts)
+            links = None
+            if segment.tagged:
+                source_at, target_at = document.offsets(document.pieces), document.offsets(texts)
+                links = [
+                    Link(link.target_start + t, link.target_stop + t, link.source_start + s, link.source_stop + s)
+                    for (_, piece_links), s, t in zip(pieces, source_at, target_at)
+                    for link in piece_links
+                ]
+            rendered.append(place_tags(segment, translation, links))
+        return Translation(
+            text=markup.assemble(rendered),
+            model=route.model.name,
+            source_language=route.languages.source or route.source,
+            target_language=route.languages.target or next(iter(route.model.language_pair[1:]), None),
+            detected_confidence=route.confidence,
+            mean_log_prob=weighted_mean(flat) if flat else None,
+            alternatives=tuple(self._markup_alternatives(markup, documents, results, alternatives)),
+            sentences=len(flat),
+            prompt_tokens=sum(r.usage.prompt_tokens for r in flat),
+            generated_tokens=sum(r.usage.generated_tokens for r in flat),
+        )
+
+    @staticmethod
+    def _markup_alternatives(markup: Markup, documents: list[Document], results: list, alternatives: int):
+        for k in range(1, alternatives + 1):  # a sentence with fewer alternatives gives its best
+            rendered = []
+            for segment, document, pieces in zip(markup.segments, documents, results):
+                texts = [r.hypotheses[k].text if k < len(r.hypotheses) else r.text for r, _ in pieces]
+                rendered.append(place_tags(segment, document.assemble(texts), None))
+            yield markup.assemble(rendered)

@@ -350,7 +350,7 @@ class GenerateStreamResponse(_message.Message):
     def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[GenerateUsage, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class TranslateRequest(_message.Message):
-    __slots__ = ("model", "texts", "source_language", "target_language", "num_beams", "alternatives", "max_new_tokens", "sentence_splitting", "return_scores", "return_alignment")
+    __slots__ = ("model", "texts", "source_language", "target_language", "num_beams", "alternatives", "max_new_tokens", "sentence_splitting", "return_scores", "return_alignment", "markup")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
@@ -361,6 +361,7 @@ class TranslateRequest(_message.Message):
     SENTENCE_SPLITTING_FIELD_NUMBER: _ClassVar[int]
     RETURN_SCORES_FIELD_NUMBER: _ClassVar[int]
     RETURN_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    MARKUP_FIELD_NUMBER: _ClassVar[int]
     model: str
     texts: _containers.RepeatedScalarFieldContainer[str]
     source_language: str
@@ -371,7 +372,22 @@ class TranslateRequest(_message.Message):
     sentence_splitting: SentenceSplitting
     return_scores: bool
     return_alignment: bool
-    def __init__(self, model: _Optional[str] = ..., texts: _Optional[_Iterable[str]] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., num_beams: _Optional[int] = ..., alternatives: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., sentence_splitting: _Optional[_Union[SentenceSplitting, str]] = ..., return_scores: _Optional[bool] = ..., return_alignment: _Optional[bool] = ...) -> None: ...
+    markup: Markup
+    def __init__(self, model: _Optional[str] = ..., texts: _Optional[_Iterable[str]] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., num_beams: _Optional[int] = ..., alternatives: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., sentence_splitting: _Optional[_Union[SentenceSplitting, str]] = ..., return_scores: _Optional[bool] = ..., return_alignment: _Optional[bool] = ..., markup: _Optional[_Union[Markup, _Mapping]] = ...) -> None: ...
+
+class Markup(_message.Message):
+    __slots__ = ("tag_handling", "outline_detection", "splitting_tags", "non_splitting_tags", "ignore_tags")
+    TAG_HANDLING_FIELD_NUMBER: _ClassVar[int]
+    OUTLINE_DETECTION_FIELD_NUMBER: _ClassVar[int]
+    SPLITTING_TAGS_FIELD_NUMBER: _ClassVar[int]
+    NON_SPLITTING_TAGS_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_TAGS_FIELD_NUMBER: _ClassVar[int]
+    tag_handling: str
+    outline_detection: bool
+    splitting_tags: _containers.RepeatedScalarFieldContainer[str]
+    non_splitting_tags: _containers.RepeatedScalarFieldContainer[str]
+    ignore_tags: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tag_handling: _Optional[str] = ..., outline_detection: _Optional[bool] = ..., splitting_tags: _Optional[_Iterable[str]] = ..., non_splitting_tags: _Optional[_Iterable[str]] = ..., ignore_tags: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SentenceAlignment(_message.Message):
     __slots__ = ("source_words", "target_words", "pairs")
