@@ -158,6 +158,20 @@ def test_the_readme_translation_examples_work_verbatim(server):
         exec(compile(readme_block("DeepL's Python client works unchanged:", "python"), "README.md", "exec"), {})
     assert printed.getvalue() == (
         "trois cent douze mille quatre cent cinq ZXX\ndreihundertzwölf\n\nsieben\n312405 FR\n"
+        "trois cent douze mille <b>quatre cent cinq</b>\n"
+    )
+    script = readme_block("tests/test_markup_serving.py sends as recorded:", "sh")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    decoder, out, recorded = json.JSONDecoder(), done.stdout.strip(), []
+    while out:  # the answers, one after another
+        answer, end = decoder.raw_decode(out)
+        recorded.append(answer)
+        out = out[end:].lstrip()
+    assert recorded[0]["translations"][0]["text"] == 'trois cent douze mille <x id="3"></x>quatre cent cinq'
+    assert (
+        recorded[1]["translatedText"]
+        == "<p>douze</p><p>trois cent douze mille <b>quatre cent cinq</b> <code>34</code></p>"
     )
     answers = []
     for command in readme_block("LibreTranslate's shapes, with curl:", "sh").strip().splitlines():

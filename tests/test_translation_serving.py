@@ -250,3 +250,24 @@ def test_generate_naming_languages_but_no_model_is_routed_by_its_pair(stub, tran
         model="", prompt="12", extra_body={"source_language": "zxx", "target_language": "de"}
     )
     assert (completion.model, completion.choices[0].text) == (MULTILINGUAL, "zwölf")
+
+
+def test_the_graph_cut_for_tag_alignment_gives_the_whole_graphs_weights_in_batches(multilingual_numbers_dir):
+    """The attention-map graph cut at load to the alignment layer (runner/cross_attention.py), run on a
+    padded batch, gives each input's weights as the whole graph gives them one input at a time."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from service.runner.attention_maps import CROSS, AttentionMapsRunner
+    from service.runner.cross_attention import CrossAttentionRunner, cut_graph
+
+    path = multilingual_numbers_dir / "onnx" / "attention.onnx"
+    whole = AttentionMapsRunner(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), "seq2seq")
+    graph, cut = cut_graph(path, 1)
+    assert cut and len(graph) < path.stat().st_size
+    runner = CrossAttentionRunner(ort.InferenceSession(graph, providers=["CPUExecutionProvider"]), cut)
+    items = [([5, 17, 9, 2], [2, 30, 31], 1), ([8, 2], [2, 40, 41, 42, 43, 44], 1), ([7, 7, 7, 7, 7, 7, 2], [2], 1)]
+    for (source, target, layer), weights in zip(items, runner.run_batch(items)):
+        alone = whole.run(source, target, {CROSS: [layer]}).weights[CROSS][0].mean(axis=0)
+        assert weights.shape == (len(target), len(source))
+        np.testing.assert_allclose(weights, alone, atol=1e-6)

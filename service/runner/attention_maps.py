@@ -10,6 +10,8 @@ import onnxruntime as ort
 
 from modeldir.files import attention_inputs, attention_outputs
 
+from .cross_attention import CrossAttentionRunner
+
 ENCODER_SELF, DECODER_SELF, CROSS = "encoder_self", "decoder_self", "cross"
 # Each kind of attention: the graph output holding it.
 OUTPUTS = {ENCODER_SELF: "encoder_self_attention", DECODER_SELF: "decoder_self_attention", CROSS: "cross_attention"}
@@ -38,3 +40,7 @@ class AttentionMapsRunner:
         weights = {kind: np.ascontiguousarray(outputs[OUTPUTS[kind]][chosen, 0]) for kind, chosen in layers.items()}
         predicted = outputs["predicted_ids"][0].tolist() if self.task == "seq2seq" else []
         return Maps(weights, layers, predicted)
+
+    def run_batch(self, items: list[tuple[list[int], list[int], int]]) -> list[np.ndarray]:
+        """Each (source ids, target ids, layer)'s cross-attention at its layer, heads averaged, as one batch."""
+        return CrossAttentionRunner(self.session, cut=False, task=self.task).run_batch(items)

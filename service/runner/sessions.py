@@ -176,14 +176,17 @@ def create_session(
     the CPU silently when the CUDA provider cannot load, so the provider the session really got is
     checked, and on CUDA that no node but shape arithmetic runs on the CPU. cuda_graph: on CUDA, runs
     may capture and replay CUDA graphs (ONNX Runtime refuses the session where the graph cannot be)."""
-    provider = provider or resolve_device(settings.device)
+    provider = provider or resolve_device(settings.device)  # path: a file, or a graph's bytes
+    name = "a graph cut at load" if isinstance(path, bytes) else path
     session = ort.InferenceSession(
-        str(path), _options(settings, provider), providers=_provider_options(settings, provider, cuda_graph)
+        path if isinstance(path, bytes) else str(path),
+        _options(settings, provider),
+        providers=_provider_options(settings, provider, cuda_graph),
     )
     got = session.get_providers()[0]
     if provider == CUDA and got != CUDA:
         raise ProviderError(
-            f"--device cuda: the CUDA provider did not load for {path} (session got {got}); "
+            f"--device cuda: the CUDA provider did not load for {name} (session got {got}); "
             "check the GPU, the driver and the CUDA/cuDNN libraries, or use --device auto"
         )
     if provider == CUDA:
@@ -191,7 +194,7 @@ def create_session(
         if fallen:
             listed = ", ".join(f"{name} ({op})" for name, op in fallen[:8])
             raise ProviderError(
-                f"{path}: {len(fallen)} nodes have no CUDA kernel for their types and would run on the CPU, "
+                f"{name}: {len(fallen)} nodes have no CUDA kernel for their types and would run on the CPU, "
                 f"copying their tensors at every call: {listed}; export the model for this device "
                 "(attnserve export --precision fp16) or serve it with --device cpu"
             )

@@ -21,6 +21,7 @@ from ...engine.scheduler import Scheduler
 from ...engine.steps import SchedulerSettings
 from ...engine.token_choice import GenerationRules, TokenChoice
 from ...ops.metrics import Metrics
+from ...runner.cross_attention import CrossAttentionRunner, alignment_layer
 from ...runner.decode_buckets import DecodeBuckets
 from ...runner.device_memory import cuda_memory_used
 from ...runner.sessions import CUDA, resolve_device
@@ -44,14 +45,19 @@ log = logging.getLogger("attnserve.loader")
 
 def _warm_up_in_thread(model: ServedModel) -> None:
     """First calls allocate and plan: run them before the first request does (in the model thread). An
-    embedding model's runner at the shortest and longest input; the attention-map graph once, checking
-    that its rows are distributions."""
+    embedding model's runner at the shortest and longest input; the attention-map graph (or its cut for
+    tag alignment) once, checking that its rows are distributions."""
     model.warm_up()
     if model.attention is not None:
         ids = model.tokenizer.encode(["warm up"])[0].ids
         target = [model.special.bos] if model.task == "seq2seq" else None
-        maps = model.attention.runner.run(ids, target, select_layers(model, []))
-        for weights in maps.weights.values():
+        runner = model.attention.runner
+        if isinstance(runner, CrossAttentionRunner):  # loaded for tag alignment: its one layer
+            layer = alignment_layer(model.architecture.n_decoder_layers)
+            every = runner.run_batch([(ids, target, layer)])
+        else:
+            every = runner.run(ids, target, select_layers(model, [])).weights.values()
+        for weights in every:
             if not np.allclose(weights.sum(-1), 1, atol=1e-4):
                 raise RuntimeError(f"model {model.name}: the attention-map graph gives rows that do not sum to 1")
 

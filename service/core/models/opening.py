@@ -23,6 +23,7 @@ from modeldir.language_tokenizer import load_model_tokenizer
 from ...engine.batcher import BatchLimits
 from ...runner.attention_maps import AttentionMapsRunner
 from ...runner.cache_memory import CacheGeometry
+from ...runner.cross_attention import CrossAttentionRunner, alignment_layer, cut_graph
 from ...runner.device_memory import cuda_memory
 from ...runner.embedding import EmbeddingRunner
 from ...runner.seq2seq import Seq2SeqRunner
@@ -131,7 +132,7 @@ class OpenedModel:
     architecture: Architecture
     special: SpecialTokens
     runner: EmbeddingRunner | Seq2SeqRunner
-    attention: AttentionMapsRunner | None
+    attention: AttentionMapsRunner | CrossAttentionRunner | None  # the latter: for tag alignment only
     geometry: CacheGeometry | None = None
     cache: CachePlan | None = None
     word_alignment: WordAlignmentRunner | None = None  # a speech model's, for word timestamps
@@ -202,8 +203,11 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
     # of an idle session would take cycles from the serving graphs' next calls.
     quiet = dataclasses.replace(sessions, spinning=False)
     attention = None
-    if files.attention is not None:
+    if files.attention is not None and settings.attention_maps:
         attention = AttentionMapsRunner(create_session(files.attention, quiet, provider), files.task)
+    elif files.attention is not None:  # for tag alignment only: the one layer it reads
+        graph, cut = cut_graph(files.attention, alignment_layer(architecture.n_decoder_layers))
+        attention = CrossAttentionRunner(create_session(graph, quiet, provider), cut)
     word_alignment = None
     if files.word_alignment is not None:
         word_alignment = WordAlignmentRunner(create_session(files.word_alignment, quiet, provider))

@@ -1,20 +1,18 @@
 """Word alignment between a sentence and its translation, from the model's cross-attention: the
 translation read back through the attention-map graph (teacher forcing), the heads of one decoder layer
 averaged, and each target word aligned with the source word its tokens attended to most when they were
-generated. The layer is the last but one, where an unsupervised Transformer's attention agrees best with
-human alignments (Garg et al. 2019, "Jointly Learning to Align and Translate with Transformer Models").
+generated, at the last layer but one (runner/cross_attention.py says why).
 Pairs are Pharaoh's "i-j": (source word, target word), 0-based."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import FailedPrecondition
-from ..attention.maps import CROSS
+from ...runner.cross_attention import alignment_layer as decoder_alignment_layer
 from ..models.served_models import ServedModel
 from .tag_projection import Link
 
@@ -71,7 +69,7 @@ def align(weights: np.ndarray, source_word: list[int], target_word: list[int]) -
 
 
 def alignment_layer(model: ServedModel) -> int:
-    return max(model.architecture.n_decoder_layers - 2, 0)
+    return decoder_alignment_layer(model.architecture.n_decoder_layers)
 
 
 async def sentence_alignment(
@@ -95,13 +93,10 @@ async def sentence_alignment(
 
 
 async def cross_attention(model: ServedModel, source_ids: list[int], target_ids: list[int]) -> np.ndarray:
-    """The alignment layer's cross-attention, its heads averaged: (target positions, source positions)."""
-    layer = alignment_layer(model)
-    running = model.attention.submit(
-        source_ids, target_ids, {CROSS: [layer]}, positions=len(source_ids) + len(target_ids)
-    )
-    maps = await asyncio.shield(running)
-    return maps.weights[CROSS][0].mean(axis=0)
+    """The alignment layer's cross-attention, its heads averaged: (target positions, source positions).
+    Passes asked for together run as one batch."""
+    item = (source_ids, target_ids, alignment_layer(model))
+    return await model.attention.gathered_run(item, positions=len(source_ids) + len(target_ids))
 
 
 def token_ranges(decode: Callable[[list[int]], str], ids: list[int], text: str) -> list[tuple[int, int]]:
