@@ -80,6 +80,8 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         access_log_share=config.access_log_share,
         stream_messages=config.stream_messages_per_second,
         translation_characters=config.translation_max_characters,
+        translation_texts=config.translation_max_texts,
+        unserved_confidence=config.translation_unserved_confidence,
         audio=AudioLimits(max_upload_bytes=config.max_upload_bytes, max_audio_seconds=config.max_audio_seconds),
         translation_sentences=config.translation_max_sentences,
         rerank_documents=config.rerank_max_documents,

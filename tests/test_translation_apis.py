@@ -69,8 +69,8 @@ def test_deepl_lists_languages_as_deepl_does(translator):
         (dict(target_lang="JA"), "target_lang: 'ja': no served model translates into it"),
         (dict(target_lang="FR", source_lang="JA"), "source_lang: 'ja' is not a language of this model"),
         (dict(target_lang="FR", tag_handling="yaml"), "tag_handling: 'yaml'; one of xml, html"),
-        (dict(target_lang="FR", formality="more"), "formality: 'more': no served model has a formality"),
-        (dict(target_lang="FR", context="numbers"), "context: context is not served"),
+        (dict(target_lang="FR", formality="more"), "formality: 'formality' is not supported for given 'target_lang'."),
+        (dict(target_lang="FR", formality="formal"), "formality: 'formal': one of default, prefer_more, prefer_less"),
         (dict(target_lang="FR", model_type="quality_optimized"), "model_type: model types are not served"),
         (dict(target_lang="FR", split_sentences="2"), "split_sentences: '2'; one of 1, nonewlines, 0"),
         (dict(target_lang="FR", extra_body_parameters={"glossary_id": "g"}), "glossary_id: glossaries are not served"),
@@ -250,3 +250,46 @@ def test_no_body_gets_a_server_error_and_the_server_serves_on(base_url, request,
     assert response.status_code in (200, 400, 404, 413), response.text
     if response.status_code != 200:
         assert set(response.json()) == ({"message"} if path.startswith("/v2") else {"error"})
+
+
+def test_deepl_usage_counts_the_characters_translated(translator, base_url):
+    before = translator.get_usage()
+    assert before.character.limit == 10**12 and not before.any_limit_reached
+    translator.translate_text(["12", "345"], source_lang="ZXX", target_lang="FR")
+    after = http().get(f"{base_url}/v2/usage").json()
+    assert after["character_count"] - before.character.count >= 5  # other tests may translate meanwhile
+    refused = http().get(f"{base_url}/v2/usage", params={"auth_key": "k"})
+    assert refused.status_code == 400 and refused.json() == {"message": "auth_key: not a parameter of /v2/usage"}
+
+
+def test_deepl_takes_fifty_texts_and_a_context(translator):
+    fifty = translator.translate_text([str(n) for n in range(50)], source_lang="ZXX", target_lang="ES")
+    assert [r.text for r in fifty[:3]] == [words(0, "spa_Latn"), words(1, "spa_Latn"), words(2, "spa_Latn")]
+    with pytest.raises(deepl.DeepLException) as raised:
+        translator.translate_text([str(n) for n in range(51)], source_lang="ZXX", target_lang="ES")
+    assert "text: 51 texts; at most 50 per call (translation_max_texts)" in str(raised.value)
+    assert translator.translate_text("12", target_lang="FR", context="a price list").text == "douze"
+
+
+def test_a_text_in_a_language_no_model_reads_is_refused_not_translated(translator, base_url):
+    """Detected among every language the detector knows, sure enough: refused naming it (where the
+    candidates alone would have picked the nearest served one)."""
+    italian = "Questa è una frase italiana abbastanza lunga."
+    with pytest.raises(deepl.DeepLException) as raised:
+        translator.translate_text(italian, target_lang="ZXX")
+    assert raised.value.http_status_code == 400
+    assert "source_lang: unset, and the text is in Italian (it; detected with confidence 0.99" in str(raised.value)
+    refused = http().post(f"{base_url}/translate", json={"q": italian, "source": "auto", "target": "zxx"})
+    assert refused.status_code == 400 and refused.json()["error"].startswith(
+        "source: unset, and the text is in Italian"
+    )
+    # Number words, which the detector can take for a neighbour language, are never that sure of one.
+    assert translator.translate_text("treinta y cuatro", target_lang="ZXX").text == "34"
+
+
+def test_libretranslates_frontend_settings(base_url):
+    settings = http().get(f"{base_url}/frontend/settings").json()
+    assert settings["charLimit"] == 6000 and settings["keyRequired"] is False and settings["apiKeys"] is False
+    assert settings["language"]["source"] == {"code": "auto", "name": "Auto Detect"}
+    assert settings["language"]["target"]["code"] in {"de", "en", "es", "fr", "it", "zxx"}
+    assert settings["filesTranslation"] is False and settings["supportedFilesFormat"] == []

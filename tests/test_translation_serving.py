@@ -151,7 +151,7 @@ def test_limits_and_bad_input_are_refused_by_name(stub):
         (dict(texts=[]), grpc.StatusCode.INVALID_ARGUMENT, "texts: empty"),
         (dict(texts=["1", ""]), grpc.StatusCode.INVALID_ARGUMENT, "texts[1]: empty text"),
         (dict(texts=["  \n "]), grpc.StatusCode.INVALID_ARGUMENT, "texts: only whitespace"),
-        (dict(texts=["1"] * 33), grpc.StatusCode.INVALID_ARGUMENT, "at most 32 per call (max_client_batch_size)"),
+        (dict(texts=["1"] * 51), grpc.StatusCode.INVALID_ARGUMENT, "at most 50 per call (translation_max_texts)"),
         (dict(texts=["1 " * 3001]), grpc.StatusCode.INVALID_ARGUMENT, "at most 6000 per call (translation_max_"),
         (dict(texts=["1. " * 81]), grpc.StatusCode.INVALID_ARGUMENT, "81 sentences; at most 80 per call"),
         (dict(texts=["1"], target_language=""), grpc.StatusCode.INVALID_ARGUMENT, "target_language: required"),

@@ -49,3 +49,4 @@ class ServerLimits:
     max_beams: int  # of one generation (each beam takes a cache row)
     rerank_max_documents: int  # of one rerank call
     translation_max_characters: int  # of all the texts of one translation call
+    translation_max_texts: int  # texts of one translation call

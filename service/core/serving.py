@@ -47,7 +47,9 @@ class CoreSettings:
     attention: AttentionLimits
     probe_seconds: float  # how often an unhealthy model is probed
     stream_write_timeout: float  # how long a streamed message may wait for its client
-    translation_characters: int = 100_000  # all texts of one Translate call together
+    translation_characters: int = 128 << 10  # all texts of one Translate call together
+    translation_texts: int = 50  # texts of one Translate call
+    unserved_confidence: float = 0.9  # a detected language no model reads, this sure: refused
     translation_sentences: int = 512  # the sentences one Translate call's texts are cut into
     rerank_documents: int = 1000  # documents of one Rerank call
     audio: AudioLimits = AudioLimits(max_upload_bytes=25 << 20, max_audio_seconds=4 * 3600.0)  # of one upload
@@ -109,14 +111,14 @@ class ServingCore:
         )
         self.tokenization = Tokenization(registry, self.tokenize_executor, s.max_client_batch_size)
         self.embeddings = EmbeddingService(registry, self.tokenization, s.max_client_batch_size)
-        self.routing = LanguageRouter(registry, s.translation_characters)
+        self.routing = LanguageRouter(registry, s.translation_characters, s.unserved_confidence)
         self.generation = Generation(
             registry, self.tokenization, s.max_beams, s.max_client_batch_size, s.stream_messages, self.routing
         )
         self.attention_maps = AttentionMaps(registry, self.tokenization, s.attention)
         self.cross_encoding = CrossEncoding(registry, self.tokenization, s.rerank_documents, s.max_client_batch_size)
         limits = TranslationLimits(
-            max_texts=s.max_client_batch_size,
+            max_texts=s.translation_texts,
             max_characters=s.translation_characters,
             max_sentences=s.translation_sentences,
         )
@@ -198,6 +200,7 @@ class ServingCore:
             max_beams=s.max_beams,
             rerank_max_documents=s.rerank_documents,
             translation_max_characters=s.translation_characters,
+            translation_max_texts=s.translation_texts,
         )
 
     def model(self, name: str, stream: bool = False) -> ModelInfo:

@@ -1,4 +1,4 @@
-"""DeepL's API on the HTTP port (/v2/translate, /v2/languages), as DeepL's own client libraries call it
+"""DeepL's API on the HTTP port (/v2/translate, /v2/languages, /v2/usage), as DeepL's own client libraries call it
 with a server URL: its parameters (JSON or form bodies; XML and HTML with tag_handling), language codes,
 response and error shapes and statuses (403 for a missing or wrong key, sent as 'DeepL-Auth-Key
 <token>'). Options attnserve does not serve are refused by name, never ignored."""
@@ -32,7 +32,7 @@ def deepl_error(refusal: Refusal) -> dict:
 
 
 DEEPL = HttpApi("deepl", KEY_STATUSES, deepl_error, MessageError, auth_schemes=("DeepL-Auth-Key ", BEARER))
-PATHS = ("/v2/translate", "/v2/languages")
+PATHS = ("/v2/translate", "/v2/languages", "/v2/usage")
 NAMES = {"texts": "text", "source_language": "source_lang", "target_language": "target_lang"}
 
 SERVED = {
@@ -43,6 +43,7 @@ SERVED = {
     "preserve_formatting",
     "formality",
     "show_billed_characters",
+    "context",  # read and checked, not used: no served model takes a context (the README says so)
     "model",  # attnserve's: a served model by name, instead of the one that covers the pair
     "tag_handling",
     "tag_handling_version",
@@ -54,7 +55,6 @@ SERVED = {
 # DeepL's parameters that attnserve does not serve: refused by name.
 NOT_SERVED = {
     "glossary_id": "glossaries are not served",
-    "context": "context is not served",
     "model_type": "model types are not served: the model is the one that covers the pair (or 'model')",
     "custom_instructions": "custom instructions are not served",
     "style_id": "style rules are not served",
@@ -63,7 +63,10 @@ NOT_SERVED = {
     "auth_key": "send the key in the Authorization header: 'DeepL-Auth-Key <key>'",
 }
 TAG_HANDLING_VERSIONS = ("v1", "v2")  # both read as one: inline tags placed through the alignment
-FORMALITY = ("default", "prefer_more", "prefer_less")  # prefer_*: DeepL too falls back to the default
+FORMALITY = ("default", "prefer_more", "prefer_less")
+NO_LIMIT = (
+    10**12
+)  # /v2/usage's character_limit: this server counts characters but sets no limit  # prefer_*: DeepL too falls back to the default
 VARIANTS = {"en": ("EN-GB", "EN-US"), "pt": ("PT-BR", "PT-PT")}  # DeepL lists no bare EN or PT target
 
 
@@ -81,6 +84,7 @@ class DeeplTranslateBody(BaseModel):
     preserve_formatting: bool = False
     formality: Annotated[str, WithJsonSchema({"enum": list(FORMALITY)})] = "default"
     show_billed_characters: bool = False
+    context: str | None = None
     model: Annotated[str | None, WithJsonSchema({"anyOf": [{"type": "string", FILL: "translating_models"}, NULL]})] = (
         None
     )
@@ -112,6 +116,7 @@ TRANSLATED = obj(
     ),
 )
 LANGUAGES = array(obj(("language", "name"), language=STRING, name=STRING, supports_formality=BOOLEAN))
+USAGE = obj(("character_count", "character_limit"), character_count=INTEGER, character_limit=INTEGER)
 
 
 def language_in(code: str, target: bool) -> str:
@@ -200,8 +205,11 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
         raise invalid("split_sentences", f"{split!r}; one of {', '.join(SPLIT_MODES)}")
     bool_field(fields, "preserve_formatting")  # spaces and line breaks are always kept
     formality = string_field(fields, "formality", "default")
+    if formality in ("more", "less"):  # DeepL's own words where a target has no formality
+        raise invalid("formality", "'formality' is not supported for given 'target_lang'.")
     if formality not in FORMALITY:
-        raise invalid("formality", f"{formality!r}: no served model has a formality; one of {', '.join(FORMALITY)}")
+        raise invalid("formality", f"{formality!r}: one of {', '.join(FORMALITY)} (no served model has a formality)")
+    string_field(fields, "context")
     request = TranslateRequest(
         texts=texts,
         target_language=language_in(target, target=True),
@@ -213,6 +221,7 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
 
 
 def add_deepl_routes(app: FastAPI, core: ServingCore) -> None:
+    usage = {"characters": 0}  # characters translated on this door since the server started
 
     @app.post(
         "/v2/translate", responses=answers(DEEPL, TRANSLATED), openapi_extra=json_or_form(app, DeeplTranslateBody)
@@ -221,6 +230,7 @@ def add_deepl_routes(app: FastAPI, core: ServingCore) -> None:
         async def work(call: Call) -> Response:
             translation, billed = translate_request(await request_fields(request))
             results = await core.translation.translate(translation, call.record)
+            usage["characters"] += sum(len(text) for text in translation.texts)
             answers = []
             for text, result in zip(translation.texts, results):
                 answer = {"detected_source_language": language_out(result.source_language), "text": result.text}
@@ -252,6 +262,15 @@ def add_deepl_routes(app: FastAPI, core: ServingCore) -> None:
             if kind not in ("source", "target"):
                 raise invalid("type", f"{kind!r}; source or target")
             return JSONResponse(language_listing(core, kind == "target"))
+
+        return await handle(core, request, {}, work, DEEPL)
+
+    @app.get("/v2/usage", responses=answers(DEEPL, USAGE))  # as DeepL's clients ask for it
+    async def usage_route(request: Request) -> Response:
+        async def work(call: Call) -> Response:
+            for name in await request_fields(request):
+                raise invalid(name, "not a parameter of /v2/usage")
+            return JSONResponse({"character_count": usage["characters"], "character_limit": NO_LIMIT})
 
         return await handle(core, request, {}, work, DEEPL)
 

@@ -51,7 +51,8 @@ SOURCE_TEXT = {
     FILL: "characters",
 }
 DOCUMENTS = {"minItems": 1, FILL: "documents", "x-limit": "rerank_max_documents"}
-SourceTexts = Annotated[str | list[str], WithJsonSchema({"anyOf": [SOURCE_TEXT, {**TEXTS, "items": SOURCE_TEXT}]})]
+SOURCE_TEXTS = {**TEXTS, "items": SOURCE_TEXT, FILL: "translation_texts", "x-limit": "translation_max_texts"}
+SourceTexts = Annotated[str | list[str], WithJsonSchema({"anyOf": [SOURCE_TEXT, SOURCE_TEXTS]})]
 # Tag names, comma-separated in one string (DeepL's form) or as a list.
 TagNames = Annotated[
     str | list[str] | None,
@@ -192,6 +193,7 @@ def model_field(fill: str) -> WithJsonSchema:
 
 FILLS = {
     "batch": batch,
+    "translation_texts": lambda core: {"maxItems": core.limits().translation_max_texts},
     "batch_less_one": batch_less_one,
     "documents": documents,
     "characters": characters,

@@ -27,7 +27,7 @@ from .call_handling import KEY_STATUSES, HttpApi, TextError, handle
 from .documented_types import NULL, SourceTexts, Text
 from .openapi_document import FILL, answers, json_or_form
 from .request_fields import int_field, request_fields, string_field, texts_field
-from .schema_shapes import NUMBER, OBJECT, STRING, array, obj
+from .schema_shapes import BOOLEAN, INTEGER, NUMBER, OBJECT, STRING, array, obj
 
 
 def libretranslate_error(refusal: Refusal) -> dict:
@@ -35,7 +35,7 @@ def libretranslate_error(refusal: Refusal) -> dict:
 
 
 LIBRETRANSLATE = HttpApi("libretranslate", KEY_STATUSES, libretranslate_error, TextError, key_in_body=True)
-PATHS = ("/translate", "/detect", "/languages")
+PATHS = ("/translate", "/detect", "/languages", "/frontend/settings")
 NAMES = {"texts": "q", "source_language": "source", "target_language": "target"}
 TRANSLATE_FIELDS = {"q", "source", "target", "format", "alternatives", "api_key", "model"}
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
@@ -76,6 +76,18 @@ TRANSLATED = obj(
 )
 DETECTED = array(obj(("confidence", "language"), confidence=NUMBER, language=STRING))
 LANGUAGES = array(obj(("code", "name", "targets"), code=STRING, name=STRING, targets=array(STRING)))
+CODE_NAME = obj(("code", "name"), code=STRING, name=STRING)
+SETTINGS = obj(
+    ("charLimit", "apiKeys", "keyRequired", "suggestions", "filesTranslation", "supportedFilesFormat", "language"),
+    charLimit=INTEGER,
+    frontendTimeout=INTEGER,
+    apiKeys=BOOLEAN,
+    keyRequired=BOOLEAN,
+    suggestions=BOOLEAN,
+    filesTranslation=BOOLEAN,
+    supportedFilesFormat=array(STRING),
+    language=obj(("source", "target"), source=CODE_NAME, target=CODE_NAME),
+)
 
 
 @functools.cache
@@ -202,6 +214,32 @@ def add_libretranslate_routes(app: FastAPI, core: ServingCore, tokens: list[byte
     async def languages(request: Request) -> Response:
         async def work(call: Call) -> Response:
             return JSONResponse(languages_listing(core))
+
+        return await handle(core, request, {}, work, LIBRETRANSLATE)
+
+    @app.get("/frontend/settings", responses=answers(LIBRETRANSLATE, SETTINGS))
+    async def frontend_settings(request: Request) -> Response:
+        """What LibreTranslate's web page and its clients read first: the limits, whether a key is needed,
+        and the languages to start from (detect; the first target served)."""
+
+        async def work(call: Call) -> Response:
+            targets = libretranslate_languages(core, target=True)["enum"]
+            first = targets[0] if targets else ""
+            return JSONResponse(
+                {
+                    "charLimit": core.limits().translation_max_characters,
+                    "frontendTimeout": 500,  # LibreTranslate's default: ms before the page translates as one types
+                    "apiKeys": tokens is not None,
+                    "keyRequired": tokens is not None,
+                    "suggestions": False,
+                    "filesTranslation": False,
+                    "supportedFilesFormat": [],
+                    "language": {
+                        "source": {"code": AUTO, "name": "Auto Detect"},
+                        "target": {"code": first, "name": language_name(first) if first else ""},
+                    },
+                }
+            )
 
         return await handle(core, request, {}, work, LIBRETRANSLATE)
 

@@ -118,8 +118,19 @@ class ServerConfig:
         "kernels at once; off until the GPU check measures it (docs/benchmarks.md). On the CPU nothing is "
         "captured: the steps are only bucketed, which costs their padding",
     )
+    translation_max_texts: int = _setting(
+        50, "most texts of one translation call (Translate, /v2/translate, /translate); DeepL takes 50"
+    )
+    translation_unserved_confidence: float = _setting(
+        0.9,
+        "a text whose language is left to detection, detected among every language the detector knows as one "
+        "no served model reads with at least this confidence, is refused (naming the language) rather than "
+        "translated from the nearest served one; above 1: never refused",
+    )
     translation_max_characters: int = _setting(
-        100_000, "most characters of one translation call's texts together (Translate, /v2/translate, /translate)"
+        128 << 10,
+        "most characters of one translation call's texts together (Translate, /v2/translate, /translate); the "
+        "default takes any call DeepL takes (a request of at most 128 KiB)",
     )
     translation_max_sentences: int = _setting(
         512,
@@ -203,6 +214,7 @@ class ServerConfig:
             "attention_max_input_tokens",
             "attention_max_response_bytes",
             "attention_max_concurrent",
+            "translation_max_texts",
             "translation_max_characters",
             "translation_max_sentences",
             "rerank_max_documents",
@@ -227,6 +239,8 @@ class ServerConfig:
         for name in non_negative:
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, not {getattr(self, name)}")
+        if self.translation_unserved_confidence <= 0:
+            problems.append(f"translation_unserved_confidence must be > 0, not {self.translation_unserved_confidence}")
         for name in ("stream_write_timeout", "fault_threshold", "probe_seconds"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, not {getattr(self, name)}")

@@ -147,7 +147,8 @@ def _loads_attention(model_dir: Path, settings: LoadSettings) -> bool:
     if not settings.tag_alignment:
         return False
     manifest = read_manifest(model_dir)
-    return manifest["task"] == "seq2seq" and ATTENTION_FILE in manifest["sha256"]
+    present = ATTENTION_FILE in manifest["sha256"] and (model_dir / ATTENTION_FILE).is_file()  # a kit leaves it out
+    return manifest["task"] == "seq2seq" and present
 
 
 def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_left: int) -> OpenedModel:

@@ -1,7 +1,8 @@
 """Which language a text is in, among the ones a call could translate from: py3langid's naive Bayes
 model (about 140 languages, shipped in its package; loaded at the first detection), restricted to the
 candidates, its probability the confidence. A text with no letters (digits, signs) is in no language:
-ISO 639's "zxx", where a candidate is that."""
+ISO 639's "zxx", where a candidate is that. Beside it, which language among all it knows, to tell a text
+in none of the candidates (outside)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class Detected:
 class LanguageDetector:
     def __init__(self):
         self._identifier = None
+        self._everything = None  # a second copy, never restricted: which language, among all it knows
         self._known: frozenset[str] = frozenset()  # the ISO 639-1 codes the model tells apart
         self._restricted: tuple[str, ...] = ()  # the languages it is restricted to now
         self._lock = threading.Lock()  # the model's restriction is state every detection shares
@@ -34,6 +36,22 @@ class LanguageDetector:
             self._identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
             self._known = frozenset(self._identifier.nb_classes)
         return self._identifier
+
+    def outside(self, text: str, candidates: Iterable[str], confidence: float) -> Detected | None:
+        """The text's language among every one the model knows, where none of `candidates` is it and the
+        model is at least `confidence` sure (its ISO 639-1 code); else None."""
+        if confidence > 1 or not any(ch.isalpha() for ch in text):
+            return None
+        languages = {tag.language for tag in map(language_tag, candidates) if tag and tag.language}
+        with self._lock:
+            if self._everything is None:
+                from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+                self._everything = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+            language, probability = self._everything.classify(text)
+        if language in languages or probability < confidence:
+            return None
+        return Detected(language, float(probability))
 
     def detect(self, text: str, candidates: Iterable[str]) -> Detected | None:
         """The most likely of `candidates` (any codes BCP-47 reads: fra_Latn, fr, __fr__) for `text`; None

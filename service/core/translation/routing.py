@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from modeldir.languages import language_name
+
 from ...errors import InvalidArgument, RequestTooLarge, invalid
 from ..calls.validation import check_text
 from ..models.registry import ModelRegistry
@@ -28,9 +30,11 @@ class Route:
 
 
 class LanguageRouter:
-    def __init__(self, registry: ModelRegistry, max_characters: int):
-        """max_characters: the longest text detect() and rank() read (translation_max_characters)."""
+    def __init__(self, registry: ModelRegistry, max_characters: int, unserved_confidence: float = 0.9):
+        """max_characters: the longest text detect() and rank() read (translation_max_characters).
+        unserved_confidence: how sure a detection of a language no candidate reads must be to refuse."""
         self.registry, self.max_characters = registry, max_characters
+        self.unserved_confidence = unserved_confidence
         self.detector = LanguageDetector()
 
     def seq2seq_models(self) -> list[ServedSeq2SeqModel]:
@@ -65,7 +69,18 @@ class LanguageRouter:
     def detect(self, text: str, models: list[ServedSeq2SeqModel]) -> Detected | None:
         """The text's language among those the models read -> Detected, or None where none can be told."""
         codes = [code for m in models for code in self.source_codes(m)]
-        return self.detector.detect(text, codes) if codes else None
+        if not codes:
+            return None
+        outside = self.detector.outside(text, codes, self.unserved_confidence)
+        if outside is not None:
+            served = ", ".join(sorted(set(codes)))
+            raise invalid(
+                SOURCE,
+                f"unset, and the text is in {language_name(outside.code)} ({outside.code}; detected with confidence "
+                f"{outside.confidence:.2f}, at least translation_unserved_confidence), which no served model "
+                f"translates from (served: {served}); name the source language to translate it as one of these",
+            )
+        return self.detector.detect(text, codes)
 
     def rank(self, text: str) -> list[Detected]:
         """The languages a text may be in, among those the served models read, the likeliest first (those

@@ -38,7 +38,7 @@ NO_ALIGNMENT, WORD_ALIGNMENT, TOKEN_LINKS = "", "words", "tokens"
 
 @dataclass(frozen=True, kw_only=True)
 class TranslationLimits:
-    max_texts: int  # texts per call (max_client_batch_size)
+    max_texts: int  # texts per call (translation_max_texts)
     max_characters: int  # all texts of a call together
     max_sentences: int  # pieces a call's texts are cut into, together
 
@@ -101,7 +101,7 @@ class TranslationService:
         if not texts:
             raise invalid("texts", f"empty; send 1 to {limits.max_texts} texts")
         if len(texts) > limits.max_texts:
-            raise invalid("texts", f"{len(texts)} texts; at most {limits.max_texts} per call (max_client_batch_size)")
+            raise invalid("texts", f"{len(texts)} texts; at most {limits.max_texts} per call (translation_max_texts)")
         for i, text in enumerate(texts):
             field = f"texts[{i}]" if len(texts) > 1 else "texts"  # one text: as its field names it
             check_text(field, text)
