@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnserve", description="Transformer inference server on ONNX Runtime")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    from service.ops.config import add_arguments
+    from service.ops.config_sources import add_arguments
 
     serve = commands.add_parser(
         "serve",

@@ -8,7 +8,8 @@ import sys
 def cmd_serve(args) -> None:
     import asyncio
 
-    from service.ops.config import ConfigError, from_sources
+    from service.ops.config import ConfigError
+    from service.ops.config_sources import from_sources
     from service.ops.logs import configure as configure_logs
     from service.server import serve
 

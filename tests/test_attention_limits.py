@@ -122,7 +122,7 @@ def test_the_answer_size_limit_must_fit_in_a_message():
 def test_flags_and_environment_turn_it_on():
     import argparse
 
-    from service.ops.config import add_arguments, from_sources
+    from service.ops.config_sources import add_arguments, from_sources
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.ops.config import ServerConfig, add_arguments, from_sources
+from service.ops.config import ServerConfig
+from service.ops.config_sources import add_arguments, from_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -17,7 +17,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.grpc_api.pb import inference_pb2 as pb
 from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
-from service.ops.config import ConfigError, ServerConfig, add_arguments, from_sources
+from service.ops.config import ConfigError, ServerConfig
+from service.ops.config_sources import add_arguments, from_sources
 from service.runner.sessions import nvidia_driver_present
 from testing.server_process import LOCAL_PORTS, ServerProcess
 
