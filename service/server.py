@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import signal
+from pathlib import Path
 
 from .core.attention.maps import AttentionLimits
 from .core.models.opening import CacheSettings, LoadSettings
@@ -81,6 +82,7 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         stream_messages=config.stream_messages_per_second,
         translation_characters=config.translation_max_characters,
         translation_texts=config.translation_max_texts,
+        data_dir=Path(config.data_dir) if config.data_dir else None,
         unserved_confidence=config.translation_unserved_confidence,
         audio=AudioLimits(max_upload_bytes=config.max_upload_bytes, max_audio_seconds=config.max_audio_seconds),
         translation_sentences=config.translation_max_sentences,

@@ -134,10 +134,24 @@ def test_generate_stream(stub, request):
 documents = st.lists(
     st.sampled_from(["12.", "7", "trois", "five", "\n", "\n\n", "  ", "\r\n"]) | texts, max_size=8
 ).map(" ".join)
+# Markup as it is sent, well-formed or not, and the ways of reading it.
+markup_texts = st.lists(
+    st.sampled_from(["<b>", "</b>", "<p>", "</p>", "<br/>", '<x id="1"></x>', "&amp;", "&bogus;", "<", "12", " "])
+    | texts,
+    max_size=8,
+).map("".join)
+markups = st.builds(
+    pb.Markup,
+    tag_handling=st.sampled_from(["", "xml", "html", "yaml"]),
+    ignore_tags=st.lists(st.sampled_from(["x", "b", ""]), max_size=2),
+    splitting_tags=st.lists(st.sampled_from(["p", "b"]), max_size=2),
+)
 translate_requests = st.builds(
     pb.TranslateRequest,
+    markup=markups,
+    glossary_id=st.sampled_from(["", "no-such-glossary"]),
     model=models,
-    texts=st.lists(documents | texts, max_size=10),
+    texts=st.lists(documents | texts | markup_texts, max_size=10),
     source_language=languages | st.just("auto"),
     target_language=languages,
     num_beams=st.integers(0, 2**32 - 1) | st.integers(0, 5),

@@ -31,6 +31,7 @@ from .ranking.cross_encoding import CrossEncoding
 from .transcription.audio_decoding import AudioLimits
 from .transcription.transcription import TranscriptionService
 from .translation.detection import Detected
+from .translation.glossaries import GlossaryStore
 from .translation.routing import LanguageRouter
 from .translation.translation import TranslationLimits, TranslationService
 
@@ -50,6 +51,7 @@ class CoreSettings:
     translation_characters: int = 128 << 10  # all texts of one Translate call together
     translation_texts: int = 50  # texts of one Translate call
     unserved_confidence: float = 0.9  # a detected language no model reads, this sure: refused
+    data_dir: Path | None = None  # what outlives a restart (glossaries); None: in memory
     translation_sentences: int = 512  # the sentences one Translate call's texts are cut into
     rerank_documents: int = 1000  # documents of one Rerank call
     audio: AudioLimits = AudioLimits(max_upload_bytes=25 << 20, max_audio_seconds=4 * 3600.0)  # of one upload
@@ -76,6 +78,7 @@ class ServingCore:
         self.attention_maps: AttentionMaps | None = None
         self.routing: LanguageRouter | None = None
         self.translation: TranslationService | None = None
+        self.glossaries = GlossaryStore(settings.data_dir)  # open before any model: a bad --data-dir stops the start
         self.cross_encoding: CrossEncoding | None = None
         self.transcription: TranscriptionService | None = None
         self._readiness_listeners: list[Callable[[bool], None]] = []

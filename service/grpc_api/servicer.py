@@ -255,7 +255,15 @@ class InferenceServicer(pb_grpc.InferenceServicer):
 
     @handler
     async def Translate(self, request: pb.TranslateRequest, context, call: Call) -> pb.TranslateResponse:
-        translations = await self.core.translation.translate(translate_request(request), call.record)
+        translation = translate_request(request)
+        if request.glossary_id:
+            terms = self.core.glossaries.terms_for(
+                request.glossary_id, translation.source_language, translation.target_language
+            )
+            translation = dataclasses.replace(
+                translation, options=dataclasses.replace(translation.options, glossary=terms)
+            )
+        translations = await self.core.translation.translate(translation, call.record)
         return pb.TranslateResponse(translations=[translation_message(t) for t in translations])
 
     @handler

@@ -5,6 +5,7 @@ response and error shapes and statuses (403 for a missing or wrong key, sent as 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 from fastapi import FastAPI, Request
@@ -31,8 +32,19 @@ def deepl_error(refusal: Refusal) -> dict:
     return {"message": refusal.message}
 
 
-DEEPL = HttpApi("deepl", KEY_STATUSES, deepl_error, MessageError, auth_schemes=("DeepL-Auth-Key ", BEARER))
-PATHS = ("/v2/translate", "/v2/languages", "/v2/usage")
+def route_name(path: str) -> str:
+    """A DeepL path's name in call records and metrics, a glossary's id left out."""
+    parts = path.strip("/").split("/")
+    if parts[:2] == ["v2", "glossaries"] and len(parts) > 2:
+        return "deepl.glossary_entries" if parts[3:] == ["entries"] else "deepl.glossary"
+    return f"deepl.{parts[-1] or 'root'}"
+
+
+DEEPL = HttpApi(
+    "deepl", KEY_STATUSES, deepl_error, MessageError, auth_schemes=("DeepL-Auth-Key ", BEARER), route_name=route_name
+)
+PATHS = ("/v2/translate", "/v2/languages", "/v2/usage", "/v2/glossaries", "/v2/glossary-language-pairs")
+GLOSSARY_PATHS = "/v2/glossaries/"  # a glossary's own paths, its id in them
 NAMES = {"texts": "text", "source_language": "source_lang", "target_language": "target_lang"}
 
 SERVED = {
@@ -43,6 +55,7 @@ SERVED = {
     "preserve_formatting",
     "formality",
     "show_billed_characters",
+    "glossary_id",
     "context",  # read and checked, not used: no served model takes a context (the README says so)
     "model",  # attnserve's: a served model by name, instead of the one that covers the pair
     "tag_handling",
@@ -54,7 +67,6 @@ SERVED = {
 }
 # DeepL's parameters that attnserve does not serve: refused by name.
 NOT_SERVED = {
-    "glossary_id": "glossaries are not served",
     "model_type": "model types are not served: the model is the one that covers the pair (or 'model')",
     "custom_instructions": "custom instructions are not served",
     "style_id": "style rules are not served",
@@ -85,6 +97,7 @@ class DeeplTranslateBody(BaseModel):
     formality: Annotated[str, WithJsonSchema({"enum": list(FORMALITY)})] = "default"
     show_billed_characters: bool = False
     context: str | None = None
+    glossary_id: str | None = None
     model: Annotated[str | None, WithJsonSchema({"anyOf": [{"type": "string", FILL: "translating_models"}, NULL]})] = (
         None
     )
@@ -220,6 +233,14 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
     return request, bool_field(fields, "show_billed_characters")
 
 
+def with_glossary(core: ServingCore, request: TranslateRequest, glossary_id: str) -> TranslateRequest:
+    """The request with the glossary's terms, where its languages are the glossary's (DeepL's rules: the
+    source named, the pair the same)."""
+    terms = core.glossaries.terms_for(glossary_id, request.source_language, request.target_language)
+    options = dataclasses.replace(request.options, glossary=terms)
+    return dataclasses.replace(request, options=options)
+
+
 def add_deepl_routes(app: FastAPI, core: ServingCore) -> None:
     usage = {"characters": 0}  # characters translated on this door since the server started
 
@@ -228,7 +249,11 @@ def add_deepl_routes(app: FastAPI, core: ServingCore) -> None:
     )
     async def translate(request: Request) -> Response:
         async def work(call: Call) -> Response:
-            translation, billed = translate_request(await request_fields(request))
+            fields = await request_fields(request)
+            translation, billed = translate_request(fields)
+            glossary_id = string_field(fields, "glossary_id")
+            if glossary_id is not None:
+                translation = with_glossary(core, translation, glossary_id)
             results = await core.translation.translate(translation, call.record)
             usage["characters"] += sum(len(text) for text in translation.texts)
             answers = []

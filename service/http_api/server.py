@@ -24,6 +24,7 @@ from .audio_api import add_audio_routes
 from .call_handling import OPENAI, BodyTooLarge, HttpApi, refuse
 from .cohere_api import add_cohere_routes
 from .deepl_api import add_deepl_routes
+from .deepl_glossaries_api import add_glossary_routes
 from .documented_types import FILLS
 from .kserve_api import add_kserve_routes
 from .libretranslate_api import add_libretranslate_routes
@@ -43,6 +44,8 @@ APIS = {
 
 
 def api_of(path: str) -> HttpApi:
+    if path.startswith(deepl_api.GLOSSARY_PATHS):
+        return deepl_api.DEEPL
     return kserve_api.KSERVE if kserve_api.is_kserve(path) else APIS.get(path, OPENAI)
 
 
@@ -117,6 +120,7 @@ class HttpServer:
         tokens = read_tokens(c.auth_token_file) if c.auth_token_file else None
         api = create_app(self.core, self.abort_connection, api_of)
         add_deepl_routes(api, self.core)
+        add_glossary_routes(api, self.core)
         add_libretranslate_routes(api, self.core, tokens)
         add_rerank_routes(api, self.core)
         add_tei_routes(api, self.core)

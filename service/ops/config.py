@@ -114,6 +114,11 @@ class ServerConfig:
         "kernels at once; off until the GPU check measures it (docs/benchmarks.md). On the CPU nothing is "
         "captured: the steps are only bucketed, which costs their padding",
     )
+    data_dir: str = _setting(
+        "",
+        "where the server keeps what must outlive a restart (DeepL's glossaries, in glossaries.sqlite3); empty: "
+        "kept in memory only, lost when the server stops",
+    )
     translation_max_texts: int = _setting(
         50, "most texts of one translation call (Translate, /v2/translate, /translate); DeepL takes 50"
     )

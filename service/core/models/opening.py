@@ -147,7 +147,9 @@ def _loads_attention(model_dir: Path, settings: LoadSettings) -> bool:
     if not settings.tag_alignment:
         return False
     manifest = read_manifest(model_dir)
-    present = ATTENTION_FILE in manifest["sha256"] and (model_dir / ATTENTION_FILE).is_file()  # a kit leaves it out
+    present = (
+        ATTENTION_FILE in manifest["sha256"] and (Path(model_dir) / ATTENTION_FILE).is_file()
+    )  # a kit leaves it out
     return manifest["task"] == "seq2seq" and present
 
 

@@ -20,9 +20,11 @@ from ..calls.validation import GenerationOptions, check_text, generation_params
 from ..generation.generation import GenerateResult, answer, whole_answer
 from .alignment import SentenceAlignment, sentence_alignment, token_links
 from .documents import SPLIT_ALL, SPLIT_MODES, Document, fit_pieces, split_document
+from .glossaries import Term
 from .markup import Markup, MarkupRules, parse_markup
 from .routing import LanguageRouter, Route
 from .tag_projection import Link, place_tags
+from .term_forcing import with_terms
 
 # The generation options' names as a translation call has them.
 OPTION_NAMES = {
@@ -52,6 +54,7 @@ class TranslationOptions:
     scores: bool = False  # each text's confidence: the mean log-probability of its tokens
     alignment: bool = False  # each sentence's word alignment, from cross-attention (needs --attention-maps)
     markup: MarkupRules | None = None  # the texts are XML or HTML: their inline tags kept around their words
+    glossary: tuple[Term, ...] = ()  # each source term found must come out as its target term
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,7 +235,7 @@ class TranslationService:
         params = [self._params(route, generation) for route in routes]
         tasks = [
             [
-                asyncio.ensure_future(self._generate(route, piece, piece_ids, route_params, kind))
+                asyncio.ensure_future(self._generate(route, piece, piece_ids, route_params, kind, options.glossary))
                 for piece, piece_ids in zip(document.pieces, pieces)
             ]
             for route, route_params, document, pieces, kind in zip(routes, params, documents, ids, kinds)
@@ -257,12 +260,18 @@ class TranslationService:
 
     @staticmethod
     async def _generate(
-        route: Route, piece: str, ids: list[int], params: GenerationParams, kind: str
+        route: Route, piece: str, ids: list[int], params: GenerationParams, kind: str, terms: tuple[Term, ...]
     ) -> tuple[GenerateResult, SentenceAlignment | list[Link] | None]:
-        """One sentence's translation, and its word alignment or token links where asked for."""
+        """One sentence's translation (with a glossary's terms), and its word alignment or token links
+        where asked for."""
         model = route.model
         model.metrics.prompt(len(ids))
         text, token_ids, last = await whole_answer(model, ids, params)
+        if terms:
+            answered = (text, token_ids, last)
+            text, token_ids, last = await with_terms(
+                model, piece, ids, params, answered, terms, route.languages.codes(model)
+            )
         result = answer(model.name, text, token_ids, last)
         if kind == NO_ALIGNMENT:
             return result, None

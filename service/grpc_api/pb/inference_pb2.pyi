@@ -350,7 +350,7 @@ class GenerateStreamResponse(_message.Message):
     def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[GenerateUsage, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class TranslateRequest(_message.Message):
-    __slots__ = ("model", "texts", "source_language", "target_language", "num_beams", "alternatives", "max_new_tokens", "sentence_splitting", "return_scores", "return_alignment", "markup")
+    __slots__ = ("model", "texts", "source_language", "target_language", "num_beams", "alternatives", "max_new_tokens", "sentence_splitting", "return_scores", "return_alignment", "markup", "glossary_id")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
@@ -362,6 +362,7 @@ class TranslateRequest(_message.Message):
     RETURN_SCORES_FIELD_NUMBER: _ClassVar[int]
     RETURN_ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
     MARKUP_FIELD_NUMBER: _ClassVar[int]
+    GLOSSARY_ID_FIELD_NUMBER: _ClassVar[int]
     model: str
     texts: _containers.RepeatedScalarFieldContainer[str]
     source_language: str
@@ -373,7 +374,8 @@ class TranslateRequest(_message.Message):
     return_scores: bool
     return_alignment: bool
     markup: Markup
-    def __init__(self, model: _Optional[str] = ..., texts: _Optional[_Iterable[str]] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., num_beams: _Optional[int] = ..., alternatives: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., sentence_splitting: _Optional[_Union[SentenceSplitting, str]] = ..., return_scores: _Optional[bool] = ..., return_alignment: _Optional[bool] = ..., markup: _Optional[_Union[Markup, _Mapping]] = ...) -> None: ...
+    glossary_id: str
+    def __init__(self, model: _Optional[str] = ..., texts: _Optional[_Iterable[str]] = ..., source_language: _Optional[str] = ..., target_language: _Optional[str] = ..., num_beams: _Optional[int] = ..., alternatives: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., sentence_splitting: _Optional[_Union[SentenceSplitting, str]] = ..., return_scores: _Optional[bool] = ..., return_alignment: _Optional[bool] = ..., markup: _Optional[_Union[Markup, _Mapping]] = ..., glossary_id: _Optional[str] = ...) -> None: ...
 
 class Markup(_message.Message):
     __slots__ = ("tag_handling", "outline_detection", "splitting_tags", "non_splitting_tags", "ignore_tags")
