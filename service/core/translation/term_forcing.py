@@ -61,6 +61,7 @@ async def with_terms(
     params: GenerationParams,
     answer: tuple[str, list[int], object],
     terms: Sequence[Term],
+    *,
     codes: set[int],
 ) -> tuple[str, list[int], object]:
     """answer: (text, token ids, last event) of the sentence's translation -> the same with every term

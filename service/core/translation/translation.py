@@ -270,7 +270,7 @@ class TranslationService:
         if terms:
             answered = (text, token_ids, last)
             text, token_ids, last = await with_terms(
-                model, piece, ids, params, answered, terms, route.languages.codes(model)
+                model, piece, ids, params, answered, terms, codes=route.languages.codes(model)
             )
         result = answer(model.name, text, token_ids, last)
         if kind == NO_ALIGNMENT:
