@@ -73,7 +73,6 @@ def test_deepl_lists_languages_as_deepl_does(translator):
         (dict(target_lang="FR", formality="formal"), "formality: 'formal': one of default, prefer_more, prefer_less"),
         (dict(target_lang="FR", model_type="quality_optimized"), "model_type: model types are not served"),
         (dict(target_lang="FR", split_sentences="2"), "split_sentences: '2'; one of 1, nonewlines, 0"),
-        (dict(target_lang="FR", extra_body_parameters={"glossary_id": "g"}), "glossary_id: glossaries are not served"),
         (dict(target_lang="FR", extra_body_parameters={"beams": 3}), "beams: not a parameter of /v2/translate"),
     ],
 )
