@@ -95,6 +95,22 @@ def weighted_mean(results: Sequence[GenerateResult]) -> float | None:
     return sum(r.mean_log_prob * w for r, w in zip(results, weights)) / sum(weights)
 
 
+def translation_of(route: Route, text: str, results: Sequence[GenerateResult], alternatives: tuple) -> Translation:
+    """A text's translation from its sentences' results (none: a text of markup alone)."""
+    return Translation(
+        text=text,
+        model=route.model.name,
+        source_language=route.languages.source or route.source,
+        target_language=route.languages.target or next(iter(route.model.language_pair[1:]), None),
+        detected_confidence=route.confidence,
+        mean_log_prob=weighted_mean(results) if results else None,
+        alternatives=alternatives,
+        sentences=len(results),
+        prompt_tokens=sum(r.usage.prompt_tokens for r in results),
+        generated_tokens=sum(r.usage.generated_tokens for r in results),
+    )
+
+
 class TranslationService:
     def __init__(self, router: LanguageRouter, tokenization: Tokenization, limits: TranslationLimits, max_beams: int):
         self.router, self.tokenization, self.limits, self.max_beams = router, tokenization, limits, max_beams
@@ -288,18 +304,7 @@ class TranslationService:
         for k in range(1, alternatives + 1):  # a sentence with fewer alternatives gives its best
             texts_k = [r.hypotheses[k].text if k < len(r.hypotheses) else r.text for r in results]
             others.append(document.assemble(texts_k))
-        return Translation(
-            text=document.assemble(texts),
-            model=route.model.name,
-            source_language=route.languages.source or route.source,
-            target_language=route.languages.target or next(iter(route.model.language_pair[1:]), None),
-            detected_confidence=route.confidence,
-            mean_log_prob=weighted_mean(results),
-            alternatives=tuple(others),
-            sentences=len(document.pieces),
-            prompt_tokens=sum(r.usage.prompt_tokens for r in results),
-            generated_tokens=sum(r.usage.generated_tokens for r in results),
-        )
+        return translation_of(route, document.assemble(texts), results, tuple(others))
 
     def _markup_translation(
         self, route: Route, markup: Markup, documents: list[Document], results: list, alternatives: int
@@ -321,18 +326,8 @@ class TranslationService:
                     for link in piece_links
                 ]
             rendered.append(place_tags(segment, translation, links))
-        return Translation(
-            text=markup.assemble(rendered),
-            model=route.model.name,
-            source_language=route.languages.source or route.source,
-            target_language=route.languages.target or next(iter(route.model.language_pair[1:]), None),
-            detected_confidence=route.confidence,
-            mean_log_prob=weighted_mean(flat) if flat else None,
-            alternatives=tuple(self._markup_alternatives(markup, documents, results, alternatives)),
-            sentences=len(flat),
-            prompt_tokens=sum(r.usage.prompt_tokens for r in flat),
-            generated_tokens=sum(r.usage.generated_tokens for r in flat),
-        )
+        others = tuple(self._markup_alternatives(markup, documents, results, alternatives))
+        return translation_of(route, markup.assemble(rendered), flat, others)
 
     @staticmethod
     def _markup_alternatives(markup: Markup, documents: list[Document], results: list, alternatives: int):
