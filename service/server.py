@@ -83,6 +83,8 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         translation_characters=config.translation_max_characters,
         translation_texts=config.translation_max_texts,
         data_dir=Path(config.data_dir) if config.data_dir else None,
+        document_max_bytes=config.document_max_bytes,
+        document_max_characters=config.document_max_characters,
         unserved_confidence=config.translation_unserved_confidence,
         audio=AudioLimits(max_upload_bytes=config.max_upload_bytes, max_audio_seconds=config.max_audio_seconds),
         translation_sentences=config.translation_max_sentences,

@@ -151,14 +151,15 @@ def readme_block(after: str, language: str) -> str:
     return block.group(1)
 
 
-def test_the_readme_translation_examples_work_verbatim(server):
+def test_the_readme_translation_examples_work_verbatim(server, tmp_path, monkeypatch):
     """DeepL's own client, unchanged, and LibreTranslate's requests by curl, at the default HTTP port."""
     printed = io.StringIO()
+    monkeypatch.chdir(tmp_path)  # the example's document and its translation are written here
     with contextlib.redirect_stdout(printed):
         exec(compile(readme_block("DeepL's Python client works unchanged:", "python"), "README.md", "exec"), {})
     assert printed.getvalue() == (
         "trois cent douze mille quatre cent cinq ZXX\ndreihundertzwölf\n\nsieben\n312405 FR\n"
-        "trois cent douze mille <b>quatre cent cinq</b>\n"
+        "trois cent douze mille <b>quatre cent cinq</b>\ntrois cent douze\n\nsept\n\n"
     )
     script = readme_block("tests/test_markup_serving.py sends as recorded:", "sh")
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)

@@ -50,3 +50,4 @@ class ServerLimits:
     rerank_max_documents: int  # of one rerank call
     translation_max_characters: int  # of all the texts of one translation call
     translation_max_texts: int  # texts of one translation call
+    document_max_bytes: int  # of one uploaded document

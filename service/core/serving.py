@@ -13,12 +13,14 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+from modeldir.languages import language_tag
+
 from ..errors import ServiceError, Unavailable, invalid
 from ..ops.call_record import AccessLog
 from ..ops.metrics import Metrics
 from .attention.maps import AttentionLimits, AttentionMaps
 from .calls.admission import Admission
-from .calls.lifecycle import Call, Refusal, Status, StatusTable, refused, run_call
+from .calls.lifecycle import Call, Refusal, Refused, Status, StatusTable, refused, run_call
 from .calls.tokenization import Tokenization
 from .embedding.embeddings import EmbeddingService
 from .generation.generation import Generation
@@ -31,9 +33,10 @@ from .ranking.cross_encoding import CrossEncoding
 from .transcription.audio_decoding import AudioLimits
 from .transcription.transcription import TranscriptionService
 from .translation.detection import Detected
+from .translation.document_jobs import JOB_STATUSES, DocumentJobs, DocumentLimits
 from .translation.glossaries import GlossaryStore
 from .translation.routing import LanguageRouter
-from .translation.translation import TranslationLimits, TranslationService
+from .translation.translation import TranslateRequest, TranslationLimits, TranslationService
 
 log = logging.getLogger("attnserve.core")
 
@@ -51,7 +54,9 @@ class CoreSettings:
     translation_characters: int = 128 << 10  # all texts of one Translate call together
     translation_texts: int = 50  # texts of one Translate call
     unserved_confidence: float = 0.9  # a detected language no model reads, this sure: refused
-    data_dir: Path | None = None  # what outlives a restart (glossaries); None: in memory
+    data_dir: Path | None = None  # what outlives a restart (glossaries, document jobs); None: in memory
+    document_max_bytes: int = 30 << 20  # of one uploaded document
+    document_max_characters: int = 1_000_000  # of one document's text
     translation_sentences: int = 512  # the sentences one Translate call's texts are cut into
     rerank_documents: int = 1000  # documents of one Rerank call
     audio: AudioLimits = AudioLimits(max_upload_bytes=25 << 20, max_audio_seconds=4 * 3600.0)  # of one upload
@@ -79,6 +84,14 @@ class ServingCore:
         self.routing: LanguageRouter | None = None
         self.translation: TranslationService | None = None
         self.glossaries = GlossaryStore(settings.data_dir)  # open before any model: a bad --data-dir stops the start
+        document_limits = DocumentLimits(
+            max_bytes=settings.document_max_bytes,
+            max_characters=settings.document_max_characters,
+            chunk_texts=settings.translation_texts,
+            chunk_characters=settings.translation_characters,
+        )
+        self.documents = DocumentJobs(settings.data_dir, document_limits)
+        self._document_worker: asyncio.Task | None = None
         self.cross_encoding: CrossEncoding | None = None
         self.transcription: TranscriptionService | None = None
         self._readiness_listeners: list[Callable[[bool], None]] = []
@@ -129,7 +142,10 @@ class ServingCore:
         self.transcription = TranscriptionService(registry, s.audio, self.tokenize_executor, s.max_client_batch_size)
         self.registry = registry
         self.admission.loaded = True
-        self._probes = asyncio.get_running_loop().create_task(self._probe_unhealthy_models(), name="probes")
+        loop = asyncio.get_running_loop()
+        self._probes = loop.create_task(self._probe_unhealthy_models(), name="probes")
+        jobs = self.documents.run(self._translate_for_job, self._document_language, self.glossaries.terms_for)
+        self._document_worker = loop.create_task(jobs, name="documents")
         log.info("serving %s", ", ".join(f"{m.name} ({m.task}, {m.provider})" for m in registry.models.values()))
         self._readiness_changed()
 
@@ -164,6 +180,24 @@ class ServingCore:
     ) -> Refusal[Status]:
         """A call a door turns away before admission, recorded like any other."""
         return refused(self.metrics, rpc, request_id, table, error, names, access=self.access_log)
+
+    async def _translate_for_job(self, request: TranslateRequest, document_id: str) -> list:
+        """One translation call of a document job, admitted and recorded like a door's; a refusal raised
+        as the domain error it was."""
+        try:
+            async with self.call("Documents.Translate", document_id, JOB_STATUSES) as call:
+                return await self.translation.translate(request, call.record)
+        except Refused as refused:
+            raise refused.refusal.status(refused.refusal.message, refused.refusal.field) from None
+
+    def _document_language(self, sample: str) -> str | None:
+        """The language a document's sample of text is in, as a language code (None: none found)."""
+        try:
+            ranked = self.routing.rank(sample)
+        except ServiceError:
+            return None
+        tag = language_tag(ranked[0].code) if ranked else None
+        return tag.language if tag and tag.language else (ranked[0].code if ranked else None)
 
     def models(self) -> list[ModelInfo]:
         return self.registry.infos()
@@ -204,6 +238,7 @@ class ServingCore:
             rerank_max_documents=s.rerank_documents,
             translation_max_characters=s.translation_characters,
             translation_max_texts=s.translation_texts,
+            document_max_bytes=s.document_max_bytes,
         )
 
     def model(self, name: str, stream: bool = False) -> ModelInfo:
@@ -251,8 +286,9 @@ class ServingCore:
 
     async def stop(self) -> None:
         """Fail what is still queued or running with Unavailable."""
-        if self._probes is not None:
-            self._probes.cancel()
+        for task in (self._probes, self._document_worker):
+            if task is not None:
+                task.cancel()
         if self.registry is not None:
             await self.registry.stop(Unavailable("the server shut down before this call finished; retry"))
 
@@ -260,3 +296,4 @@ class ServingCore:
         """Stop the model and tokenization threads (after the front doors have closed)."""
         self.model_executor.shutdown(wait=False, cancel_futures=True)
         self.tokenize_executor.shutdown(wait=False, cancel_futures=True)
+        self.documents.close()

@@ -37,14 +37,16 @@ def route_name(path: str) -> str:
     parts = path.strip("/").split("/")
     if parts[:2] == ["v2", "glossaries"] and len(parts) > 2:
         return "deepl.glossary_entries" if parts[3:] == ["entries"] else "deepl.glossary"
+    if parts[:2] == ["v2", "document"] and len(parts) > 2:
+        return "deepl.document_result" if parts[3:] == ["result"] else "deepl.document_status"
     return f"deepl.{parts[-1] or 'root'}"
 
 
 DEEPL = HttpApi(
     "deepl", KEY_STATUSES, deepl_error, MessageError, auth_schemes=("DeepL-Auth-Key ", BEARER), route_name=route_name
 )
-PATHS = ("/v2/translate", "/v2/languages", "/v2/usage", "/v2/glossaries", "/v2/glossary-language-pairs")
-GLOSSARY_PATHS = "/v2/glossaries/"  # a glossary's own paths, its id in them
+PATHS = ("/v2/translate", "/v2/languages", "/v2/usage", "/v2/glossaries", "/v2/glossary-language-pairs", "/v2/document")
+OWN_PATHS = ("/v2/glossaries/", "/v2/document/")  # a glossary's and a document's own paths, its id in them
 NAMES = {"texts": "text", "source_language": "source_lang", "target_language": "target_lang"}
 
 SERVED = {
@@ -75,10 +77,10 @@ NOT_SERVED = {
     "auth_key": "send the key in the Authorization header: 'DeepL-Auth-Key <key>'",
 }
 TAG_HANDLING_VERSIONS = ("v1", "v2")  # both read as one: inline tags placed through the alignment
+# prefer_*: DeepL too falls back to the default
 FORMALITY = ("default", "prefer_more", "prefer_less")
-NO_LIMIT = (
-    10**12
-)  # /v2/usage's character_limit: this server counts characters but sets no limit  # prefer_*: DeepL too falls back to the default
+# /v2/usage's character_limit: this server counts characters but sets no limit
+NO_LIMIT = 10**12
 VARIANTS = {"en": ("EN-GB", "EN-US"), "pt": ("PT-BR", "PT-PT")}  # DeepL lists no bare EN or PT target
 
 
@@ -199,6 +201,16 @@ def markup_rules(fields: dict) -> MarkupRules | None:
     return rules if tag_handling else None
 
 
+def check_formality(fields: dict) -> None:
+    """DeepL's formality: its prefer_ values fall back to the default; more and less refused, in DeepL's
+    own words where a target has no formality (no served model has one)."""
+    formality = string_field(fields, "formality", "default")
+    if formality in ("more", "less"):
+        raise invalid("formality", "'formality' is not supported for given 'target_lang'.")
+    if formality not in FORMALITY:
+        raise invalid("formality", f"{formality!r}: one of {', '.join(FORMALITY)} (no served model has a formality)")
+
+
 def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
     """DeepL's fields as a translation request, and whether billed characters are asked for."""
     for name in fields:
@@ -217,11 +229,7 @@ def translate_request(fields: dict) -> tuple[TranslateRequest, bool]:
     if split not in SPLIT_MODES:
         raise invalid("split_sentences", f"{split!r}; one of {', '.join(SPLIT_MODES)}")
     bool_field(fields, "preserve_formatting")  # spaces and line breaks are always kept
-    formality = string_field(fields, "formality", "default")
-    if formality in ("more", "less"):  # DeepL's own words where a target has no formality
-        raise invalid("formality", "'formality' is not supported for given 'target_lang'.")
-    if formality not in FORMALITY:
-        raise invalid("formality", f"{formality!r}: one of {', '.join(FORMALITY)} (no served model has a formality)")
+    check_formality(fields)
     string_field(fields, "context")
     request = TranslateRequest(
         texts=texts,

@@ -18,6 +18,7 @@ from modeldir.languages import language_name, language_tag
 
 from ..core.calls.lifecycle import Call, Refusal
 from ..core.serving import ServingCore
+from ..core.translation.files.formats import FORMATS as FILE_FORMATS
 from ..core.translation.languages import AUTO
 from ..core.translation.markup import HTML, MarkupRules
 from ..core.translation.translation import TranslateRequest, TranslationOptions
@@ -34,8 +35,18 @@ def libretranslate_error(refusal: Refusal) -> dict:
     return {"error": refusal.message}
 
 
-LIBRETRANSLATE = HttpApi("libretranslate", KEY_STATUSES, libretranslate_error, TextError, key_in_body=True)
-PATHS = ("/translate", "/detect", "/languages", "/frontend/settings")
+def route_name(path: str) -> str:
+    """A LibreTranslate path's name in call records and metrics, a download's file name (its key) left out."""
+    if path.startswith(DOWNLOAD_PREFIX):
+        return "libretranslate.download_file"
+    return f"libretranslate.{path.rsplit('/', 1)[-1] or 'root'}"
+
+
+LIBRETRANSLATE = HttpApi(
+    "libretranslate", KEY_STATUSES, libretranslate_error, TextError, key_in_body=True, route_name=route_name
+)
+PATHS = ("/translate", "/detect", "/languages", "/frontend/settings", "/translate_file")
+DOWNLOAD_PREFIX = "/download_file/"  # a translated file's path: its id and key in it
 NAMES = {"texts": "q", "source_language": "source", "target_language": "target"}
 TRANSLATE_FIELDS = {"q", "source", "target", "format", "alternatives", "api_key", "model"}
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
@@ -232,8 +243,8 @@ def add_libretranslate_routes(app: FastAPI, core: ServingCore, tokens: list[byte
                     "apiKeys": tokens is not None,
                     "keyRequired": tokens is not None,
                     "suggestions": False,
-                    "filesTranslation": False,
-                    "supportedFilesFormat": [],
+                    "filesTranslation": True,
+                    "supportedFilesFormat": [f".{name}" for name in FILE_FORMATS],
                     "language": {
                         "source": {"code": AUTO, "name": "Auto Detect"},
                         "target": {"code": first, "name": language_name(first) if first else ""},

@@ -19,21 +19,37 @@ from ..errors import Unauthenticated
 from ..ops.auth import REQUIRED, bearer_allowed, read_tokens
 from ..ops.config import ServerConfig
 from ..ops.listen import address_text, listening_sockets
-from . import audio_api, cohere_api, deepl_api, kserve_api, libretranslate_api, tei_api
+from . import (
+    audio_api,
+    cohere_api,
+    deepl_api,
+    deepl_documents_api,
+    kserve_api,
+    libretranslate_api,
+    libretranslate_files_api,
+    tei_api,
+)
 from .audio_api import add_audio_routes
 from .call_handling import OPENAI, BodyTooLarge, HttpApi, refuse
 from .cohere_api import add_cohere_routes
 from .deepl_api import add_deepl_routes
+from .deepl_documents_api import add_document_routes
 from .deepl_glossaries_api import add_glossary_routes
 from .documented_types import FILLS
 from .kserve_api import add_kserve_routes
 from .libretranslate_api import add_libretranslate_routes
+from .libretranslate_files_api import add_libretranslate_file_routes
 from .openai_api import create_app
 from .openapi_document import serve_document
 from .rerank_api import add_rerank_routes
 from .tei_api import add_tei_routes
 
 OPEN_PATHS = ("/health", *kserve_api.OPEN_PATHS)  # probes and load balancers need no secret
+# An idle connection is kept this long: longer than a load balancer's idle timeout (60 s is common), so that
+# the balancer closes first, and than a client's pause between calls (DeepL's SDK asks a document's status
+# every 5 s: at uvicorn's default, 5 s, the server closed the connection as the client sent on it).
+KEEP_ALIVE_SECONDS = 75
+DOCUMENT_UPLOADS = (deepl_documents_api.PREFIX, libretranslate_files_api.FILE_PATH)  # their limit: document_max_bytes
 # Each path's API, for the refusals sent before a route runs: OpenAI's where none other claims it.
 APIS = {
     **{path: deepl_api.DEEPL for path in deepl_api.PATHS},
@@ -44,8 +60,10 @@ APIS = {
 
 
 def api_of(path: str) -> HttpApi:
-    if path.startswith(deepl_api.GLOSSARY_PATHS):
+    if path.startswith(deepl_api.OWN_PATHS):
         return deepl_api.DEEPL
+    if path.startswith(libretranslate_api.DOWNLOAD_PREFIX):
+        return libretranslate_api.LIBRETRANSLATE
     return kserve_api.KSERVE if kserve_api.is_kserve(path) else APIS.get(path, OPENAI)
 
 
@@ -65,6 +83,8 @@ class Guard:
         room for the form's other fields."""
         if path in audio_api.PATHS:
             return self.max_upload_bytes + audio_api.FORM_ROOM, "max_upload_bytes"
+        if path in DOCUMENT_UPLOADS:
+            return self.core.limits().document_max_bytes + deepl_documents_api.FORM_ROOM, "document_max_bytes"
         return self.max_body_bytes, "max_message_bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -121,7 +141,9 @@ class HttpServer:
         api = create_app(self.core, self.abort_connection, api_of)
         add_deepl_routes(api, self.core)
         add_glossary_routes(api, self.core)
+        add_document_routes(api, self.core)
         add_libretranslate_routes(api, self.core, tokens)
+        add_libretranslate_file_routes(api, self.core, tokens)
         add_rerank_routes(api, self.core)
         add_tei_routes(api, self.core)
         add_cohere_routes(api, self.core)
@@ -131,7 +153,13 @@ class HttpServer:
         serve_document(api, self.core, fills)
         app = Guard(api, tokens, c.max_message_bytes, self.core, c.max_upload_bytes)
         settings = uvicorn.Config(
-            app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1, **ssl_settings(c)
+            app,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=1,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            **ssl_settings(c),
         )
         settings.load()
         server = uvicorn.Server(settings)

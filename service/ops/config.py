@@ -116,8 +116,15 @@ class ServerConfig:
     )
     data_dir: str = _setting(
         "",
-        "where the server keeps what must outlive a restart (DeepL's glossaries, in glossaries.sqlite3); empty: "
-        "kept in memory only, lost when the server stops",
+        "where the server keeps what must outlive a restart (DeepL's glossaries, in glossaries.sqlite3; document "
+        "jobs, in documents.sqlite3 and documents/, run again after a restart); empty: kept in memory (documents "
+        "in a temporary directory), lost when the server stops",
+    )
+    document_max_bytes: int = _setting(
+        30 << 20, "most bytes of one uploaded document (/v2/document, /translate_file); DeepL takes 30 MB"
+    )
+    document_max_characters: int = _setting(
+        1_000_000, "most characters of one document's text (/v2/document, /translate_file)"
     )
     translation_max_texts: int = _setting(
         50, "most texts of one translation call (Translate, /v2/translate, /translate); DeepL takes 50"
@@ -221,6 +228,8 @@ class ServerConfig:
             "rerank_max_documents",
             "max_upload_bytes",
             "max_audio_seconds",
+            "document_max_bytes",
+            "document_max_characters",
         ]
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
         if not 0.0 <= self.access_log_share <= 1.0:

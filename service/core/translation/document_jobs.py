@@ -1,0 +1,229 @@
+"""Document translation jobs: an upload read and checked, queued, translated in the background in chunks
+of its pieces through the same translation service as every call (admitted and recorded like them), and
+its result written in the document's own format to be downloaded once. A job queued or running when the
+server stops runs again when it starts (with a data directory; without one, jobs end with the server)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ...errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+    RequestTooLarge,
+    ServiceError,
+    Unavailable,
+    invalid,
+)
+from ..calls.lifecycle import StatusTable
+from .document_store import DONE, DOWNLOADED, ERROR, QUEUED, TRANSLATING, DocumentStore, Job, new_job
+from .files.formats import read_document
+from .files.pieces import FILE, Piece, ReadDocument
+from .glossaries import Term
+from .translation import TranslateRequest, TranslationOptions
+
+log = logging.getLogger("attnserve.documents")
+
+# A job's translation calls, recorded as Documents.Translate: each refusal kept as its own kind of error.
+KINDS = (InvalidArgument, RequestTooLarge, NotFound, Overloaded, Unavailable, FailedPrecondition, DeadlineExceeded)
+JOB_STATUSES = StatusTable(
+    ok="OK", cancelled="CANCELLED", statuses={k: k for k in KINDS}, internal=Internal, code=lambda k: k.__name__
+)
+CONCURRENT_CHUNKS = 4  # of one job's, in flight at once: enough to fill a batch, not to crowd out other calls
+RETRY_SECONDS = (0.2, 5.0)  # the first and the longest wait before a chunk refused as busy is sent again
+SAMPLE_CHARACTERS = 2000  # of a document's text, what its language is detected from
+
+
+@dataclass(frozen=True, kw_only=True)
+class DocumentLimits:
+    max_bytes: int  # of one upload (document_max_bytes)
+    max_characters: int  # of one document's text (document_max_characters)
+    chunk_texts: int  # pieces of one translation call (translation_max_texts)
+    chunk_characters: int  # characters of one translation call (translation_max_characters)
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    started: float
+    characters_done: int
+
+
+# What a job calls: a translation (through the core, as one recorded call), the language a sample of text
+# is in (None: unknown), and a glossary's terms for a pair (refused where it does not serve the pair).
+Translate = Callable[[TranslateRequest, str], Awaitable[list]]
+Detect = Callable[[str], str | None]
+GlossaryTerms = Callable[[str, str | None, str], tuple[Term, ...]]
+
+
+class DocumentJobs:
+    def __init__(self, data_dir: Path | None, limits: DocumentLimits):
+        self.store, self.limits = DocumentStore(data_dir), limits
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._progress: dict[str, JobProgress] = {}
+        self._finished: dict[str, asyncio.Event] = {}  # jobs someone waits for, until they end
+        for document_id in self.store.unfinished():  # left queued or running when the server last stopped
+            self._queue.put_nowait(document_id)
+
+    def read(self, format: str, data: bytes) -> ReadDocument:
+        """The upload read and checked against the limits (off the event loop: the caller's thread)."""
+        if len(data) > self.limits.max_bytes:
+            raise RequestTooLarge(
+                f"{FILE}: {len(data)} bytes; at most {self.limits.max_bytes} (document_max_bytes)", FILE
+            )
+        if not data:
+            raise invalid(FILE, "empty")
+        document = read_document(format, data)
+        if not document.pieces:
+            raise invalid(FILE, "no text to translate")
+        if document.characters > self.limits.max_characters:
+            raise RequestTooLarge(
+                f"{FILE}: {document.characters} characters of text; at most {self.limits.max_characters} "
+                "(document_max_characters)",
+                FILE,
+            )
+        return document
+
+    def submit(self, data: bytes, characters: int, **order) -> Job:
+        self.store.remove_old()
+        job = self.store.add(new_job(characters=characters, **order), data)
+        self._queue.put_nowait(job.document_id)
+        return job
+
+    def seconds_remaining(self, job: Job) -> int | None:
+        """While a job is translated: its characters left at the pace of those done so far."""
+        progress = self._progress.get(job.document_id)
+        if job.status != TRANSLATING or progress is None or not progress.characters_done:
+            return None
+        pace = progress.characters_done / max(time.monotonic() - progress.started, 1e-3)
+        return round((job.characters - progress.characters_done) / pace)
+
+    def take_result(self, document_id: str, document_key: str) -> tuple[Job, bytes]:
+        """A finished job's translated document, once: it is deleted as it is handed over."""
+        job = self.store.check_key(document_id, document_key)
+        if job.status in (QUEUED, TRANSLATING):
+            raise Unavailable(f"document_id: {document_id!r} is {job.status}; download it once it is done")
+        if job.status == ERROR:
+            raise FailedPrecondition(f"document_id: {document_id!r} was not translated: {job.error}", "document_id")
+        if job.status == DOWNLOADED:
+            raise NotFound(
+                f"document_id: {document_id!r} was downloaded already (a result is sent once)", "document_id"
+            )
+        data = self.store.result(document_id).read_bytes()
+        self.store.set_status(document_id, DOWNLOADED)
+        self.store.remove_files(document_id)
+        return replace(job, status=DOWNLOADED), data
+
+    async def run(self, translate: Translate, detect: Detect, glossary_terms: GlossaryTerms) -> None:
+        """Translate the jobs queued, one at a time, until cancelled (a job cut off stays queued)."""
+        while True:
+            document_id = await self._queue.get()
+            try:
+                await self._translate(self.store.get(document_id), translate, detect, glossary_terms)
+            except ServiceError as error:
+                self.store.set_status(document_id, ERROR, error.message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("document %s: translation failed", document_id)
+                self.store.set_status(document_id, ERROR, "internal error (see the server log)")
+            finally:
+                self._progress.pop(document_id, None)
+                if document_id in self._finished:
+                    self._finished.pop(document_id).set()
+
+    async def wait(self, document_id: str) -> Job:
+        """The job once it is done or failed."""
+        job = self.store.get(document_id)
+        if job.status in (QUEUED, TRANSLATING):
+            await self._finished.setdefault(document_id, asyncio.Event()).wait()
+        return self.store.get(document_id)
+
+    async def _translate(self, job: Job, translate: Translate, detect: Detect, glossary_terms: GlossaryTerms):
+        self.store.set_status(job.document_id, TRANSLATING)
+        self._progress[job.document_id] = JobProgress(time.monotonic(), 0)
+        data = await asyncio.to_thread(self.store.upload(job.document_id).read_bytes)
+        document = await asyncio.to_thread(read_document, job.format, data)
+        source = job.source_language
+        if source is None:
+            sample = " ".join(piece.plain for piece in document.pieces[:200])[:SAMPLE_CHARACTERS]
+            source = detect(sample)
+        terms = glossary_terms(job.glossary_id, source, job.target_language) if job.glossary_id else ()
+        options = {markup: TranslationOptions(markup=markup, glossary=terms) for markup in _markups(document)}
+
+        def request(pieces: list[Piece]) -> TranslateRequest:
+            texts = [piece.text for piece in pieces]
+            return TranslateRequest(
+                texts=texts,
+                target_language=job.target_language,
+                source_language=source,
+                options=options[pieces[0].markup],
+            )
+
+        translations: list[str | None] = [None] * len(document.pieces)
+        chunks = self._chunks(document.pieces)
+        gate = asyncio.Semaphore(CONCURRENT_CHUNKS)
+
+        async def chunk(indices: list[int]) -> None:
+            async with gate:
+                texts = await self._translate_chunk(job, [document.pieces[i] for i in indices], request, translate)
+            for i, text in zip(indices, texts):
+                translations[i] = text
+            done = self._progress[job.document_id]
+            characters = sum(document.pieces[i].characters for i in indices)
+            self._progress[job.document_id] = replace(done, characters_done=done.characters_done + characters)
+
+        await asyncio.gather(*(chunk(indices) for indices in chunks))
+        written = await asyncio.to_thread(document.write, translations, job.target_language)
+        await asyncio.to_thread(self.store.result(job.document_id).write_bytes, written)
+        self.store.set_status(job.document_id, DONE)
+
+    def _chunks(self, pieces: list[Piece]) -> list[list[int]]:
+        """Runs of pieces read alike, each within a translation call's texts and characters."""
+        chunks, size = [], 0
+        for i, piece in enumerate(pieces):
+            last = chunks[-1] if chunks else None
+            if (
+                last is None
+                or pieces[last[0]].markup != piece.markup
+                or len(last) >= self.limits.chunk_texts
+                or size + len(piece.text) > self.limits.chunk_characters
+            ):
+                chunks.append([i])
+                size = 0
+            else:
+                last.append(i)
+            size += len(piece.text)
+        return chunks
+
+    async def _translate_chunk(self, job: Job, pieces: list[Piece], request, translate: Translate) -> list[str]:
+        """A chunk's translations; a chunk over a call's limits (its sentences) cut in half until it fits, a
+        chunk refused while the server is busy sent again."""
+        wait = RETRY_SECONDS[0]
+        while True:
+            try:
+                return [t.text for t in await translate(request(pieces), job.document_id)]
+            except RequestTooLarge:
+                if len(pieces) == 1:
+                    raise
+                half = len(pieces) // 2
+                first = await self._translate_chunk(job, pieces[:half], request, translate)
+                return first + await self._translate_chunk(job, pieces[half:], request, translate)
+            except (Overloaded, Unavailable):
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, RETRY_SECONDS[1])
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _markups(document: ReadDocument) -> set:
+    return {piece.markup for piece in document.pieces}

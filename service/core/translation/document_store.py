@@ -1,0 +1,130 @@
+"""Document jobs kept: each job's row in SQLite (the standard library's) and its uploaded and translated
+files, named by the job's id alone, under the data directory's documents/ (so that a job outlives a
+restart); in a temporary directory, removed at exit, where the server has no data directory."""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from ...errors import NotFound
+
+QUEUED, TRANSLATING, DONE, DOWNLOADED, ERROR = "queued", "translating", "done", "downloaded", "error"
+JOB_FILE = "documents.sqlite3"
+FILES = "documents"
+KEEP_SECONDS = 24 * 3600  # a job (its files, its result never downloaded) is kept this long after its upload
+_SCHEMA = """
+create table if not exists jobs (
+    document_id text primary key, document_key text not null, status text not null, filename text not null,
+    format text not null, target_language text not null, source_language text, glossary_id text,
+    characters integer not null, error text, created real not null
+)
+"""
+
+
+@dataclass(frozen=True)
+class Job:
+    document_id: str  # 32 hexadecimal digits, as DeepL's
+    document_key: str  # 64 hexadecimal digits: the secret that reads the job and its result
+    status: str
+    filename: str
+    format: str
+    target_language: str
+    source_language: str | None  # None: detected from the document
+    glossary_id: str | None
+    characters: int  # of its text, what DeepL bills
+    error: str | None
+    created: float  # seconds since the epoch
+
+
+class DocumentStore:
+    def __init__(self, data_dir: Path | None):
+        """data_dir: where jobs are kept (made if missing); None: a temporary directory, gone at exit."""
+        self._temporary = None if data_dir is not None else tempfile.TemporaryDirectory(prefix="attnserve-docs-")
+        self.durable = data_dir is not None
+        self.files = Path(data_dir if data_dir is not None else self._temporary.name) / FILES
+        self.files.mkdir(parents=True, exist_ok=True)
+        where = str(Path(data_dir) / JOB_FILE) if data_dir is not None else ":memory:"
+        self._db = sqlite3.connect(where, check_same_thread=False)
+        self._lock = threading.Lock()  # one connection shared by the loop and the file threads
+        with self._lock, self._db:
+            self._db.execute(_SCHEMA)
+
+    def add(self, job: Job, data: bytes) -> Job:
+        self.upload(job.document_id).write_bytes(data)
+        with self._lock, self._db:
+            self._db.execute(f"insert into jobs values ({', '.join('?' * len(fields(Job)))})", _row(job))
+        return job
+
+    def upload(self, document_id: str) -> Path:
+        return self.files / f"{document_id}.upload"
+
+    def result(self, document_id: str) -> Path:
+        return self.files / f"{document_id}.result"
+
+    def get(self, document_id: str) -> Job:
+        with self._lock:
+            row = self._db.execute("select * from jobs where document_id = ?", (document_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"document_id: no document {document_id!r} on this server", "document_id")
+        return Job(*row)
+
+    def check_key(self, document_id: str, document_key: str) -> Job:
+        """The job, where the key is its own; an unknown id and a wrong key are refused alike (NotFound),
+        so that a key cannot be told from a missing job."""
+        job = self.get(document_id)
+        if not secrets.compare_digest(job.document_key.encode(), (document_key or "").encode()):
+            raise NotFound(f"document_id: no document {document_id!r} with this document_key", "document_key")
+        return job
+
+    def set_status(self, document_id: str, status: str, error: str | None = None) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "update jobs set status = ?, error = ? where document_id = ?", (status, error, document_id)
+            )
+
+    def unfinished(self) -> list[str]:
+        """The jobs queued or being translated (when the server last stopped), oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "select document_id from jobs where status in (?, ?) order by created", (QUEUED, TRANSLATING)
+            ).fetchall()
+        return [document_id for (document_id,) in rows]
+
+    def remove_old(self) -> None:
+        """Jobs uploaded more than KEEP_SECONDS ago, with their files."""
+        with self._lock, self._db:
+            old = self._db.execute("select document_id from jobs where created < ?", (time.time() - KEEP_SECONDS,))
+            ids = [document_id for (document_id,) in old.fetchall()]
+            self._db.executemany("delete from jobs where document_id = ?", [(i,) for i in ids])
+        for document_id in ids:
+            self.remove_files(document_id)
+
+    def remove_files(self, document_id: str) -> None:
+        for path in (self.upload(document_id), self.result(document_id)):
+            path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self._db.close()
+        if self._temporary is not None:
+            self._temporary.cleanup()
+
+
+def new_job(**order) -> Job:
+    return Job(
+        document_id=secrets.token_hex(16).upper(),
+        document_key=secrets.token_hex(32).upper(),
+        status=QUEUED,
+        error=None,
+        created=time.time(),
+        **order,
+    )
+
+
+def _row(job: Job) -> tuple:
+    return tuple(getattr(job, f.name) for f in fields(Job))

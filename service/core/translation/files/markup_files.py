@@ -1,0 +1,122 @@
+"""Documents of markup: HTML (whole where it is small, else element by element, each translated with its
+inline tags kept through the markup reader) and XLIFF 1.2 and 2.x (each source segment translated, its
+inline codes kept, into the unit's target)."""
+
+from __future__ import annotations
+
+import html
+
+import lxml.etree as etree
+import lxml.html
+
+from ....errors import invalid
+from ..markup import HTML, HTML_UNTRANSLATED, XML, MarkupRules
+from .pieces import FILE, PIECE_BUDGET, Piece, ReadDocument, decoded, worth_translating
+
+HTML_RULES = MarkupRules(tag_handling=HTML)
+XLIFF_1, XLIFF_2 = "urn:oasis:names:tc:xliff:document:1.2", "urn:oasis:names:tc:xliff:document:2.0"
+# XLIFF 1.2's holders of native code (their text is the original format's markup, never translated).
+XLIFF_NATIVE_CODE = frozenset({"ph", "bpt", "ept", "it", "sub"})
+
+
+def inner_markup(element, method: str) -> str:
+    """An element's content as markup: its text, then every child with its tail."""
+    text = html.escape(element.text or "", quote=False)
+    return text + "".join(etree.tostring(child, method=method, encoding="unicode") for child in element)
+
+
+def read_html(data: bytes) -> ReadDocument:
+    text = decoded(data, "HTML")
+    if len(text) <= PIECE_BUDGET:  # the page whole: its markup reader keeps every byte outside the text
+        return ReadDocument([Piece(text, HTML_RULES)], lambda translations, _: translations[0].encode("utf-8"))
+    try:
+        root = lxml.html.document_fromstring(text)
+    except etree.ParserError as error:
+        raise invalid(FILE, f"not an HTML file: {error}") from None
+    slots = []  # (element, its content as markup)
+
+    def visit(element) -> None:
+        if not isinstance(element.tag, str) or element.tag in HTML_UNTRANSLATED:
+            return
+        content = inner_markup(element, "html")
+        if len(content) <= PIECE_BUDGET:
+            if worth_translating(element.text_content()):
+                slots.append((element, content))
+            return
+        for child in element:  # too large for one piece: its children one by one, its own text alone
+            visit(child)
+        if worth_translating(element.text or ""):
+            slots.append((element, "text"))
+
+    for part in (root.find("head/title"), root.find("body")):
+        if part is not None:
+            visit(part)
+    pieces = [
+        Piece(element.text, None) if content == "text" else Piece(content, HTML_RULES) for element, content in slots
+    ]
+
+    def write(translations: list[str], target_language: str) -> bytes:
+        root.set("lang", target_language)
+        for (element, content), translation in zip(slots, translations):
+            if content == "text":
+                element.text = translation
+                continue
+            for child in list(element):
+                element.remove(child)
+            fragments = lxml.html.fragments_fromstring(translation) if translation.strip() else []
+            element.text = fragments.pop(0) if fragments and isinstance(fragments[0], str) else None
+            element.extend(fragments)
+        return etree.tostring(root.getroottree(), method="html", encoding="unicode").encode("utf-8")
+
+    return ReadDocument(pieces, write)
+
+
+def local_names(element) -> frozenset[str]:
+    return frozenset(etree.QName(child).localname for child in element.iter() if isinstance(child.tag, str))
+
+
+def read_xliff(data: bytes) -> ReadDocument:
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=False)
+    try:
+        root = etree.fromstring(data, parser)
+    except etree.XMLSyntaxError as error:
+        raise invalid(FILE, f"not an XLIFF file: {error}") from None
+    namespace = etree.QName(root).namespace
+    if namespace not in (XLIFF_1, XLIFF_2):
+        raise invalid(FILE, f"not XLIFF 1.2 or 2.x (its namespace is {namespace!r})")
+    units = "trans-unit" if namespace == XLIFF_1 else "segment"
+    sources = [unit.find(f"{{{namespace}}}source") for unit in root.iter(f"{{{namespace}}}{units}")]
+    sources = [source for source in sources if source is not None and worth_translating("".join(source.itertext()))]
+    pieces = []
+    for source in sources:
+        inline = local_names(source) - {"source"}
+        if not inline:
+            pieces.append(Piece(source.text or ""))
+            continue
+        rules = MarkupRules(
+            tag_handling=XML,
+            outline_detection=False,  # its inline codes stand in running text, wherever they are
+            non_splitting_tags=inline,
+            ignore_tags=XLIFF_NATIVE_CODE & inline if namespace == XLIFF_1 else frozenset(),
+        )
+        pieces.append(Piece(inner_markup(source, "xml"), rules))
+
+    def write(translations: list[str], target_language: str) -> bytes:
+        for source, translation in zip(sources, translations):
+            target = source.getparent().find(f"{{{namespace}}}target")
+            if target is None:
+                target = etree.Element(f"{{{namespace}}}target")
+                source.addnext(target)
+                target.tail = source.tail
+            wrapped = etree.fromstring(f'<target xmlns="{namespace}">{translation}</target>', parser)
+            target[:] = list(wrapped)
+            target.text = wrapped.text
+        if namespace == XLIFF_1:
+            for file in root.iter(f"{{{XLIFF_1}}}file"):
+                file.set("target-language", target_language)
+        else:
+            root.set("trgLang", target_language)
+        etree.cleanup_namespaces(root)
+        return etree.tostring(root, xml_declaration=True, encoding="UTF-8")
+
+    return ReadDocument(pieces, write)
