@@ -291,4 +291,16 @@ def test_libretranslates_frontend_settings(base_url):
     assert settings["charLimit"] == 6000 and settings["keyRequired"] is False and settings["apiKeys"] is False
     assert settings["language"]["source"] == {"code": "auto", "name": "Auto Detect"}
     assert settings["language"]["target"]["code"] in {"de", "en", "es", "fr", "it", "zxx"}
-    assert settings["filesTranslation"] is False and settings["supportedFilesFormat"] == []
+    assert settings["filesTranslation"] is True
+    assert settings["supportedFilesFormat"] == [
+        ".txt",
+        ".html",
+        ".htm",
+        ".docx",
+        ".pptx",
+        ".xlsx",
+        ".xlf",
+        ".xliff",
+        ".srt",
+        ".vtt",
+    ]

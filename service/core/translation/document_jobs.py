@@ -157,7 +157,8 @@ class DocumentJobs:
             sample = " ".join(piece.plain for piece in document.pieces[:200])[:SAMPLE_CHARACTERS]
             source = detect(sample)
         terms = glossary_terms(job.glossary_id, source, job.target_language) if job.glossary_id else ()
-        options = {markup: TranslationOptions(markup=markup, glossary=terms) for markup in _markups(document)}
+        markups = {piece.markup for piece in document.pieces}
+        options = {markup: TranslationOptions(markup=markup, glossary=terms) for markup in markups}
 
         def request(pieces: list[Piece]) -> TranslateRequest:
             texts = [piece.text for piece in pieces]
@@ -181,7 +182,13 @@ class DocumentJobs:
             characters = sum(document.pieces[i].characters for i in indices)
             self._progress[job.document_id] = replace(done, characters_done=done.characters_done + characters)
 
-        await asyncio.gather(*(chunk(indices) for indices in chunks))
+        tasks = [asyncio.ensure_future(chunk(indices)) for indices in chunks]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:  # one chunk refused: the job has failed, the others are not worth finishing
+            for task in tasks:
+                task.cancel()
+            raise
         written = await asyncio.to_thread(document.write, translations, job.target_language)
         await asyncio.to_thread(self.store.result(job.document_id).write_bytes, written)
         self.store.set_status(job.document_id, DONE)
@@ -223,7 +230,3 @@ class DocumentJobs:
 
     def close(self) -> None:
         self.store.close()
-
-
-def _markups(document: ReadDocument) -> set:
-    return {piece.markup for piece in document.pieces}
