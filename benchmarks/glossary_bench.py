@@ -1,15 +1,17 @@
-"""Glossaries applied, on held-out term lists for the bundled multilingual numbers model (English number
-words into French): term accuracy (the share of source terms found whose target term comes out) with the
+"""Glossaries applied, on held-out term lists for the bundled multilingual numbers model (digits into
+French words): term accuracy (the share of source terms found whose target term comes out) with the
 glossary and without it, and what applying it costs in texts a second and generated tokens a second, 32
 callers at once, medians of --rounds rounds, the loads' order turned round each round.
 
-Two held-out lists: "as the model writes them" (English words to the French the model writes anyway:
-a glossary must not spoil them), and "house style" (English words to digits, which the model never writes
-in French: every one must be forced). The texts are --cases random numbers from 1 to 999,999 in words.
+Three held-out lists of --terms numbers each: "as the model writes them" (each number to the French the
+model writes anyway: a glossary must not spoil them), "do not translate" (each number to itself: the
+model never copies digits into French) and "house style" (each number to "nombre" and its French words,
+which the model never writes). Half the --cases texts are a listed number, half another number from 1 to
+999,999.
 
 The server runs as `attnserve serve` in a fresh process; the machine and its GEMM probe come first.
 
-    .venv/bin/python -m benchmarks.glossary_bench [--rounds 3] [--cases 400]
+    .venv/bin/python -m benchmarks.glossary_bench [--rounds 3] [--cases 400] [--terms 50]
 """
 
 from __future__ import annotations
@@ -33,16 +35,21 @@ from .machine import describe, print_machine
 
 NUMBERS = Path("build/models/numbers-multilingual")
 GENERATED = "attnserve_generated_tokens_total"
-FIELDS = {"source_lang": "EN", "target_lang": "FR"}
-TERM_LISTS = {
-    "as the model writes them": {"twelve": "douze", "thousand": "mille", "seven": "sept", "forty": "quarante"},
-    "house style (digits)": {"twelve": "12", "seven": "7", "three": "3", "nineteen": "19", "five": "5"},
-}
+FIELDS = {"source_lang": "ZXX", "target_lang": "FR"}
 
 
-def texts(count: int, seed: int = 5) -> list[str]:
+def term_lists(count: int, seed: int = 3) -> dict[str, dict[str, str]]:
+    numbers = random.Random(seed).sample(range(13, 1000), count)
+    return {
+        "as the model writes them": {str(n): words(n, "fra_Latn") for n in numbers},
+        "do not translate": {str(n): str(n) for n in numbers},
+        "house style": {str(n): f"nombre {words(n, 'fra_Latn')}" for n in numbers},
+    }
+
+
+def texts(count: int, listed: list[str], seed: int = 5) -> list[str]:
     rng = random.Random(seed)
-    return [words(rng.randrange(1, 1_000_000), "eng_Latn") for _ in range(count)]
+    return [rng.choice(listed) if i % 2 == 0 else str(rng.randrange(1, 1_000_000)) for i in range(count)]
 
 
 def term_accuracy(sources: list[str], answers: list[str], terms: tuple[Term, ...]) -> tuple[int, float]:
@@ -84,18 +91,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cases", type=int, default=400)
+    parser.add_argument("--terms", type=int, default=50)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     machine = describe(args.threads)
     print_machine(machine)
-    all_texts = texts(args.cases)
+    lists = term_lists(args.terms)
+    all_texts = texts(args.cases, list(lists["do not translate"]))
     server = ServerProcess("--intra-op-threads", str(args.threads), models=[str(NUMBERS.resolve())])
     accuracy, speed = [], []
     try:
         base = f"http://127.0.0.1:{server.http_port}"
         timed(server, base, all_texts[:64], None)  # warm
         _, plain = timed(server, base, all_texts, None)
-        for name, entries in TERM_LISTS.items():
+        for name, entries in lists.items():
             tsv = "\n".join(f"{s}\t{t}" for s, t in entries.items())
             made = httpx.post(
                 f"{base}/v2/glossaries", json={"name": name, "entries": tsv, **FIELDS, "entries_format": "tsv"}

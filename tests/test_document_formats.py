@@ -67,7 +67,7 @@ def test_subtitles_and_xliff_come_back_with_their_text_unchanged():
     )
     written = identity(xliff.encode(), "xlf").decode()
     assert '<target>Say <g id="1">hi</g> &amp; <ph id="2">&lt;br/&gt;</ph>bye</target>' in written
-    assert read_document("xlf", xliff.encode()).pieces[0].markup.ignore_tags == {"ph"}  # native code: never translated
+    assert "ph" in read_document("xlf", xliff.encode()).pieces[0].markup.ignore_tags  # native code: never translated
 
 
 def test_a_large_html_page_is_cut_at_its_elements_and_comes_back_whole():

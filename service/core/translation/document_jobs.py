@@ -29,6 +29,7 @@ from .document_store import DONE, DOWNLOADED, ERROR, QUEUED, TRANSLATING, Docume
 from .files.formats import read_document
 from .files.pieces import FILE, Piece, ReadDocument
 from .glossaries import Term
+from .markup import MarkupRules
 from .translation import TranslateRequest, TranslationOptions
 
 log = logging.getLogger("attnserve.documents")
@@ -194,21 +195,22 @@ class DocumentJobs:
         self.store.set_status(job.document_id, DONE)
 
     def _chunks(self, pieces: list[Piece]) -> list[list[int]]:
-        """Runs of pieces read alike, each within a translation call's texts and characters."""
-        chunks, size = [], 0
+        """The pieces read alike (plain, or markup by the same rules) in chunks, in order, each within a
+        translation call's texts and characters."""
+        alike: dict[MarkupRules | None, list[int]] = {}
         for i, piece in enumerate(pieces):
-            last = chunks[-1] if chunks else None
-            if (
-                last is None
-                or pieces[last[0]].markup != piece.markup
-                or len(last) >= self.limits.chunk_texts
-                or size + len(piece.text) > self.limits.chunk_characters
-            ):
-                chunks.append([i])
-                size = 0
-            else:
-                last.append(i)
-            size += len(piece.text)
+            alike.setdefault(piece.markup, []).append(i)
+        chunks = []
+        for indices in alike.values():
+            chunk, size = [], 0
+            for i in indices:
+                full = len(chunk) >= self.limits.chunk_texts
+                if chunk and (full or size + len(pieces[i].text) > self.limits.chunk_characters):
+                    chunks.append(chunk)
+                    chunk, size = [], 0
+                chunk.append(i)
+                size += len(pieces[i].text)
+            chunks.append(chunk)
         return chunks
 
     async def _translate_chunk(self, job: Job, pieces: list[Piece], request, translate: Translate) -> list[str]:

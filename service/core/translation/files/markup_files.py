@@ -17,6 +17,11 @@ HTML_RULES = MarkupRules(tag_handling=HTML)
 XLIFF_1, XLIFF_2 = "urn:oasis:names:tc:xliff:document:1.2", "urn:oasis:names:tc:xliff:document:2.0"
 # XLIFF 1.2's holders of native code (their text is the original format's markup, never translated).
 XLIFF_NATIVE_CODE = frozenset({"ph", "bpt", "ept", "it", "sub"})
+# A segment's inline codes stand in running text wherever they are (no outline detection: all inline).
+XLIFF_RULES = {
+    XLIFF_1: MarkupRules(tag_handling=XML, outline_detection=False, ignore_tags=XLIFF_NATIVE_CODE),
+    XLIFF_2: MarkupRules(tag_handling=XML, outline_detection=False),
+}
 
 
 def inner_markup(element, method: str) -> str:
@@ -71,10 +76,6 @@ def read_html(data: bytes) -> ReadDocument:
     return ReadDocument(pieces, write)
 
 
-def local_names(element) -> frozenset[str]:
-    return frozenset(etree.QName(child).localname for child in element.iter() if isinstance(child.tag, str))
-
-
 def read_xliff(data: bytes) -> ReadDocument:
     parser = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=False)
     try:
@@ -89,17 +90,10 @@ def read_xliff(data: bytes) -> ReadDocument:
     sources = [source for source in sources if source is not None and worth_translating("".join(source.itertext()))]
     pieces = []
     for source in sources:
-        inline = local_names(source) - {"source"}
-        if not inline:
+        if len(source) == 0:  # no inline codes: plain text
             pieces.append(Piece(source.text or ""))
             continue
-        rules = MarkupRules(
-            tag_handling=XML,
-            outline_detection=False,  # its inline codes stand in running text, wherever they are
-            non_splitting_tags=inline,
-            ignore_tags=XLIFF_NATIVE_CODE & inline if namespace == XLIFF_1 else frozenset(),
-        )
-        pieces.append(Piece(inner_markup(source, "xml"), rules))
+        pieces.append(Piece(inner_markup(source, "xml"), XLIFF_RULES[namespace]))
 
     def write(translations: list[str], target_language: str) -> bytes:
         for source, translation in zip(sources, translations):

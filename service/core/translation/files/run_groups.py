@@ -16,6 +16,8 @@ from .pieces import Piece, worth_translating
 
 XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 GROUP = "g"  # a group's element in a fragment: g0, g1, ...
+# Without outline detection, every element of a fragment is inline: the paragraph is one running text.
+FRAGMENT_RULES = MarkupRules(tag_handling=XML, outline_detection=False)
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,7 @@ class Paragraph:
             return Piece(texts[0])
         names = [f"{GROUP}{i}" for i in range(len(texts))]
         fragment = "".join(f"<{n}>{html.escape(t, quote=False)}</{n}>" for n, t in zip(names, texts))
-        rules = MarkupRules(tag_handling=XML, outline_detection=False, non_splitting_tags=frozenset(names))
-        return Piece(fragment, rules)
+        return Piece(fragment, FRAGMENT_RULES)
 
     def write(self, translation: str) -> None:
         """Each group's translated words into its first run; the group's other runs emptied. Words that
