@@ -9,7 +9,7 @@ import deepl
 import grpc
 import pytest
 
-from service.core.translation.glossaries import GlossaryStore, Term, read_entries
+from service.core.translation.glossaries import Dictionary, GlossaryStore, Term, read_entries
 from service.core.translation.term_forcing import occurrences
 from service.errors import InvalidArgument, NotFound
 from service.grpc_api.pb import inference_pb2 as pb
@@ -42,7 +42,7 @@ def test_terms_are_found_as_whole_words_case_insensitively():
 
 def test_the_store_outlives_a_restart(tmp_path):
     first = GlossaryStore(tmp_path / "data")
-    made = first.create("g", "en", "zxx", (Term("twelve", "21"),))
+    made = first.create("g", (Dictionary("en", "zxx", (Term("twelve", "21"),)),))
     again = GlossaryStore(tmp_path / "data")
     assert again.get(made.glossary_id) == made and [g.glossary_id for g in again.all()] == [made.glossary_id]
     again.delete(made.glossary_id)

@@ -72,6 +72,12 @@ def test_untranslated_elements_pass_untouched():
     assert out.startswith("<p>RUN ") and out.endswith("OK</p><script>if (a < b) {}</script><style>p{}</style>")
 
 
+def test_dnt_spans_pass_untouched_in_xml_and_html():
+    for rules in (XML_RULES, HTML_RULES):
+        out = translated("<p>call <dnt>Attn Serve</dnt> now</p>", rules, str.upper, identity_links)
+        assert out == "<p>CALL  <dnt>Attn Serve</dnt>NOW</p>"  # a point, as translate="no": with its next word
+
+
 def test_weblate_placeables_are_points_that_follow_their_word():
     rules = MarkupRules(tag_handling=XML, ignore_tags=frozenset({"x"}))
     markup = parse_markup('Delete <x id="0"></x> files from <x id="1"></x>?', rules)

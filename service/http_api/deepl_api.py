@@ -33,20 +33,32 @@ def deepl_error(refusal: Refusal) -> dict:
 
 
 def route_name(path: str) -> str:
-    """A DeepL path's name in call records and metrics, a glossary's id left out."""
+    """A DeepL path's name in call records and metrics, a glossary's or a document's id left out."""
     parts = path.strip("/").split("/")
     if parts[:2] == ["v2", "glossaries"] and len(parts) > 2:
         return "deepl.glossary_entries" if parts[3:] == ["entries"] else "deepl.glossary"
+    if parts[:2] == ["v3", "glossaries"] and len(parts) > 2:
+        own = {(): "v3_glossary", ("entries",): "v3_glossary_entries", ("dictionaries",): "v3_glossary_dictionaries"}
+        return f"deepl.{own.get(tuple(parts[3:]), 'unknown')}"
     if parts[:2] == ["v2", "document"] and len(parts) > 2:
         return "deepl.document_result" if parts[3:] == ["result"] else "deepl.document_status"
-    return f"deepl.{parts[-1] or 'root'}"
+    return f"deepl.{'v3_' if parts[0] == 'v3' else ''}{parts[-1] or 'root'}"
 
 
 DEEPL = HttpApi(
     "deepl", KEY_STATUSES, deepl_error, MessageError, auth_schemes=("DeepL-Auth-Key ", BEARER), route_name=route_name
 )
-PATHS = ("/v2/translate", "/v2/languages", "/v2/usage", "/v2/glossaries", "/v2/glossary-language-pairs", "/v2/document")
-OWN_PATHS = ("/v2/glossaries/", "/v2/document/")  # a glossary's and a document's own paths, its id in them
+PATHS = (
+    "/v2/translate",
+    "/v2/languages",
+    "/v2/usage",
+    "/v2/glossaries",
+    "/v2/glossary-language-pairs",
+    "/v2/document",
+    "/v3/glossaries",
+)
+# A glossary's and a document's own paths, its id in them.
+OWN_PATHS = ("/v2/glossaries/", "/v2/document/", "/v3/glossaries/")
 NAMES = {"texts": "text", "source_language": "source_lang", "target_language": "target_lang"}
 
 SERVED = {

@@ -1,7 +1,8 @@
 """DeepL's v2 glossaries on the HTTP port, as DeepL's clients (its SDKs, Weblate, translate5) manage them:
 create from TSV or CSV entries, list, get, read the entries back as TSV, delete, and the language pairs a
 glossary may have (those a served model translates). Kept by the core's glossary store (durable under
---data-dir); a translation names one with glossary_id."""
+--data-dir), which v3's multilingual glossaries share: v2 sees the glossaries of one dictionary; a
+translation names one with glossary_id."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from modeldir.languages import language_tag
 
 from ..core.calls.lifecycle import Call
 from ..core.serving import ServingCore
-from ..core.translation.glossaries import ENTRIES_FORMATS, Glossary, as_tsv, read_entries
+from ..core.translation.glossaries import ENTRIES_FORMATS, Dictionary, Glossary, as_tsv, read_entries
 from ..errors import invalid
 from .call_handling import handle
 from .deepl_api import DEEPL, deepl_codes
@@ -56,14 +57,16 @@ class DeeplGlossaryBody(BaseModel):
 
 
 def info(glossary: Glossary) -> dict:
+    """A glossary as v2 shows it: its one dictionary's pair and entries."""
+    only = glossary.only
     return {
         "glossary_id": glossary.glossary_id,
         "name": glossary.name,
         "ready": True,
-        "source_lang": glossary.source_lang,
-        "target_lang": glossary.target_lang,
+        "source_lang": only.source_lang,
+        "target_lang": only.target_lang,
         "creation_time": glossary.creation_time,
-        "entry_count": len(glossary.entries),
+        "entry_count": len(only.entries),
     }
 
 
@@ -107,14 +110,16 @@ def add_glossary_routes(app: FastAPI, core: ServingCore) -> None:
             if not entries_text:
                 raise invalid("entries", "required")
             entries = read_entries(entries_text, string_field(fields, "entries_format") or "tsv")
-            return JSONResponse(info(store.create(name, source, target, entries)), status_code=201)
+            glossary = store.create(name, (Dictionary(source, target, entries),))
+            return JSONResponse(info(glossary), status_code=201)
 
         return await handle(core, request, {}, work, DEEPL)
 
     @app.get(PREFIX, responses=answers(DEEPL, obj(("glossaries",), glossaries=array(INFO))))
     async def listed(request: Request) -> Response:
         async def work(call: Call) -> Response:
-            return JSONResponse({"glossaries": [info(g) for g in store.all()]})
+            one_pair = [g for g in store.all() if len(g.dictionaries) == 1]  # v2 shows one pair a glossary
+            return JSONResponse({"glossaries": [info(g) for g in one_pair]})
 
         return await handle(core, request, {}, work, DEEPL)
 
@@ -128,7 +133,7 @@ def add_glossary_routes(app: FastAPI, core: ServingCore) -> None:
     @app.get(PREFIX + "/{glossary_id}/entries", responses=answers(DEEPL, STRING))
     async def entries(request: Request, glossary_id: str) -> Response:
         async def work(call: Call) -> Response:
-            tsv = as_tsv(store.get(glossary_id).entries)
+            tsv = as_tsv(store.get(glossary_id).only.entries)
             return Response(tsv, media_type="text/tab-separated-values; charset=utf-8")
 
         return await handle(core, request, {}, work, DEEPL)

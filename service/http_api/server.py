@@ -35,6 +35,7 @@ from .cohere_api import add_cohere_routes
 from .deepl_api import add_deepl_routes
 from .deepl_documents_api import add_document_routes
 from .deepl_glossaries_api import add_glossary_routes
+from .deepl_glossaries_v3_api import add_multilingual_glossary_routes
 from .documented_types import FILLS
 from .kserve_api import add_kserve_routes
 from .libretranslate_api import add_libretranslate_routes
@@ -141,6 +142,7 @@ class HttpServer:
         api = create_app(self.core, self.abort_connection, api_of)
         add_deepl_routes(api, self.core)
         add_glossary_routes(api, self.core)
+        add_multilingual_glossary_routes(api, self.core)
         add_document_routes(api, self.core)
         add_libretranslate_routes(api, self.core, tokens)
         add_libretranslate_file_routes(api, self.core, tokens)

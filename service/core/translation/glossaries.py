@@ -1,6 +1,7 @@
-"""Glossaries: named lists of source terms and their target terms for one language pair, kept in SQLite
-(the standard library's) under the data directory, so that they outlive a restart; in memory where the
-server has no data directory. Entries are read from DeepL's TSV or CSV; the store checks them."""
+"""Glossaries: named sets of dictionaries, each a language pair's source terms and their target terms
+(DeepL's v3 multilingual glossaries; a v2 glossary is one of a single dictionary), kept in SQLite (the
+standard library's) under the data directory, so that they outlive a restart; in memory where the server
+has no data directory. Entries are read from DeepL's TSV or CSV; the store checks them."""
 
 from __future__ import annotations
 
@@ -22,11 +23,14 @@ GLOSSARY_FILE = "glossaries.sqlite3"
 ENTRIES_FORMATS = ("tsv", "csv")
 MAX_TERM = 1024  # characters of one term, as DeepL's
 _SCHEMA = """
-create table if not exists glossaries (
-    id text primary key, name text not null, source_lang text not null, target_lang text not null,
-    creation_time text not null, entries text not null
-)
+create table if not exists glossary (id text primary key, name text not null, creation_time text not null);
+create table if not exists dictionary (
+    glossary_id text not null references glossary(id) on delete cascade, source_lang text not null,
+    target_lang text not null, entries text not null, primary key (glossary_id, source_lang, target_lang)
+);
 """
+# The first release's table: one pair a glossary. Its rows move into the two tables above when a store opens.
+_FIRST_TABLE = "glossaries"
 
 
 @dataclass(frozen=True)
@@ -36,13 +40,28 @@ class Term:
 
 
 @dataclass(frozen=True)
+class Dictionary:
+    source_lang: str  # as DeepL names it: lower case, no variant ("en")
+    target_lang: str
+    entries: tuple[Term, ...]
+
+
+@dataclass(frozen=True)
 class Glossary:
     glossary_id: str
     name: str
-    source_lang: str  # as DeepL names it: lower case, no variant ("en")
-    target_lang: str
     creation_time: str  # ISO 8601, UTC
-    entries: tuple[Term, ...]
+    dictionaries: tuple[Dictionary, ...]  # in the order of their pairs
+
+    @property
+    def only(self) -> Dictionary:
+        """Its one dictionary, as DeepL's v2 routes see a glossary."""
+        if len(self.dictionaries) != 1:
+            raise invalid(
+                "glossary_id",
+                f"glossary {self.glossary_id!r} has {len(self.dictionaries)} dictionaries; read it on /v3/glossaries",
+            )
+        return self.dictionaries[0]
 
 
 def read_entries(text: str, entries_format: str) -> tuple[Term, ...]:
@@ -77,6 +96,19 @@ def as_tsv(entries: tuple[Term, ...]) -> str:
     return "\n".join(f"{t.source}\t{t.target}" for t in entries)
 
 
+def merged(old: tuple[Term, ...], new: tuple[Term, ...]) -> tuple[Term, ...]:
+    """A dictionary's entries with `new` added: a source already there takes its new target."""
+    targets = {term.source: term.target for term in old}
+    targets.update((term.source, term.target) for term in new)
+    return tuple(Term(source, target) for source, target in targets.items())
+
+
+def language_pair(source: str, target: str) -> tuple[str, str]:
+    """Two languages as a glossary's pair names them: lower case, no region or script ("EN-GB" -> "en")."""
+    tags = [language_tag(code) for code in (source, target)]
+    return tuple((tag.language or "").lower() if tag else code.lower() for tag, code in zip(tags, (source, target)))
+
+
 class GlossaryStore:
     def __init__(self, data_dir: Path | None):
         """data_dir: where the store's file goes (made if missing); None: in memory only."""
@@ -87,54 +119,116 @@ class GlossaryStore:
         self._db = sqlite3.connect(where, check_same_thread=False)
         self._lock = threading.Lock()  # one connection shared by the loop and the tokenizing threads
         with self._lock, self._db:
-            self._db.execute(_SCHEMA)
+            self._db.execute("pragma foreign_keys = on")
+            self._db.executescript(_SCHEMA)
+            self._move_first_table()
 
-    def create(self, name: str, source_lang: str, target_lang: str, entries: tuple[Term, ...]) -> Glossary:
+    def _move_first_table(self) -> None:
+        found = self._db.execute("select name from sqlite_master where type = 'table' and name = ?", (_FIRST_TABLE,))
+        if found.fetchone() is None:
+            return
+        for glossary_id, name, source, target, created, entries in self._db.execute(f"select * from {_FIRST_TABLE}"):
+            self._db.execute("insert into glossary values (?, ?, ?)", (glossary_id, name, created))
+            self._db.execute("insert into dictionary values (?, ?, ?, ?)", (glossary_id, source, target, entries))
+        self._db.execute(f"drop table {_FIRST_TABLE}")
+
+    def create(self, name: str, dictionaries: tuple[Dictionary, ...]) -> Glossary:
+        pairs = [(d.source_lang, d.target_lang) for d in dictionaries]
+        if len(set(pairs)) != len(pairs):
+            raise invalid("dictionaries", "a language pair listed twice")
         now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        glossary = Glossary(str(uuid.uuid4()), name, source_lang, target_lang, now, entries)
+        glossary_id = str(uuid.uuid4())
         with self._lock, self._db:
-            self._db.execute(
-                "insert into glossaries values (?, ?, ?, ?, ?, ?)",
-                (glossary.glossary_id, name, source_lang, target_lang, now, as_tsv(entries)),
-            )
-        return glossary
+            self._db.execute("insert into glossary values (?, ?, ?)", (glossary_id, name, now))
+            for d in dictionaries:
+                self._put(glossary_id, d)
+        return self.get(glossary_id)
+
+    def _put(self, glossary_id: str, d: Dictionary) -> None:
+        self._db.execute(
+            "insert or replace into dictionary values (?, ?, ?, ?)",
+            (glossary_id, d.source_lang, d.target_lang, as_tsv(d.entries)),
+        )
 
     def all(self) -> list[Glossary]:
         with self._lock:
-            rows = self._db.execute("select * from glossaries order by creation_time, id").fetchall()
-        return [self._glossary(row) for row in rows]
+            ids = self._db.execute("select id from glossary order by creation_time, id").fetchall()
+        return [self.get(glossary_id) for (glossary_id,) in ids]
 
     def get(self, glossary_id: str, field: str = "glossary_id") -> Glossary:
         with self._lock:
-            row = self._db.execute("select * from glossaries where id = ?", (glossary_id,)).fetchone()
+            row = self._db.execute("select * from glossary where id = ?", (glossary_id,)).fetchone()
+            rows = self._db.execute(
+                "select source_lang, target_lang, entries from dictionary where glossary_id = ? "
+                "order by source_lang, target_lang",
+                (glossary_id,),
+            ).fetchall()
         if row is None:
             raise NotFound(f"{field}: no glossary {glossary_id!r} on this server", field)
-        return self._glossary(row)
+        dictionaries = tuple(
+            Dictionary(source, target, tuple(Term(*line.split("\t")) for line in entries.splitlines()))
+            for source, target, entries in rows
+        )
+        return Glossary(row[0], row[1], row[2], dictionaries)
+
+    def dictionary(self, glossary_id: str, source: str, target: str) -> Dictionary:
+        """The glossary's dictionary for a pair (any codes BCP-47 reads); NotFound naming the pairs it has."""
+        glossary, pair = self.get(glossary_id), language_pair(source, target)
+        for d in glossary.dictionaries:
+            if (d.source_lang, d.target_lang) == pair:
+                return d
+        pairs = ", ".join(f"{d.source_lang} to {d.target_lang}" for d in glossary.dictionaries) or "none"
+        raise NotFound(
+            f"glossary_id: glossary {glossary_id!r} has no dictionary for {pair[0]} to {pair[1]} (it has: {pairs})",
+            "glossary_id",
+        )
 
     def terms_for(self, glossary_id: str, source: str | None, target: str) -> tuple[Term, ...]:
-        """A glossary's terms for a call from `source` into `target` (any codes BCP-47 reads), refused where
-        the source is left to detection or the pair is not the glossary's."""
-        glossary = self.get(glossary_id)
+        """A glossary's terms for a call from `source` into `target`, refused where the source is left to
+        detection or the glossary has no dictionary for the pair."""
         if not source or source.lower() == AUTO:
             raise invalid(SOURCE, "required with a glossary")
-        tags = [language_tag(code) for code in (source, target)]
-        pair = tuple((tag.language or "").lower() if tag else code.lower() for tag, code in zip(tags, (source, target)))
-        if pair != (glossary.source_lang, glossary.target_lang):
+        glossary, pair = self.get(glossary_id), language_pair(source, target)
+        if len(glossary.dictionaries) == 1 and pair != (glossary.only.source_lang, glossary.only.target_lang):
+            only = glossary.only
             raise invalid(
                 "glossary_id",
-                f"glossary {glossary_id!r} is for {glossary.source_lang} to {glossary.target_lang}, not {pair[0]} "
-                f"to {pair[1]}",
+                f"glossary {glossary_id!r} is for {only.source_lang} to {only.target_lang}, not {pair[0]} to {pair[1]}",
             )
-        return glossary.entries
+        return self.dictionary(glossary_id, source, target).entries
+
+    def update(self, glossary_id: str, name: str | None, dictionaries: tuple[Dictionary, ...]) -> Glossary:
+        """DeepL's PATCH: a new name, and each dictionary's entries merged into its pair's (a pair not
+        there added)."""
+        glossary = self.get(glossary_id)
+        have = {(d.source_lang, d.target_lang): d for d in glossary.dictionaries}
+        with self._lock, self._db:
+            if name is not None:
+                self._db.execute("update glossary set name = ? where id = ?", (name, glossary_id))
+            for d in dictionaries:
+                old = have.get((d.source_lang, d.target_lang))
+                self._put(
+                    glossary_id, Dictionary(d.source_lang, d.target_lang, merged(old.entries if old else (), d.entries))
+                )
+        return self.get(glossary_id)
+
+    def replace(self, glossary_id: str, dictionary: Dictionary) -> Dictionary:
+        """DeepL's PUT of a dictionary: its pair's entries replaced (the pair added where not there)."""
+        self.get(glossary_id)
+        with self._lock, self._db:
+            self._put(glossary_id, dictionary)
+        return dictionary
+
+    def delete_dictionary(self, glossary_id: str, source: str, target: str) -> None:
+        d = self.dictionary(glossary_id, source, target)
+        with self._lock, self._db:
+            self._db.execute(
+                "delete from dictionary where glossary_id = ? and source_lang = ? and target_lang = ?",
+                (glossary_id, d.source_lang, d.target_lang),
+            )
 
     def delete(self, glossary_id: str) -> None:
         with self._lock, self._db:
-            deleted = self._db.execute("delete from glossaries where id = ?", (glossary_id,)).rowcount
+            deleted = self._db.execute("delete from glossary where id = ?", (glossary_id,)).rowcount
         if not deleted:
             raise NotFound(f"glossary_id: no glossary {glossary_id!r} on this server", "glossary_id")
-
-    @staticmethod
-    def _glossary(row) -> Glossary:
-        glossary_id, name, source, target, created, entries = row
-        terms = tuple(Term(*line.split("\t")) for line in entries.splitlines())
-        return Glossary(glossary_id, name, source, target, created, terms)

@@ -29,6 +29,8 @@ HTML_BLOCKS = frozenset(
     "tbody td tfoot th thead title tr ul".split()
 )
 HTML_VOID = frozenset("area base br col embed hr img input link meta source track wbr".split())
+# Do-not-translate spans in any markup: <dnt>, as translation tools and CAT tools' exports mark them.
+DO_NOT_TRANSLATE = frozenset({"dnt"})
 HTML_UNTRANSLATED = frozenset("script style code pre kbd samp var textarea svg math noscript template".split())
 _NAME = re.compile(r"<\s*/?\s*([^\s/>]+)")
 
@@ -208,6 +210,8 @@ def _untranslated(element: Element, rules: MarkupRules) -> bool:
     if (element.attributes.get("translate") or "").lower() == "no":
         return True
     if "notranslate" in (element.attributes.get("class") or "").split():
+        return True
+    if element.name in DO_NOT_TRANSLATE:
         return True
     return rules.tag_handling == HTML and element.name in HTML_UNTRANSLATED
 
