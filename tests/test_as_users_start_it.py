@@ -159,7 +159,7 @@ def test_the_readme_translation_examples_work_verbatim(server, tmp_path, monkeyp
         exec(compile(readme_block("DeepL's Python client works unchanged:", "python"), "README.md", "exec"), {})
     assert printed.getvalue() == (
         "trois cent douze mille quatre cent cinq ZXX\ndreihundertzwölf\n\nsieben\n312405 FR\n"
-        "trois cent douze mille <b>quatre cent cinq</b>\ntrois cent douze\n\nsept\n\n"
+        "trois cent douze mille <b>quatre cent cinq</b>\nnombre douze\ntrois cent douze\n\nsept\n\n"
     )
     script = readme_block("tests/test_markup_serving.py sends as recorded:", "sh")
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
