@@ -13,6 +13,7 @@ from pathlib import PurePath
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartParser
 from starlette.responses import JSONResponse, Response
 
 from ..core.calls.lifecycle import Call
@@ -62,10 +63,17 @@ class DeeplDocumentKey(BaseModel):
     document_key: str = Field(min_length=1, description="the key the upload answered with")
 
 
-async def read_upload(request: Request, known: tuple[str, ...]) -> tuple[dict[str, str], str, bytes]:
-    """A multipart upload's fields (refused where not `known`), its file's name and its bytes."""
+async def read_upload(request: Request, known: tuple[str, ...], room: int) -> tuple[dict[str, str], str, bytes]:
+    """A multipart upload's fields (refused where not `known`), its file's name and its bytes. The body
+    (at most `room` bytes: the guard counts it) is kept in memory, so that no upload is ever written
+    outside the data directory (Starlette's own form would spool a file over 1 MiB to the system's temp)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != MULTIPART:
+        raise invalid("file", "required: the document, as a file part of a multipart/form-data body")
+    parser = MultiPartParser(request.headers, request.stream(), max_files=1, max_fields=len(known) + 1)
+    parser.spool_max_size = room
     try:
-        form = await request.form(max_files=1, max_fields=len(known) + 1)
+        form = await parser.parse()
     except BodyTooLarge as error:
         raise error.error() from None
     except Exception as error:  # the multipart parser's own errors: a body that is not a form
@@ -78,6 +86,11 @@ async def read_upload(request: Request, known: tuple[str, ...]) -> tuple[dict[st
         if key not in known:
             raise invalid(key, "not a field of this call")
     return fields, upload.filename or "", await upload.read()
+
+
+def upload_room(core: ServingCore) -> int:
+    """The most bytes an upload's body holds: the document and the form's other fields."""
+    return core.limits().document_max_bytes + FORM_ROOM
 
 
 def safe_filename(name: str) -> str:
@@ -130,7 +143,7 @@ def add_document_routes(app: FastAPI, core: ServingCore) -> None:
     @app.post(PREFIX, responses=answers(DEEPL, HANDLE), openapi_extra=upload_body)
     async def upload(request: Request) -> Response:
         async def work(call: Call) -> Response:
-            fields, name, data = await read_upload(request, UPLOAD_FIELDS)
+            fields, name, data = await read_upload(request, UPLOAD_FIELDS, upload_room(core))
             filename = fields.get("filename") or name
             asked = fields.get("output_format")
             if asked and asked.lower() != format_of(filename):

@@ -15,7 +15,7 @@ from ..core.translation.files.formats import FORMATS
 from ..core.translation.languages import AUTO
 from ..errors import FailedPrecondition, NotFound, invalid
 from .call_handling import handle
-from .deepl_documents_api import download, read_upload, submit
+from .deepl_documents_api import download, read_upload, submit, upload_room
 from .documented_types import NULL
 from .libretranslate_api import API_KEY, DOWNLOAD_PREFIX, LIBRETRANSLATE, KeyCheck
 from .openapi_document import FILL, MULTIPART, answers, request_body
@@ -47,7 +47,7 @@ def add_libretranslate_file_routes(app: FastAPI, core: ServingCore, tokens: list
     @app.post(FILE_PATH, responses=translated, openapi_extra=request_body(app, LibreTranslateFileUpload, MULTIPART))
     async def translate_file(request: Request) -> Response:
         async def work(call: Call) -> Response:
-            fields, filename, data = await read_upload(request, FILE_FIELDS)
+            fields, filename, data = await read_upload(request, FILE_FIELDS, upload_room(core))
             keys.check(request, fields)
             target, source = fields.get("target"), fields.get("source") or AUTO
             if not target:

@@ -85,7 +85,7 @@ class Guard:
         if path in audio_api.PATHS:
             return self.max_upload_bytes + audio_api.FORM_ROOM, "max_upload_bytes"
         if path in DOCUMENT_UPLOADS:
-            return self.core.limits().document_max_bytes + deepl_documents_api.FORM_ROOM, "document_max_bytes"
+            return deepl_documents_api.upload_room(self.core), "document_max_bytes"
         return self.max_body_bytes, "max_message_bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
