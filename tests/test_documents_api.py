@@ -163,6 +163,17 @@ def test_every_format_comes_back_in_its_own_format_with_its_text_translated(serv
     )
 
 
+def test_a_file_keeps_its_name_in_any_script_and_its_format_under_either_extension(server):
+    answer = upload(server, "числа.htm", b"<p>12</p>", output_format="html").json()
+    finished(server, answer)
+    result = http().post(
+        f"{deepl_url(server)}/{answer['document_id']}/result", json={"document_key": answer["document_key"]}
+    )
+    assert result.status_code == 200 and result.text == f"<p>{french(server, ['12'])[0]}</p>"
+    disposition = result.headers["content-disposition"]
+    assert disposition == "attachment; filename=\"_____.htm\"; filename*=UTF-8''%D1%87%D0%B8%D1%81%D0%BB%D0%B0.htm"
+
+
 def test_a_result_is_sent_once_and_only_with_its_key(server):
     answer = upload(server, "n.txt", b"12").json()
     assert finished(server, answer) == {"document_id": answer["document_id"], "status": "done", "billed_characters": 2}
@@ -231,6 +242,11 @@ def test_bad_uploads_are_refused_by_name_in_deepls_shape(server, limited):
         (upload(server, "n.txt", b""), 400, "file: empty"),
         (upload(server, "n.txt", b" ...\n"), 400, "file: no text to translate"),
         (upload(server, "n.txt", b"12", target_lang=""), 400, "target_lang: required"),
+        (
+            upload(server, "n.txt", b"12", target_lang="JA"),
+            400,
+            "target_lang: 'ja': no served model translates into it",
+        ),
         (upload(server, "n.txt", b"12", output_format="docx"), 400, "output_format: 'docx': a document comes back"),
         (upload(server, "n.txt", b"12", formality="more"), 400, "'formality' is not supported for given"),
         (upload(server, "n.txt", b"12", glossary_id="nope"), 404, "glossary_id: no glossary 'nope'"),

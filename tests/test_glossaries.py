@@ -29,6 +29,10 @@ def test_entries_are_read_from_tsv_and_csv_and_refused_by_name():
         ("a\tb\na\tc", "tsv", "entries: line 2: 'a' is listed twice"),
         ("\n\n", "tsv", "entries: no entries"),
         ("a\tb", "xlsx", "entries_format: 'xlsx'; one of tsv, csv"),
+        ('"a\rb",c', "csv", "entries: line 1: a term over 1024 characters or with a tab, a line break"),
+        ("a\u2028b,c", "csv", "entries: line 1: a term over 1024 characters or with a tab, a line break"),
+        ("a\x07,c", "csv", "with a tab, a line break or a control character"),
+        ("a\rb,c", "csv", "entries: not CSV: new-line character seen in unquoted field"),
     ]:
         with pytest.raises(InvalidArgument, match=message):
             read_entries(text, entries_format)

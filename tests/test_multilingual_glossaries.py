@@ -92,6 +92,14 @@ def test_bad_multilingual_glossaries_are_refused_by_name(server):
         (http().post(base, json={"name": "x", "dictionaries": ["tsv"]}), 400, "dictionaries[0]: an object"),
         (http().patch(f"{base}/{two['glossary_id']}", json={}), 400, "nothing to change"),
         (
+            http().patch(
+                f"{base}/{two['glossary_id']}",
+                json={"dictionaries": [{"source_lang": "zxx", "target_lang": "fr", "entries": "1\tun"}] * 2},
+            ),
+            400,
+            "dictionaries: a language pair listed twice",
+        ),
+        (
             http().get(f"{base}/{two['glossary_id']}/entries?source_lang=zxx&target_lang=es"),
             404,
             "no dictionary for zxx to es",

@@ -6,9 +6,9 @@ seconds_remaining and billed_characters), download the result once. The jobs are
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import PurePath
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,14 +16,16 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartParser
 from starlette.responses import JSONResponse, Response
 
+from modeldir.languages import language_tag
+
 from ..core.calls.lifecycle import Call
 from ..core.serving import ServingCore
 from ..core.translation.document_jobs import DocumentJobs
 from ..core.translation.document_store import DONE, ERROR, Job
-from ..core.translation.files.formats import FORMATS, format_of, media_type
+from ..core.translation.files.formats import FORMATS, format_of, media_type, same_format
 from ..errors import invalid
 from .call_handling import BodyTooLarge, handle
-from .deepl_api import DEEPL, check_formality, language_in
+from .deepl_api import DEEPL, NAMES, check_formality, language_in
 from .openapi_document import FILL, MULTIPART, answers, json_or_form, request_body
 from .request_fields import request_fields, string_field
 from .schema_shapes import INTEGER, STRING, obj
@@ -98,17 +100,30 @@ def safe_filename(name: str) -> str:
     return _UNSAFE.sub("_", PurePath(name.replace("\\", "/")).name)[:255] or "document"
 
 
+def check_target(core: ServingCore, target_language: str) -> None:
+    """A target some served model translates into: an upload into any other is refused at once, as
+    DeepL's (a model that names no languages takes any)."""
+    served = core.translation_languages()
+    if not served or any(not model.targets for model in served):
+        return
+    tag = language_tag(target_language)
+    bases = {found.language for model in served for code in model.targets if (found := language_tag(code))}
+    if not tag or tag.language not in bases:
+        raise invalid("target_language", f"{target_language!r}: no served model translates into it")
+
+
 async def submit(
     core: ServingCore, data: bytes, filename: str, target_language: str, source_language: str | None, **order
 ) -> Job:
-    """A document job for an upload (its glossary_id checked against its languages), read and checked
-    first."""
+    """A document job for an upload (its target and glossary_id checked against its languages), read and
+    checked first."""
     document_format = format_of(filename)
+    check_target(core, target_language)
     if order.get("glossary_id") is not None:
         core.glossaries.terms_for(order["glossary_id"], source_language, target_language)
     jobs: DocumentJobs = core.documents
-    document = await asyncio.to_thread(jobs.read, document_format, data)
-    return jobs.submit(
+    document = await jobs.check(document_format, data)
+    return await jobs.submit(
         data,
         document.characters,
         filename=safe_filename(filename),
@@ -132,7 +147,9 @@ def status_of(jobs: DocumentJobs, job: Job) -> dict:
 
 
 def download(job: Job, data: bytes) -> Response:
-    disposition = f'attachment; filename="{job.filename}"'
+    """The file, named as uploaded (in ASCII for old clients, and in UTF-8 as RFC 6266 says)."""
+    fallback = job.filename.encode("ascii", "replace").decode().replace("?", "_")
+    disposition = f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(job.filename)}"
     return Response(data, media_type=media_type(job.format), headers={"Content-Disposition": disposition})
 
 
@@ -146,7 +163,7 @@ def add_document_routes(app: FastAPI, core: ServingCore) -> None:
             fields, name, data = await read_upload(request, UPLOAD_FIELDS, upload_room(core))
             filename = fields.get("filename") or name
             asked = fields.get("output_format")
-            if asked and asked.lower() != format_of(filename):
+            if asked and not same_format(asked, format_of(filename)):
                 raise invalid("output_format", f"{asked!r}: a document comes back in its own format")
             check_formality(fields)
             target, source = fields.get("target_lang"), fields.get("source_lang") or None
@@ -158,7 +175,7 @@ def add_document_routes(app: FastAPI, core: ServingCore) -> None:
             job = await submit(core, data, filename, target_language, source_language, glossary_id=glossary_id)
             return JSONResponse({"document_id": job.document_id, "document_key": job.document_key})
 
-        return await handle(core, request, {}, work, DEEPL)
+        return await handle(core, request, NAMES, work, DEEPL)
 
     key_body = json_or_form(app, DeeplDocumentKey)
 
@@ -177,7 +194,7 @@ def add_document_routes(app: FastAPI, core: ServingCore) -> None:
     )
     async def result(request: Request, document_id: str) -> Response:
         async def work(call: Call) -> Response:
-            job, data = jobs.take_result(document_id, await document_key(request))
+            job, data = await jobs.take_result(document_id, await document_key(request))
             return download(job, data)
 
         return await handle(core, request, {}, work, DEEPL)

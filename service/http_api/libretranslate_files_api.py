@@ -13,11 +13,11 @@ from ..core.serving import ServingCore
 from ..core.translation.document_store import ERROR
 from ..core.translation.files.formats import FORMATS
 from ..core.translation.languages import AUTO
-from ..errors import FailedPrecondition, NotFound, invalid
-from .call_handling import handle
+from ..errors import NotFound, invalid
+from .call_handling import REQUEST_ID_HEADER, handle
 from .deepl_documents_api import download, read_upload, submit, upload_room
 from .documented_types import NULL
-from .libretranslate_api import API_KEY, DOWNLOAD_PREFIX, LIBRETRANSLATE, KeyCheck
+from .libretranslate_api import API_KEY, DOWNLOAD_PREFIX, LIBRETRANSLATE, NAMES, KeyCheck
 from .openapi_document import FILL, MULTIPART, answers, request_body
 from .schema_shapes import STRING, obj
 
@@ -46,20 +46,31 @@ def add_libretranslate_file_routes(app: FastAPI, core: ServingCore, tokens: list
 
     @app.post(FILE_PATH, responses=translated, openapi_extra=request_body(app, LibreTranslateFileUpload, MULTIPART))
     async def translate_file(request: Request) -> Response:
+        """LibreTranslate answers once the file is translated: the upload is one call (admitted and
+        recorded), the wait for its job is outside it, so that waiting callers hold no call's place and
+        the job's own translation calls find room."""
+        submitted = []
+
         async def work(call: Call) -> Response:
             fields, filename, data = await read_upload(request, FILE_FIELDS, upload_room(core))
             keys.check(request, fields)
             target, source = fields.get("target"), fields.get("source") or AUTO
             if not target:
                 raise invalid("target", "required")
-            job = await submit(core, data, filename, target, None if source.lower() == AUTO else source)
-            job = await core.documents.wait(job.document_id)
-            if job.status == ERROR:
-                raise FailedPrecondition(f"file: not translated: {job.error}", "file")
-            name = f"{job.document_id}-{job.document_key}.{job.format}"
-            return JSONResponse({"translatedFileUrl": f"{str(request.base_url).rstrip('/')}{DOWNLOAD_PREFIX}{name}"})
+            submitted.append(await submit(core, data, filename, target, None if source.lower() == AUTO else source))
+            return Response(status_code=202)
 
-        return await handle(core, request, {}, work, LIBRETRANSLATE)
+        response = await handle(core, request, NAMES, work, LIBRETRANSLATE)
+        if not submitted:
+            return response
+        job = await core.documents.wait(submitted[0].document_id)
+        if job.status == ERROR:
+            answer = JSONResponse({"error": f"file: not translated: {job.error}"}, status_code=400)
+        else:
+            name = f"{job.document_id}-{job.document_key}.{job.format}"
+            answer = JSONResponse({"translatedFileUrl": f"{str(request.base_url).rstrip('/')}{DOWNLOAD_PREFIX}{name}"})
+        answer.headers[REQUEST_ID_HEADER] = response.headers[REQUEST_ID_HEADER]
+        return answer
 
     download_answers = answers(LIBRETRANSLATE, STRING, "The translated document, once")
     download_answers[200]["content"] = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
@@ -71,6 +82,6 @@ def add_libretranslate_file_routes(app: FastAPI, core: ServingCore, tokens: list
             key = rest.partition(".")[0]
             if not document_id or not key:
                 raise NotFound(f"{name!r}: no such file", "name")
-            return download(*core.documents.take_result(document_id, key))
+            return download(*await core.documents.take_result(document_id, key))
 
         return await handle(core, request, {}, work, LIBRETRANSLATE)

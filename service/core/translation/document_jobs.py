@@ -41,6 +41,9 @@ JOB_STATUSES = StatusTable(
 )
 CONCURRENT_CHUNKS = 4  # of one job's, in flight at once: enough to fill a batch, not to crowd out other calls
 RETRY_SECONDS = (0.2, 5.0)  # the first and the longest wait before a chunk refused as busy is sent again
+BUSY_SECONDS = 600.0  # a chunk refused as busy (Overloaded) this long ends its job as an error
+READS_AT_ONCE = 2  # uploads read at once: a document's tree takes many times its bytes
+SWEEP_SECONDS = 3600.0  # how often, at least, jobs past their time are removed
 SAMPLE_CHARACTERS = 2000  # of a document's text, what its language is detected from
 
 
@@ -71,11 +74,16 @@ class DocumentJobs:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._progress: dict[str, JobProgress] = {}
         self._finished: dict[str, asyncio.Event] = {}  # jobs someone waits for, until they end
+        self._reading = asyncio.Semaphore(READS_AT_ONCE)
         for document_id in self.store.unfinished():  # left queued or running when the server last stopped
             self._queue.put_nowait(document_id)
 
-    def read(self, format: str, data: bytes) -> ReadDocument:
-        """The upload read and checked against the limits (off the event loop: the caller's thread)."""
+    async def check(self, format: str, data: bytes) -> ReadDocument:
+        """The upload read and checked against the limits, in a thread (READS_AT_ONCE at a time)."""
+        async with self._reading:
+            return await asyncio.to_thread(self._read, format, data)
+
+    def _read(self, format: str, data: bytes) -> ReadDocument:
         if len(data) > self.limits.max_bytes:
             raise RequestTooLarge(
                 f"{FILE}: {len(data)} bytes; at most {self.limits.max_bytes} (document_max_bytes)", FILE
@@ -93,9 +101,9 @@ class DocumentJobs:
             )
         return document
 
-    def submit(self, data: bytes, characters: int, **order) -> Job:
-        self.store.remove_old()
-        job = self.store.add(new_job(characters=characters, **order), data)
+    async def submit(self, data: bytes, characters: int, **order) -> Job:
+        job = new_job(characters=characters, **order)
+        await asyncio.to_thread(self.store.add, job, data)
         self._queue.put_nowait(job.document_id)
         return job
 
@@ -107,8 +115,9 @@ class DocumentJobs:
         pace = progress.characters_done / max(time.monotonic() - progress.started, 1e-3)
         return round((job.characters - progress.characters_done) / pace)
 
-    def take_result(self, document_id: str, document_key: str) -> tuple[Job, bytes]:
-        """A finished job's translated document, once: it is deleted as it is handed over."""
+    async def take_result(self, document_id: str, document_key: str) -> tuple[Job, bytes]:
+        """A finished job's translated document, once: the job is marked downloaded before its file is
+        read (a second download is refused), and the file removed once read."""
         job = self.store.check_key(document_id, document_key)
         if job.status in (QUEUED, TRANSLATING):
             raise Unavailable(f"document_id: {document_id!r} is {job.status}; download it once it is done")
@@ -118,28 +127,42 @@ class DocumentJobs:
             raise NotFound(
                 f"document_id: {document_id!r} was downloaded already (a result is sent once)", "document_id"
             )
-        data = self.store.result(document_id).read_bytes()
         self.store.set_status(document_id, DOWNLOADED)
-        self.store.remove_files(document_id)
+        data = await asyncio.to_thread(self.store.result(document_id).read_bytes)
+        await asyncio.to_thread(self.store.remove_files, document_id)
         return replace(job, status=DOWNLOADED), data
 
     async def run(self, translate: Translate, detect: Detect, glossary_terms: GlossaryTerms) -> None:
-        """Translate the jobs queued, one at a time, until cancelled (a job cut off stays queued)."""
+        """Translate the jobs queued, one at a time, until cancelled (a job cut off stays translating in
+        the store, and is queued again when the server starts); jobs past their time are swept meanwhile."""
         while True:
-            document_id = await self._queue.get()
+            await asyncio.to_thread(self.store.remove_old)
+            try:
+                document_id = await asyncio.wait_for(self._queue.get(), SWEEP_SECONDS)
+            except asyncio.TimeoutError:
+                continue
             try:
                 await self._translate(self.store.get(document_id), translate, detect, glossary_terms)
             except ServiceError as error:
-                self.store.set_status(document_id, ERROR, error.message)
+                self._end(document_id, ERROR, error.message)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("document %s: translation failed", document_id)
-                self.store.set_status(document_id, ERROR, "internal error (see the server log)")
-            finally:
-                self._progress.pop(document_id, None)
-                if document_id in self._finished:
-                    self._finished.pop(document_id).set()
+                self._end(document_id, ERROR, "internal error (see the server log)")
+            else:
+                self._end(document_id, DONE)
+
+    def _end(self, document_id: str, status: str, error: str | None = None) -> None:
+        """A job done or failed: its status kept, its upload removed, whoever waits told."""
+        try:
+            self.store.set_status(document_id, status, error)
+            self.store.upload(document_id).unlink(missing_ok=True)
+        except Exception:  # the worker goes on with the next job whatever the store says
+            log.exception("document %s: could not record its end (%s)", document_id, status)
+        self._progress.pop(document_id, None)
+        if document_id in self._finished:
+            self._finished.pop(document_id).set()
 
     async def wait(self, document_id: str) -> Job:
         """The job once it is done or failed."""
@@ -192,7 +215,6 @@ class DocumentJobs:
             raise
         written = await asyncio.to_thread(document.write, translations, job.target_language)
         await asyncio.to_thread(self.store.result(job.document_id).write_bytes, written)
-        self.store.set_status(job.document_id, DONE)
 
     def _chunks(self, pieces: list[Piece]) -> list[list[int]]:
         """The pieces read alike (plain, or markup by the same rules) in chunks, in order, each within a
@@ -216,7 +238,7 @@ class DocumentJobs:
     async def _translate_chunk(self, job: Job, pieces: list[Piece], request, translate: Translate) -> list[str]:
         """A chunk's translations; a chunk over a call's limits (its sentences) cut in half until it fits, a
         chunk refused while the server is busy sent again."""
-        wait = RETRY_SECONDS[0]
+        wait, busy = RETRY_SECONDS[0], 0.0
         while True:
             try:
                 return [t.text for t in await translate(request(pieces), job.document_id)]
@@ -226,9 +248,14 @@ class DocumentJobs:
                 half = len(pieces) // 2
                 first = await self._translate_chunk(job, pieces[:half], request, translate)
                 return first + await self._translate_chunk(job, pieces[half:], request, translate)
-            except (Overloaded, Unavailable):
+            except Overloaded:  # the server is busy: sent again, for BUSY_SECONDS at most
+                if busy >= BUSY_SECONDS:
+                    raise Overloaded(f"the server stayed busy for {BUSY_SECONDS:.0f} s; upload the document again")
                 await asyncio.sleep(wait)
+                busy += wait
                 wait = min(wait * 2, RETRY_SECONDS[1])
+            except Unavailable:  # the server is stopping: the job stays translating, and runs again after
+                await asyncio.sleep(RETRY_SECONDS[1])
 
     def close(self) -> None:
         self.store.close()

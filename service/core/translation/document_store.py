@@ -97,9 +97,12 @@ class DocumentStore:
         return [document_id for (document_id,) in rows]
 
     def remove_old(self) -> None:
-        """Jobs uploaded more than KEEP_SECONDS ago, with their files."""
+        """Jobs uploaded more than KEEP_SECONDS ago and ended (done, downloaded or failed), with their files."""
         with self._lock, self._db:
-            old = self._db.execute("select document_id from jobs where created < ?", (time.time() - KEEP_SECONDS,))
+            old = self._db.execute(
+                "select document_id from jobs where created < ? and status not in (?, ?)",
+                (time.time() - KEEP_SECONDS, QUEUED, TRANSLATING),
+            )
             ids = [document_id for (document_id,) in old.fetchall()]
             self._db.executemany("delete from jobs where document_id = ?", [(i,) for i in ids])
         for document_id in ids:

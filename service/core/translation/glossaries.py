@@ -9,6 +9,7 @@ import csv
 import io
 import sqlite3
 import threading
+import unicodedata
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -73,7 +74,10 @@ def read_entries(text: str, entries_format: str) -> tuple[Term, ...]:
     if entries_format == "tsv":
         rows = [line.split("\t") for line in text.splitlines() if line.strip()]
     else:
-        rows = [row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row)]
+        try:
+            rows = [row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row)]
+        except csv.Error as error:
+            raise invalid("entries", f"not CSV: {error}") from None
     terms, seen = [], set()
     for number, row in enumerate(rows, 1):
         if len(row) < 2 or (entries_format == "tsv" and len(row) != 2) or len(row) > 4:
@@ -81,8 +85,11 @@ def read_entries(text: str, entries_format: str) -> tuple[Term, ...]:
         source, target = row[0].strip(), row[1].strip()
         if not source or not target:
             raise invalid("entries", f"line {number}: an empty term")
-        if any(len(term) > MAX_TERM or "\t" in term or "\n" in term for term in (source, target)):
-            raise invalid("entries", f"line {number}: a term over {MAX_TERM} characters or with a tab or line break")
+        if any(len(term) > MAX_TERM or not one_line(term) for term in (source, target)):
+            raise invalid(
+                "entries",
+                f"line {number}: a term over {MAX_TERM} characters or with a tab, a line break or a control character",
+            )
         if source in seen:
             raise invalid("entries", f"line {number}: {source!r} is listed twice")
         seen.add(source)
@@ -90,6 +97,12 @@ def read_entries(text: str, entries_format: str) -> tuple[Term, ...]:
     if not terms:
         raise invalid("entries", "no entries")
     return tuple(terms)
+
+
+def one_line(term: str) -> bool:
+    """A term without a tab, a control character or any line break str.splitlines() knows (the store
+    keeps entries as TSV)."""
+    return len(term.splitlines()) == 1 and not any(c == "\t" or unicodedata.category(c) == "Cc" for c in term)
 
 
 def as_tsv(entries: tuple[Term, ...]) -> str:
@@ -200,6 +213,9 @@ class GlossaryStore:
     def update(self, glossary_id: str, name: str | None, dictionaries: tuple[Dictionary, ...]) -> Glossary:
         """DeepL's PATCH: a new name, and each dictionary's entries merged into its pair's (a pair not
         there added)."""
+        pairs = [(d.source_lang, d.target_lang) for d in dictionaries]
+        if len(set(pairs)) != len(pairs):
+            raise invalid("dictionaries", "a language pair listed twice")
         glossary = self.get(glossary_id)
         have = {(d.source_lang, d.target_lang): d for d in glossary.dictionaries}
         with self._lock, self._db:

@@ -38,6 +38,11 @@ def format_of(filename: str, field: str = FILE) -> str:
     return extension
 
 
+def same_format(name: str, format: str) -> bool:
+    """Whether an extension names the format (htm and html, xlf and xliff are one each)."""
+    return READERS.get(name.lower()) == READERS[format]
+
+
 def media_type(format: str) -> str:
     return READERS[format][2]
 

@@ -14,6 +14,7 @@ from ..markup import HTML, HTML_UNTRANSLATED, XML, MarkupRules
 from .pieces import FILE, PIECE_BUDGET, Piece, ReadDocument, decoded, worth_translating
 
 HTML_RULES = MarkupRules(tag_handling=HTML)
+INNER, TEXT, TAIL = "inner", "text", "tail"  # where in an element a large page's piece goes
 XLIFF_1, XLIFF_2 = "urn:oasis:names:tc:xliff:document:1.2", "urn:oasis:names:tc:xliff:document:2.0"
 # XLIFF 1.2's holders of native code (their text is the original format's markup, never translated).
 XLIFF_NATIVE_CODE = frozenset({"ph", "bpt", "ept", "it", "sub"})
@@ -38,7 +39,8 @@ def read_html(data: bytes) -> ReadDocument:
         root = lxml.html.document_fromstring(text)
     except etree.ParserError as error:
         raise invalid(FILE, f"not an HTML file: {error}") from None
-    slots = []  # (element, its content as markup)
+    slots = []  # (element, where: INNER its content, TEXT its text, TAIL the text after it), in order
+    pieces = []
 
     def visit(element) -> None:
         if not isinstance(element.tag, str) or element.tag in HTML_UNTRANSLATED:
@@ -46,25 +48,27 @@ def read_html(data: bytes) -> ReadDocument:
         content = inner_markup(element, "html")
         if len(content) <= PIECE_BUDGET:
             if worth_translating(element.text_content()):
-                slots.append((element, content))
+                slots.append((element, INNER))
+                pieces.append(Piece(content, HTML_RULES))
             return
-        for child in element:  # too large for one piece: its children one by one, its own text alone
+        if worth_translating(element.text or ""):  # too large for one piece: its own text alone, then
+            slots.append((element, TEXT))  # its children one by one, each with the text after it
+            pieces.append(Piece(element.text))
+        for child in element:
             visit(child)
-        if worth_translating(element.text or ""):
-            slots.append((element, "text"))
+            if worth_translating(child.tail or ""):
+                slots.append((child, TAIL))
+                pieces.append(Piece(child.tail))
 
     for part in (root.find("head/title"), root.find("body")):
         if part is not None:
             visit(part)
-    pieces = [
-        Piece(element.text, None) if content == "text" else Piece(content, HTML_RULES) for element, content in slots
-    ]
 
     def write(translations: list[str], target_language: str) -> bytes:
         root.set("lang", target_language)
-        for (element, content), translation in zip(slots, translations):
-            if content == "text":
-                element.text = translation
+        for (element, where), translation in zip(slots, translations):
+            if where != INNER:
+                setattr(element, where, translation)
                 continue
             for child in list(element):
                 element.remove(child)
@@ -102,6 +106,10 @@ def read_xliff(data: bytes) -> ReadDocument:
                 target = etree.Element(f"{{{namespace}}}target")
                 source.addnext(target)
                 target.tail = source.tail
+            if len(source) == 0:  # plain text: its translation is text, however it reads
+                target[:] = []
+                target.text = translation
+                continue
             wrapped = etree.fromstring(f'<target xmlns="{namespace}">{translation}</target>', parser)
             target[:] = list(wrapped)
             target.text = wrapped.text

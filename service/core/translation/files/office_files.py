@@ -37,18 +37,24 @@ SLIDE_RUNS = RunNames(
 )
 WORD_PARTS = (".document.main+xml", ".header+xml", ".footer+xml", ".footnotes+xml", ".endnotes+xml", ".comments+xml")
 SLIDE_PARTS = (".slide+xml", ".notesSlide+xml")
-MAX_UNPACKED = 512 << 20  # bytes a document's parts may unpack to (a zip bomb is refused before it is opened)
+# Bytes a document's parts may unpack to, all of them and its XML (which is read into trees many times its
+# size): a zip bomb is refused before it is opened.
+MAX_UNPACKED, MAX_UNPACKED_XML = 256 << 20, 64 << 20
 
 
 def check_package(data: bytes, kind: str) -> None:
-    """An Office file is a zip: refused where it is not one, or unpacks to more than MAX_UNPACKED."""
+    """An Office file is a zip: refused where it is not one, or unpacks to more than its limits."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as package:
-            unpacked = sum(entry.file_size for entry in package.infolist())
+            entries = package.infolist()
     except zipfile.BadZipFile:
         raise invalid(FILE, f"not {kind} file (not a zip package)") from None
+    unpacked = sum(entry.file_size for entry in entries)
     if unpacked > MAX_UNPACKED:
         raise RequestTooLarge(f"{FILE}: unpacks to {unpacked} bytes; at most {MAX_UNPACKED}", FILE)
+    xml = sum(entry.file_size for entry in entries if entry.filename.endswith((".xml", ".rels")))
+    if xml > MAX_UNPACKED_XML:
+        raise RequestTooLarge(f"{FILE}: its XML unpacks to {xml} bytes; at most {MAX_UNPACKED_XML}", FILE)
 
 
 def paragraphs_document(package, parts: tuple[str, ...], names: RunNames, save) -> ReadDocument:
