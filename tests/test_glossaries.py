@@ -118,6 +118,17 @@ def test_a_glossarys_terms_come_out_as_its_target_terms(server):
     assert t.text == "quinze"
 
 
+def test_a_do_not_translate_term_comes_out_whole(server):
+    """A term forced into a language of spaces ends a word: the model's continuation cannot glue onto it
+    (without the rule, "256" forced came out "2560")."""
+    translator = translator_of(server)
+    kept = translator.create_glossary("kept", "ZXX", "FR", {n: n for n in ("256", "146", "498", "653")})
+    texts = ["256", "146", "498", "653"]
+    assert [
+        r.text for r in translator.translate_text(texts, source_lang="ZXX", target_lang="FR", glossary=kept)
+    ] == texts
+
+
 def test_weblates_glossary_calls(server):
     """As Weblate's DeepL machinery sends them: the pairs, the list, a TSV glossary by JSON, a translation
     naming it, the oldest deleted."""

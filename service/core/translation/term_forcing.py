@@ -11,14 +11,54 @@ decode back to it) is not forced."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+import numpy as np
+
+from ...engine.logit_rules import LogitRules
 from ...engine.sequence import GenerationParams
 from ..generation.generation import whole_answer
 from ..models.served_models import ServedSeq2SeqModel
 from .alignment import token_links, token_ranges
 from .glossaries import Term
+
+WORD_STARTS = ("\u2581", "\u0120")
+
+
+@dataclass(frozen=True, eq=False)
+class WordEnds:
+    """A logit rule (engine/logit_rules.py) for a row whose forced tokens end with a term: its next token
+    starts a word, or is punctuation or the end, so that what the model goes on with does not glue onto
+    the term (a number forced as "256" and continued "0": "2560"); where the term ends the source, its
+    next token is the end. The row's own rules apply first."""
+
+    at: int  # the row's tokens, its forced ones, after which the rule holds once
+    tokens: np.ndarray  # the ids ruled out (only: the ids allowed)
+    inner: LogitRules | None = None
+    only: bool = False
+
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        if self.inner is not None:
+            self.inner.apply(logits, tokens)
+        if len(tokens) != self.at:
+            return
+        if self.only:
+            allowed = logits[self.tokens].copy()
+            logits[:] = -np.inf
+            logits[self.tokens] = allowed
+        else:
+            logits[self.tokens] = -np.inf
+
+
+@functools.lru_cache(maxsize=16)
+def word_continuations(tokenizer, vocab_size: int) -> np.ndarray:
+    """The tokens of a vocabulary that go on with a word: a letter or digit first, without the mark of a
+    word's start (SentencePiece's "\u2581", byte-level BPE's "\u0120")."""
+    pieces = tokenizer.tokens(list(range(vocab_size)))
+    return np.array([i for i, p in enumerate(pieces) if p[:1].isalnum() and not p.startswith(WORD_STARTS)], np.int64)
 
 
 def _words(term: str) -> re.Pattern:
@@ -76,10 +116,18 @@ async def with_terms(
         place = await _place(model, (piece, ids), (text, target_ids), (start, stop), codes)
         before = sum(1 for _, end in token_ranges(decode, content, text) if end <= place)
         forced = content[:before] + term_ids
+        forced_tokens = params.forced_tokens + tuple(forced)
+        rules = params.rules
+        if not piece[stop:].strip():  # the term ends the source: it ends the translation
+            rules = WordEnds(len(forced_tokens), np.array([model.special.eos]), rules, only=True)
+        elif " " in text and term.target[-1:].isalnum():  # a language of spaces: the term ends a word
+            continuations = word_continuations(model.tokenizer, model.architecture.vocab_size)
+            rules = WordEnds(len(forced_tokens), continuations, rules)
         again = dataclasses.replace(
             params,
-            forced_tokens=params.forced_tokens + tuple(forced),
+            forced_tokens=forced_tokens,
             max_new_tokens=max(params.max_new_tokens - len(forced), 1),  # the row's positions, as before
+            rules=rules,
         )
         _, new_ids, last = await whole_answer(model, ids, again)
         content = forced + list(new_ids)
