@@ -125,6 +125,62 @@ def test_kubernetes_pieces_fit_together():
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "attnserve_queue_depth"
 
 
+def test_keda_scales_the_deployment_on_queries_promtool_evaluates(tmp_path):
+    """The ScaledObject's target is the Deployment, its bounds the HPA's; each trigger's query, made a
+    recording rule, gives on recorded series what the comments say (promtool test rules)."""
+    k = manifests()
+    scaled, hpa = k["ScaledObject"], k["HorizontalPodAutoscaler"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == k["Deployment"]["metadata"]["name"]
+    assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (
+        hpa["spec"]["minReplicas"],
+        hpa["spec"]["maxReplicas"],
+    )
+    triggers = {t["name"]: t for t in scaled["spec"]["triggers"]}
+    assert set(triggers) == {"queue_depth", "kv_cache_usage"}
+    rules = {
+        "groups": [
+            {
+                "name": "keda",
+                "rules": [{"record": f"keda:{n}", "expr": t["metadata"]["query"]} for n, t in triggers.items()],
+            }
+        ]
+    }
+    (tmp_path / "keda_rules.yml").write_text(yaml.safe_dump(rules))
+    series = [  # two pods of the Deployment (two models on one), one pod of another namespace
+        ('attnserve_queue_depth{namespace="default", pod="attnserve-a", model="minilm"}', "10x5"),
+        ('attnserve_queue_depth{namespace="default", pod="attnserve-a", model="numbers"}', "20x5"),
+        ('attnserve_queue_depth{namespace="default", pod="attnserve-b", model="minilm"}', "40x5"),
+        ('attnserve_queue_depth{namespace="other", pod="attnserve-c", model="minilm"}', "999x5"),
+        ('attnserve_kv_cache_usage_ratio{namespace="default", pod="attnserve-a", model="numbers"}', "0.9x5"),
+        ('attnserve_kv_cache_usage_ratio{namespace="default", pod="attnserve-b", model="numbers"}', "0.5x5"),
+    ]
+    test = {
+        "rule_files": ["keda_rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": name, "values": values} for name, values in series],
+                "promql_expr_test": [
+                    {
+                        "expr": "keda:queue_depth",
+                        "eval_time": "2m",
+                        "exp_samples": [{"labels": "keda:queue_depth", "value": 70}],
+                    },
+                    {
+                        "expr": "keda:kv_cache_usage",
+                        "eval_time": "2m",
+                        "exp_samples": [{"labels": "keda:kv_cache_usage", "value": 0.7}],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "keda_test.yml").write_text(yaml.safe_dump(test))
+    result = run("promtool", "test", "rules", "keda_test.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_alert_rules_pass_their_unit_tests():
     prometheus = DEPLOY / "prometheus"
     assert run("promtool", "check", "rules", "alerts.yml", cwd=prometheus).returncode == 0

@@ -13,6 +13,8 @@ from typing import Callable
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 
+from .inference_extension_metrics import NAMES, InferenceExtensionNames
+
 # Seconds: sub-millisecond decode steps up to minute-long generations.
 LATENCY_BUCKETS = (
     0.0005,
@@ -166,6 +168,8 @@ class Metrics:
         )
         # The process's own figures (resident memory, CPU seconds, open files), under the same prefix.
         ProcessCollector(namespace="attnserve", registry=registry)
+        gauges = {source: getattr(self, source) for _, source in NAMES.values()}
+        registry.register(InferenceExtensionNames(gauges))
         self.model_info = Gauge(
             "attnserve_model_info",
             "A served model (always 1).",
