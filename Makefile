@@ -16,6 +16,9 @@ $(VENV)/.dev: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --editable '.[dev]'
 	$(BIN)/pip install --quiet --no-deps openai-whisper==20250625
+	# KServe's storage initializer code (tests/test_model_storage.py fills /mnt/models with it from local
+	# URIs); without its cloud clients (boto3, google-cloud-storage, azure), which local URIs never load.
+	$(BIN)/pip install --quiet --no-deps kserve-storage==0.21.0
 	touch $(VENV)/.export $@
 
 models: $(VENV)/.export

@@ -14,6 +14,8 @@ import logging
 import signal
 from pathlib import Path
 
+from modeldir.storage import model_directories
+
 from .core.attention.maps import AttentionLimits
 from .core.models.opening import CacheSettings, LoadSettings
 from .core.serving import CoreSettings, ServingCore
@@ -70,7 +72,7 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         max_concurrent=config.attention_max_concurrent,
     )
     return CoreSettings(
-        model_dirs=tuple(config.models),
+        model_dirs=model_directories(config.models),
         load=load,
         max_concurrent_requests=config.max_concurrent_requests,
         max_client_batch_size=config.max_client_batch_size,

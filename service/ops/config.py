@@ -30,7 +30,8 @@ class ServerConfig:
             Path("build/models", name)
             for name in ("minilm", "numbers", "numbers-multilingual", "numbers-reranker", "numbers-language")
         ),
-        "model directories to serve (exported, with manifest.json); the first of each task is its default",
+        "model directories to serve (exported, with manifest.json), or directories of them (KServe's "
+        "/mnt/models); the first of each task is its default",
     )
     host: str = _setting("[::]", HOST_HELP)
     port: int = _setting(50051, "gRPC port; 0 picks a free one")
