@@ -21,6 +21,7 @@ from .build import (
     cmd_train_numbers,
     cmd_train_t5_numbers,
 )
+from .prepare import cmd_prepare
 from .remote import KINDS, cmd_embed, cmd_generate, cmd_heads, cmd_health, cmd_models, cmd_transcribe
 from .serve import cmd_serve
 
@@ -192,6 +193,25 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("out", type=Path, help="model directory to write")
     imp.add_argument("--name", required=True, help="the model's name when served")
     imp.set_defaults(run=cmd_import)
+
+    prepare = commands.add_parser(
+        "prepare",
+        help="make what a storageUri delivered ready to serve: model directories as they are, Hugging Face "
+        "checkpoints imported and exported into a cache keyed by their checksum (KServe's init container)",
+    )
+    prepare.add_argument("sources", type=Path, nargs="+", help="model directories, checkpoints, or directories of them")
+    prepare.add_argument(
+        "--out", type=Path, required=True, help="where the ready models are linked (serve --models OUT)"
+    )
+    prepare.add_argument("--cache", type=Path, required=True, help="the exports, by checksum (a volume pods share)")
+    prepare.add_argument(
+        "--precision",
+        nargs="+",
+        choices=["fp32", "fp16", "int8"],
+        default=["fp32"],
+        help="graphs to write besides the float32 ones: fp16 for GPUs, int8 for CPUs; default: fp32 only",
+    )
+    prepare.set_defaults(run=cmd_prepare)
 
     build = commands.add_parser("build", help="build the bundled models (import and export)")
     build.add_argument("--out", type=Path, default=DEFAULT_MODELS_DIR, help="default: %(default)s")

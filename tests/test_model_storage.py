@@ -1,10 +1,13 @@
 """Models from storage as KServe delivers them: KServe's own storage code (kserve-storage, the storage
 initializer's) fills /mnt/models from a storageUri, and the server is started on that directory as the
 ServingRuntime starts it (`--models /mnt/models`): an archive of several model directories, or one model
-directory."""
+directory; a Hugging Face checkpoint made ready by `attnserve prepare` through a cache keyed by its checksum."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -58,3 +61,38 @@ def test_a_directory_without_models_is_refused_by_name(tmp_path):
     assert model_directories([tmp_path / "empty"]) == (tmp_path / "empty",)
     with pytest.raises(RuntimeError, match="empty/manifest.json: missing; export the model first"):
         ServerProcess(models=[str(tmp_path / "empty")])
+
+
+def test_a_checkpoint_from_storage_is_exported_once_then_found_in_the_cache(marian_en_it, tmp_path):
+    """`attnserve prepare`, as an init container runs it after the storage initializer: a Hugging Face
+    checkpoint imported and exported into the cache, the next pod's run finding it there by checksum, and
+    the server started on what it prepared."""
+    bucket, mounted, cache = tmp_path / "bucket", tmp_path / "mnt" / "models", tmp_path / "cache"
+    shutil.copytree(marian_en_it.parent / "hf", bucket / "marian-en-it")  # the checkpoint the fixture imported
+    Storage.download(str(bucket), str(mounted))
+    runs = []
+    for pod in ("first", "second"):
+        command = [
+            sys.executable,
+            "-m",
+            "cli",
+            "prepare",
+            str(mounted),
+            "--out",
+            str(tmp_path / pod),
+            "--cache",
+            str(cache),
+        ]
+        runs.append(subprocess.run(command, capture_output=True, text=True, timeout=600))
+        assert runs[-1].returncode == 0, runs[-1].stderr
+    assert "(imported and exported into the cache)" in runs[0].stdout and "(from the cache)" in runs[1].stdout
+    assert [p.name[33:] for p in cache.iterdir()] == ["marian-en-it"]  # one export, named by checksum, no leftovers
+    server = ServerProcess(models=[str(tmp_path / "second")])
+    try:
+        assert served_models(server) == ["marian-en-it"]
+        answer = http().post(
+            f"http://127.0.0.1:{server.http_port}/v2/translate", json={"text": "a test", "target_lang": "IT"}
+        )
+        assert answer.status_code == 200 and answer.json()["translations"][0]["text"], answer.text
+    finally:
+        server.stop()
