@@ -43,7 +43,6 @@ CONCURRENT_CHUNKS = 4  # of one job's, in flight at once: enough to fill a batch
 RETRY_SECONDS = (0.2, 5.0)  # the first and the longest wait before a chunk refused as busy is sent again
 BUSY_SECONDS = 600.0  # a chunk refused as busy (Overloaded) this long ends its job as an error
 READS_AT_ONCE = 2  # uploads read at once: a document's tree takes many times its bytes
-SWEEP_SECONDS = 3600.0  # how often, at least, jobs past their time are removed
 SAMPLE_CHARACTERS = 2000  # of a document's text, what its language is detected from
 
 
@@ -134,13 +133,11 @@ class DocumentJobs:
 
     async def run(self, translate: Translate, detect: Detect, glossary_terms: GlossaryTerms) -> None:
         """Translate the jobs queued, one at a time, until cancelled (a job cut off stays translating in
-        the store, and is queued again when the server starts); jobs past their time are swept meanwhile."""
+        the store, and is queued again when the server starts). Jobs past their time are removed when it
+        starts and after each job (a timed sweep would keep a task of its own waiting: none is needed)."""
         while True:
             await asyncio.to_thread(self.store.remove_old)
-            try:
-                document_id = await asyncio.wait_for(self._queue.get(), SWEEP_SECONDS)
-            except asyncio.TimeoutError:
-                continue
+            document_id = await self._queue.get()
             try:
                 await self._translate(self.store.get(document_id), translate, detect, glossary_terms)
             except ServiceError as error:
