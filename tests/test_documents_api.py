@@ -6,7 +6,6 @@ each API's shape, never with a 5xx."""
 from __future__ import annotations
 
 import io
-import time
 
 import deepl
 import docx
@@ -22,6 +21,7 @@ from service.core.translation.files.formats import FORMATS
 from testing.server_thread import ServerThread
 
 from .http_client import http
+from .waits import wait_until
 
 deepl.http_client.max_network_retries = 0
 
@@ -76,16 +76,15 @@ def upload(server, filename: str, data: bytes, **fields) -> httpx.Response:
 
 
 def finished(server, handle: dict) -> dict:
-    """The job's status once it is done or failed (asked every 20 ms, for at most a minute)."""
-    for _ in range(3000):
-        status = http().post(
-            f"{deepl_url(server)}/{handle['document_id']}", json={"document_key": handle["document_key"]}
-        )
+    """The job's status once it is done or failed."""
+
+    def ended() -> dict | None:
+        url = f"{deepl_url(server)}/{handle['document_id']}"
+        status = http().post(url, json={"document_key": handle["document_key"]})
         assert status.status_code == 200, status.text
-        if status.json()["status"] in ("done", "error"):
-            return status.json()
-        time.sleep(0.02)
-    raise AssertionError(f"document {handle['document_id']} still {status.json()['status']} after a minute")
+        return status.json() if status.json()["status"] in ("done", "error") else None
+
+    return wait_until(ended, what=f"document {handle['document_id']} done or failed")
 
 
 def translated(server, filename: str, data: bytes, **fields) -> bytes:
