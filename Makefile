@@ -19,6 +19,9 @@ $(VENV)/.dev: pyproject.toml
 	# KServe's storage initializer code (tests/test_model_storage.py fills /mnt/models with it from local
 	# URIs); without its cloud clients (boto3, google-cloud-storage, azure), which local URIs never load.
 	$(BIN)/pip install --quiet --no-deps kserve-storage==0.21.0
+	# KServe's SDK, for the InferenceService and ServingRuntime schemas its generated models carry
+	# (testing/crd_schemas.py reads them as data); without the model server it would otherwise pull in.
+	$(BIN)/pip install --quiet --no-deps kserve==0.21.0
 	touch $(VENV)/.export $@
 
 models: $(VENV)/.export

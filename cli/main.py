@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     prepare = commands.add_parser(
         "prepare",
         help="make what a storageUri delivered ready to serve: model directories as they are, Hugging Face "
-        "checkpoints imported and exported into a cache keyed by their checksum (KServe's init container)",
+        "checkpoints imported and exported into a cache keyed by their checksum (before serve, in KServe's pod)",
     )
     prepare.add_argument("sources", type=Path, nargs="+", help="model directories, checkpoints, or directories of them")
     prepare.add_argument(
@@ -210,6 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["fp32", "fp16", "int8"],
         default=["fp32"],
         help="graphs to write besides the float32 ones: fp16 for GPUs, int8 for CPUs; default: fp32 only",
+    )
+    prepare.add_argument(
+        "--name",
+        help="the name of a model delivered as a source itself (hf:// leaves the checkpoint at the top of "
+        "/mnt/models); models inside a source keep their directory's name. Default: the directory's name",
     )
     prepare.set_defaults(run=cmd_prepare)
 

@@ -1,8 +1,8 @@
 """`attnserve prepare`: what an InferenceService's storageUri delivered (KServe's /mnt/models) made ready to
 serve. Attnserve model directories are served as they are; a Hugging Face checkpoint of a served family is
 imported and exported into a cache directory keyed by the checkpoint's checksum, so that the next pod (or a
-restart) finds it there and starts at once. It runs where torch is (the build image, as an init container
-beside KServe's storage initializer); the server that serves the result never imports torch."""
+restart) finds it there and starts at once. It runs where torch is (the import image, Dockerfile.import, before
+the server in deploy/kserve/huggingface.yaml's runtime); the server that serves the result never imports torch."""
 
 from __future__ import annotations
 
@@ -45,13 +45,14 @@ def delivered(paths: list[Path]) -> list[Path]:
 
 
 def exported_into_cache(source: Path, cache: Path, name: str, reduced: tuple[str, ...]) -> tuple[Path, bool]:
-    """The checkpoint imported and exported under cache/<checksum>-<name> (-> it, and whether it was
-    there already). Written beside it first and renamed into place, so that a pod that stops half way
+    """The checkpoint imported and exported under cache/<checksum>-<graphs>-<name> (-> it, and whether it
+    was there already): the same checkpoint exported with other graphs is another entry. Written beside it first and renamed into place, so that a pod that stops half way
     or races another leaves no half-written model where the next one looks."""
     from model.export.model_dir import export_model_dir
     from model.families.choice import family_of
 
-    target = cache / f"{checkpoint_checksum(source)[:32]}-{name}"
+    graphs = "-".join(("fp32", *reduced))
+    target = cache / f"{checkpoint_checksum(source)[:32]}-{graphs}-{name}"
     if (target / MANIFEST_FILE).is_file():
         return target, True
     cache.mkdir(parents=True, exist_ok=True)
@@ -80,7 +81,8 @@ def cmd_prepare(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     reduced = tuple(p for p in args.precision if p != "fp32")
     for source in sources:
-        name = source.name
+        # hf:// leaves the checkpoint itself at /mnt/models, whose name says nothing: --name names it.
+        name = args.name if args.name and source in args.sources else source.name
         if (source / MANIFEST_FILE).is_file():
             ready, how = source, "a model directory, served as it is"
         else:

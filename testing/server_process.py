@@ -34,9 +34,11 @@ class ServerProcess:
         log_file: Path | None = None,
         env: dict | None = None,
         cwd: Path | None = None,
+        command: list[str] | None = None,
     ):
-        """cwd: the checkout whose code runs (a benchmark's "before"); by default this one."""
-        command = [*launcher, "serve", *listen, "--log-format", "text", "--models", *models, *args]
+        """cwd: the checkout whose code runs (a benchmark's "before"); by default this one. command: the
+        whole command line instead, for a server started as a manifest starts it (it logs as text)."""
+        command = command or [*launcher, "serve", *listen, "--log-format", "text", "--models", *models, *args]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
         self.log: collections.deque[str] = collections.deque(maxlen=200)  # its last lines, for failures
         self.log_file = open(log_file, "w") if log_file else None  # its whole log, up to LOG_FILE_BYTES

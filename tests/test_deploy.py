@@ -221,16 +221,23 @@ KSERVE_PREDICTOR_FIELDS = {"model", "minReplicas", "maxReplicas"}
 KSERVE_MODEL_FIELDS = {"modelFormat", "runtime", "protocolVersion", "storageUri", "runtimeVersion", "storage"}
 
 
-def kserve_documents() -> list[dict]:
-    return [d for f in sorted(KSERVE.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+def kserve_documents(*names: str) -> list[dict]:
+    files = [KSERVE / name for name in names] or sorted(KSERVE.glob("*.yaml"))
+    return [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
 
 
 def kserve() -> dict[str, dict]:
-    return {d["kind"]: d for d in kserve_documents()}
+    """The runtime and service that serve attnserve model directories."""
+    return {d["kind"]: d for d in kserve_documents("servingruntime.yaml", "inferenceservice.yaml")}
 
 
-def runtime_container() -> dict:
-    (container,) = kserve()["ServingRuntime"]["spec"]["containers"]
+def kserve_huggingface() -> dict[str, dict]:
+    """The runtime, service and cache volume that serve a Hugging Face checkpoint."""
+    return {d["kind"]: d for d in kserve_documents("huggingface.yaml")}
+
+
+def runtime_container(documents: dict | None = None) -> dict:
+    (container,) = (documents or kserve())["ServingRuntime"]["spec"]["containers"]
     return container
 
 
@@ -263,40 +270,43 @@ def test_yamllint_covers_kserve():
     result = run("yamllint", "--list-files", "deploy")
     assert result.returncode == 0, result.stderr
     kserve_files = {f"deploy/kserve/{f.name}" for f in KSERVE.glob("*.yaml")}
-    assert len(kserve_files) == 2 and kserve_files <= set(result.stdout.split())
+    assert len(kserve_files) == 3 and kserve_files <= set(result.stdout.split())
 
 
-def test_kserve_documents_are_a_runtime_and_a_service():
-    documents = kserve_documents()
-    assert sorted((d["apiVersion"], d["kind"]) for d in documents) == [
+def test_kserve_documents_are_runtimes_and_services():
+    pair = [("serving.kserve.io/v1alpha1", "ServingRuntime"), ("serving.kserve.io/v1beta1", "InferenceService")]
+    assert sorted((d["apiVersion"], d["kind"]) for d in kserve().values()) == pair
+    assert sorted((d["apiVersion"], d["kind"]) for d in kserve_huggingface().values()) == [
         ("serving.kserve.io/v1alpha1", "ServingRuntime"),
         ("serving.kserve.io/v1beta1", "InferenceService"),
+        ("v1", "PersistentVolumeClaim"),
     ]
+    assert len(kserve_documents()) == 5  # no other file
 
 
 def test_kserve_container_specs_are_core_v1(tmp_path):
     """Each container spec, wrapped in a v1 Pod with the pod fields beside it, passes strict validation (an
     unknown or misspelt field fails). The InferenceService's predictor and model spec inline a PodSpec and a
     Container beside KServe's own fields, which are taken off first."""
-    k = kserve()
-    runtime = k["ServingRuntime"]["spec"]
-    predictor = k["InferenceService"]["spec"]["predictor"]
-    overrides = {key: value for key, value in predictor["model"].items() if key not in KSERVE_MODEL_FIELDS}
-    pods = {
-        "runtime": {"containers": runtime["containers"], "volumes": runtime["volumes"]},
-        "predictor": {
+    pods = {}
+    for name, k in (("attnserve", kserve()), ("huggingface", kserve_huggingface())):
+        runtime = k["ServingRuntime"]["spec"]
+        predictor = k["InferenceService"]["spec"]["predictor"]
+        overrides = {key: value for key, value in predictor["model"].items() if key not in KSERVE_MODEL_FIELDS}
+        pods[f"{name}-runtime"] = {"containers": runtime["containers"], "volumes": runtime["volumes"]}
+        pods[f"{name}-predictor"] = {
             **{key: value for key, value in predictor.items() if key not in KSERVE_PREDICTOR_FIELDS},
             "containers": [{**overrides, "name": "kserve-container"}],
-        },
-    }
+        }
     files = []
     for name, spec in pods.items():
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(pod))
         files.append(f"{name}.yaml")
-    result = run("kubernetes-validate", "--strict", *files, cwd=tmp_path)
+    (tmp_path / "claim.yaml").write_text(yaml.safe_dump(kserve_huggingface()["PersistentVolumeClaim"]))
+    result = run("kubernetes-validate", "--strict", *files, "claim.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("passed for resource") == 2
+    assert result.stdout.count("passed for resource") == 5
 
 
 def test_kserve_runtime_runs_the_k8s_container():
@@ -347,6 +357,7 @@ def test_kserve_runtime_runs_the_k8s_container():
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe] == k8s_container[probe], probe
         assert container[probe]["grpc"]["port"] == ports["h2c"]
+    assert container["lifecycle"] == k8s_container["lifecycle"]  # the preStop pause
     assert container["securityContext"] == pod["spec"]["securityContext"] | k8s_container["securityContext"]
     assert container["volumeMounts"] == k8s_container["volumeMounts"]
     assert runtime["spec"]["volumes"] == pod["spec"]["volumes"]
@@ -358,7 +369,15 @@ def test_kserve_runtime_runs_the_k8s_container():
 
     predictor = kserve()["InferenceService"]["spec"]["predictor"]
     assert predictor["terminationGracePeriodSeconds"] == pod["spec"]["terminationGracePeriodSeconds"]
-    assert predictor["terminationGracePeriodSeconds"] > config.drain_seconds + 1
+
+
+def runtime_offers(runtime: dict, model: dict) -> bool:
+    """KServe's rule: a runtime supports a model if the model's format label is among the runtime's, one per
+    supported format and one per format and version (for a named runtime, autoSelect does not matter)."""
+    offered = {f"mt:{f['name']}" for f in runtime["spec"]["supportedModelFormats"]}
+    offered |= {f"mt:{f['name']}:{f['version']}" for f in runtime["spec"]["supportedModelFormats"] if "version" in f}
+    fmt = model["modelFormat"]
+    return f"mt:{fmt['name']}" + (f":{fmt['version']}" if "version" in fmt else "") in offered
 
 
 def test_kserve_service_selects_the_runtime():
@@ -366,12 +385,7 @@ def test_kserve_service_selects_the_runtime():
     runtime, isvc = k["ServingRuntime"], k["InferenceService"]
     model = isvc["spec"]["predictor"]["model"]
     assert model["runtime"] == runtime["metadata"]["name"]
-    # KServe's rule: a runtime supports a model if the model's format label is among the runtime's, one per
-    # supported format and one per format and version (for a named runtime, autoSelect does not matter).
-    offered = {f"mt:{f['name']}" for f in runtime["spec"]["supportedModelFormats"]}
-    offered |= {f"mt:{f['name']}:{f['version']}" for f in runtime["spec"]["supportedModelFormats"] if "version" in f}
-    fmt = model["modelFormat"]
-    assert f"mt:{fmt['name']}" + (f":{fmt['version']}" if "version" in fmt else "") in offered
+    assert runtime_offers(runtime, model)
     # Both forms: gRPC on the first port (the service's), KServe's "v2" REST form on the HTTP port.
     assert runtime["spec"]["protocolVersions"] == ["grpc-v2", "v2"] and model["protocolVersion"] == "grpc-v2"
     # Models from storage: the storage initializer fills /mnt/models, which the runtime serves.

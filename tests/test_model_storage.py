@@ -5,6 +5,7 @@ directory; a Hugging Face checkpoint made ready by `attnserve prepare` through a
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,9 +15,10 @@ import pytest
 from kserve_storage import Storage
 
 from modeldir.storage import model_directories
-from testing.server_process import ServerProcess
+from testing.server_process import LOCAL_PORTS, ServerProcess
 
 from .http_client import http
+from .test_deploy import env_of, kserve_huggingface, runtime_container
 
 
 def served_models(server: ServerProcess) -> list[str]:
@@ -86,7 +88,8 @@ def test_a_checkpoint_from_storage_is_exported_once_then_found_in_the_cache(mari
         runs.append(subprocess.run(command, capture_output=True, text=True, timeout=600))
         assert runs[-1].returncode == 0, runs[-1].stderr
     assert "(imported and exported into the cache)" in runs[0].stdout and "(from the cache)" in runs[1].stdout
-    assert [p.name[33:] for p in cache.iterdir()] == ["marian-en-it"]  # one export, named by checksum, no leftovers
+    # One export, named by checksum and graphs, no leftovers.
+    assert [p.name[33:] for p in cache.iterdir()] == ["fp32-marian-en-it"]
     server = ServerProcess(models=[str(tmp_path / "second")])
     try:
         assert served_models(server) == ["marian-en-it"]
@@ -96,3 +99,33 @@ def test_a_checkpoint_from_storage_is_exported_once_then_found_in_the_cache(mari
         assert answer.status_code == 200 and answer.json()["translations"][0]["text"], answer.text
     finally:
         server.stop()
+
+
+def test_the_huggingface_runtime_prepares_then_serves_what_hf_delivers(marian_en_it, tmp_path):
+    """deploy/kserve/huggingface.yaml's container, run here as its pod runs it: a checkpoint at the top of
+    /mnt/models (where hf:// leaves one) and MODEL_NAME from the InferenceService; prepare exports it with
+    fp16 graphs into the cache, then the server, in the shell's place, serves it by that name and stops on
+    SIGTERM. Only the paths, the device and the ports differ from the manifest."""
+    mounted, ready, cache = tmp_path / "mnt" / "models", tmp_path / "ready", tmp_path / "cache"
+    Storage.download(str(marian_en_it.parent / "hf"), str(mounted))
+    container = runtime_container(kserve_huggingface())
+    shell, flag, script, zeroth = container["command"]
+    for path, here in (("/mnt/models", mounted), ("/tmp/models", ready), ("/cache", cache)):
+        assert f" {path} " in script
+        script = script.replace(f" {path} ", f" {here} ")
+    name = env_of(kserve_huggingface()["InferenceService"]["spec"]["predictor"]["model"])["MODEL_NAME"]
+    env = os.environ | {"MODEL_NAME": name, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    here = ["--device=cpu", *LOCAL_PORTS, "--log-format", "text"]  # later flags win
+    server = ServerProcess(command=[shell, flag, script, zeroth, *container["args"], *here], env=env)
+    try:
+        assert served_models(server) == [name]
+        answer = http().post(
+            f"http://127.0.0.1:{server.http_port}/v2/translate", json={"text": "a test", "target_lang": "IT"}
+        )
+        assert answer.status_code == 200 and answer.json()["translations"][0]["text"], answer.text
+        (entry,) = cache.iterdir()
+        assert entry.name.endswith(f"-fp32-fp16-{name}") and any((entry / "onnx" / "fp16").glob("*.onnx"))
+        assert (ready / name).resolve() == entry.resolve()
+    finally:
+        code = server.stop()
+    assert code == 0, server.output()  # the server itself got SIGTERM and drained: the shell exec'd it
