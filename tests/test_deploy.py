@@ -171,7 +171,7 @@ def test_keda_scales_the_deployment_on_queries_promtool_evaluates(tmp_path):
                     {
                         "expr": "keda:kv_cache_usage",
                         "eval_time": "2m",
-                        "exp_samples": [{"labels": "keda:kv_cache_usage", "value": 0.7}],
+                        "exp_samples": [{"labels": "keda:kv_cache_usage", "value": 1.4}],  # 2 replicas at 0.8
                     },
                 ],
             }
@@ -217,7 +217,7 @@ def test_dashboard_is_grafana_json():
 KSERVE = DEPLOY / "kserve"
 # KServe's own fields beside the core/v1 specs that an InferenceService's predictor (a PodSpec) and model spec
 # (a Container) inline: taken off before those specs are validated as a Pod.
-KSERVE_PREDICTOR_FIELDS = {"model", "minReplicas", "maxReplicas"}
+KSERVE_PREDICTOR_FIELDS = {"model", "minReplicas", "maxReplicas", "autoScaling"}
 KSERVE_MODEL_FIELDS = {"modelFormat", "runtime", "protocolVersion", "storageUri", "runtimeVersion", "storage"}
 
 

@@ -53,7 +53,7 @@ MISTAKES = [
     ("kserve/inferenceservice.yaml", "InferenceService", ("spec", "predictor", "model"), "storageUri", "storageURI"),
     ("kserve/servingruntime.yaml", "ServingRuntime", ("spec",), "supportedModelFormats", "supportedModelFormat"),
     ("k8s/keda.yaml", "ScaledObject", ("spec",), "minReplicaCount", "minReplicas"),
-    ("k8s/keda.yaml", "ScaledObject", ("spec", "triggers", 1), "metricType", "metric_type"),
+    ("k8s/keda.yaml", "ScaledObject", ("spec", "triggers", 1), "metadata", "meta_data"),
     ("k8s/monitoring.yaml", "PodMonitor", ("spec", "podMetricsEndpoints", 0), "port", "targetPort_"),
 ]
 
@@ -81,3 +81,60 @@ def test_a_wrong_type_and_a_missing_field_are_found():
     runtime = yaml.safe_load((DEPLOY / "kserve" / "servingruntime.yaml").read_text())
     del runtime["spec"]["containers"]
     assert crd_schemas.errors(runtime) == ["spec: 'containers' is a required property"]
+
+
+def scaled_object_kserve_makes(isvc: dict) -> dict:
+    """The ScaledObject KServe's KEDA autoscaler makes for an InferenceService's predictor (KServe 0.15 and
+    later, as its reconciler reads): named after the predictor's Deployment and aimed at it, the predictor's
+    bounds, and a trigger for each External metric whose type is the metric's backend and whose metadata are
+    its server address, its query and the target value as Go's %f writes it. It sets no metricType, so KEDA
+    takes its default, AverageValue."""
+    predictor = isvc["spec"]["predictor"]
+    name = f"{isvc['metadata']['name']}-predictor"
+    triggers = [
+        {
+            "type": metric["external"]["metric"]["backend"],
+            "metadata": {
+                "serverAddress": metric["external"]["metric"]["serverAddress"],
+                "query": metric["external"]["metric"]["query"],
+                "threshold": f"{float(metric['external']['target']['value']):f}",
+            },
+        }
+        for metric in predictor["autoScaling"]["metrics"]
+        if metric["type"] == "External"
+    ]
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {"name": name},
+            "minReplicaCount": predictor["minReplicas"],
+            "maxReplicaCount": predictor["maxReplicas"],
+            "triggers": triggers,
+        },
+    }
+
+
+@pytest.mark.parametrize("file", ["inferenceservice.yaml", "huggingface.yaml"])
+def test_kserve_makes_keda_yamls_scaled_object_for_its_predictor(file):
+    """Each InferenceService has KServe scale its predictor as deploy/k8s/keda.yaml scales the Deployment
+    (whose queries promtool checks in tests/test_deploy.py): the same triggers, thresholds and bounds, on
+    the predictor's pods."""
+    (isvc,) = [d for d in yaml.safe_load_all((DEPLOY / "kserve" / file).read_text()) if d["kind"] == "InferenceService"]
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/autoscalerClass"] == "keda"
+    made = scaled_object_kserve_makes(isvc)
+    assert crd_schemas.errors(made) == []
+    keda = yaml.safe_load((DEPLOY / "k8s" / "keda.yaml").read_text())["spec"]
+    assert (made["spec"]["minReplicaCount"], made["spec"]["maxReplicaCount"]) == (
+        keda["minReplicaCount"],
+        keda["maxReplicaCount"],
+    )
+    assert len(made["spec"]["triggers"]) == len(keda["triggers"]) == 2
+    pods = f'pod=~"{made["metadata"]["name"]}-.*"'
+    for ours, theirs in zip(made["spec"]["triggers"], keda["triggers"]):
+        assert "metricType" not in theirs  # KServe states none: both take KEDA's default
+        assert ours["type"] == theirs["type"] == "prometheus"
+        assert ours["metadata"]["serverAddress"] == theirs["metadata"]["serverAddress"]
+        assert float(ours["metadata"]["threshold"]) == float(theirs["metadata"]["threshold"])
+        assert ours["metadata"]["query"] == theirs["metadata"]["query"].replace('pod=~"attnserve-.*"', pods)
