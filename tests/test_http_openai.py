@@ -151,6 +151,33 @@ def test_n_returns_the_n_best_beams(served, sdk):
     assert len(answer.choices) == 3 and answer.choices[0].text == best == "999"
 
 
+def test_sampling_rules_and_penalties_are_the_grpc_ones(served, sdk):
+    """OpenAI's presence and frequency penalties (the SDK's own arguments) and min_p (extra_body) reach the
+    same sampler as gRPC's fields: the same seed gives the same text on both doors."""
+    prompt = "nine hundred and ninety-nine thousand, nine hundred and ninety-nine"
+    plain = {"temperature": 1.5, "seed": 11}
+    settings = [
+        {},
+        {"presence_penalty": 2.0},
+        {"frequency_penalty": 2.0},
+        {"presence_penalty": -2.0, "frequency_penalty": 1.0},
+        {"min_p": 0.5},
+    ]
+    texts = []
+    with Client(served.target) as client:
+        for setting in settings:
+            grpc_text = client.generate(prompt, model="numbers", **plain, **setting).text
+            extra = {"min_p": setting.pop("min_p")} if "min_p" in setting else None
+            answer = sdk.completions.create(model="numbers", prompt=prompt, **plain, **setting, extra_body=extra)
+            assert answer.choices[0].text == grpc_text, setting
+            texts.append(grpc_text)
+    assert texts[2] != texts[0], texts  # the frequency penalty changes what is drawn (the model is sure of 9s)
+    # A penalty on greedy decoding: the argmax of the penalized logits (this model's margins are wider).
+    greedy = sdk.completions.create(model="numbers", prompt=prompt, frequency_penalty=-2.0).choices[0].text
+    with Client(served.target) as client:
+        assert greedy == client.generate(prompt, model="numbers", frequency_penalty=-2.0).text == "999999"
+
+
 def test_streamed_completions_add_up_to_the_whole_answer(sdk):
     prompts = ["312405", "70"]
     whole = [c.text for c in sdk.completions.create(model="numbers", prompt=prompts).choices]
@@ -188,6 +215,11 @@ def test_raw_stream_is_server_sent_events_ending_with_done(base_url):
         ({"n": 2, "stream": True}, "n", "beam search does not stream"),
         ({"stop": ["x"] * 9}, "stop", "9 sequences; at most 8"),
         ({"logprobs": 2}, "logprobs", "not served by attnserve"),
+        ({"presence_penalty": 2.5}, "presence_penalty", "2.5; must be in [-2, 2]"),
+        ({"frequency_penalty": -3}, "frequency_penalty", "-3; must be in [-2, 2]"),
+        ({"extra_body": {"min_p": 0.1}}, "min_p", "only with sampling"),
+        ({"extra_body": {"min_p": 1.0}, "temperature": 0.5}, "min_p", "1; must be in [0, 1)"),
+        ({"n": 2, "presence_penalty": 1.0}, "presence_penalty", "not with beam search (num_beams 2)"),
         ({"prompt": ["3", ""]}, "prompt[1]", "prompt[1]: empty text"),
         ({"prompt": []}, "prompt", "empty; send 1 to 32 texts"),
         ({"model": "minilm"}, "model", "'minilm' is an embedding model"),

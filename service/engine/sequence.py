@@ -56,8 +56,8 @@ class GenerationParams:
 
     @property
     def greedy(self) -> bool:
-        """The plain argmax: no temperature, no repetition penalty."""
-        return self.sampling.temperature == 0.0 and self.sampling.repetition_penalty == 1.0
+        """The plain argmax: no temperature, no penalty."""
+        return self.sampling.temperature == 0.0 and not self.sampling.penalizes
 
     @property
     def width(self) -> int:

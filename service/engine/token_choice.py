@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .beam_search import log_softmax
+from .row_sampling import RowSampler, penalized
 from .rows import BEAM, GREEDY, SAMPLED, RowState
-from .sampling import next_token
 from .sequence import EOS, LENGTH, Hypothesis, Sequence, owner
 from .steps import BEAM_ROW
 
@@ -36,6 +36,7 @@ class TokenChoice:
         self.rules = rules
         self.eos_id = rules.eos_id
         self.suppressed_ids = np.asarray(rules.suppressed_ids, dtype=np.int64)
+        self.sampler = RowSampler()
 
     def forced_eos_at(self, sequence: Sequence, generated: int) -> bool:
         """Whether the checkpoint forces eos after `generated` tokens: at the last position allowed."""
@@ -84,21 +85,40 @@ class TokenChoice:
         wanted = np.flatnonzero(((kind == SAMPLED) & free) | ruled | scored).tolist()
         if wanted:
             logits = self.processed(step, wanted, holders, rows.generated)
-            for i, row_logits in zip(wanted, logits):
-                if not free[i]:
-                    continue
-                if kind[i] == SAMPLED:
-                    sequence = holders[i]
-                    tokens[i] = next_token(row_logits, rows.generated(i), sequence.params.sampling, sequence.rng)
-                elif ruled[i]:
-                    tokens[i] = int(row_logits.argmax())
+            if rows.scoring:  # scored before the penalties change the sampled rows' logits in place
+                scored_logits = {i: logits[n].copy() for n, i in enumerate(wanted) if scored[i]}
+            self._sampled(tokens, logits, wanted, holders, rows, free & (kind == SAMPLED))
+            for n, i in enumerate(wanted):
+                if free[i] and kind[i] != SAMPLED and ruled[i]:
+                    tokens[i] = int(logits[n].argmax())
             if rows.scoring:
-                self._score(rows, tokens, dict(zip(wanted, logits)), np.flatnonzero(scored))
+                self._score(rows, tokens, scored_logits, np.flatnonzero(scored))
         if forcing is not None:  # the forced tokens, whatever the logits say
             tokens[forcing] = rows.forced_tokens_now(forcing)
         tokens[at_limit] = self.eos_id
         tokens[kind == BEAM] = BEAM_ROW
         return tokens
+
+    def _sampled(self, tokens: np.ndarray, logits: np.ndarray, wanted: list[int], holders: list, rows, sampled) -> None:
+        """The sampled rows' tokens, all at once (row_sampling.py); a row of temperature 0 with a penalty is
+        the argmax of its penalized logits."""
+        drawn, penalized_greedy = [], []
+        for n, i in enumerate(wanted):
+            if sampled[i]:
+                params = holders[i].params.sampling
+                (drawn if params.temperature > 0 else penalized_greedy).append((n, i))
+        for n, i in penalized_greedy:
+            penalized(logits[n], rows.generated(i), holders[i].params.sampling)
+            tokens[i] = int(logits[n].argmax())
+        if drawn:
+            at = [n for n, _ in drawn]
+            chosen = self.sampler.sample(
+                logits[at],
+                [rows.generated(i) for _, i in drawn],
+                [holders[i].params.sampling for _, i in drawn],
+                [holders[i].rng for _, i in drawn],
+            )
+            tokens[[i for _, i in drawn]] = chosen
 
     @staticmethod
     def _score(rows: RowState, tokens: np.ndarray, logits: dict[int, np.ndarray], scored: np.ndarray) -> None:

@@ -69,7 +69,7 @@ NOT_SET = {"enum": [None, False, 0, {}]}  # what unsupported() lets through
 COMPLETION_RULES = [
     {  # sampling's options need sampling
         "if": SAMPLING,
-        "else": {"properties": {"top_k": UNSET, "top_p": UNSET, "seed": {"type": "null"}}},
+        "else": {"properties": {"top_k": UNSET, "top_p": UNSET, "min_p": UNSET, "seed": {"type": "null"}}},
     },
     {  # more than one answer is a beam search: it does not sample, stream, stop early or penalise
         "if": BEAMS,
@@ -77,6 +77,8 @@ COMPLETION_RULES = [
             "properties": {
                 "temperature": UNSET,
                 "repetition_penalty": UNSET,
+                "presence_penalty": UNSET,
+                "frequency_penalty": UNSET,
                 "stream": {"const": False},
                 "ignore_eos": {"const": False},
                 "stop": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]},
@@ -89,6 +91,7 @@ COMPLETION_RULES = [
     },
 ]
 STOP = {"type": "string", "minLength": 1, "maxLength": 64}
+PENALTY = {"anyOf": [{"type": "number", "minimum": -2, "maximum": 2}, NULL]}  # OpenAI's range
 
 
 class CompletionsRequest(BaseModel):
@@ -109,6 +112,12 @@ class CompletionsRequest(BaseModel):
     top_p: Annotated[
         float | None, WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0, "maximum": 1}, NULL]})
     ] = None
+    presence_penalty: Annotated[float | None, WithJsonSchema(PENALTY)] = Field(
+        None, description="subtracted once from the logit of each token already generated"
+    )
+    frequency_penalty: Annotated[float | None, WithJsonSchema(PENALTY)] = Field(
+        None, description="subtracted from the logit of each token already generated, once for each time"
+    )
     seed: Annotated[
         Integer | None, WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SEED}, NULL]})
     ] = None
@@ -126,6 +135,9 @@ class CompletionsRequest(BaseModel):
     repetition_penalty: Annotated[float | None, WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, NULL]})] = (
         None
     )
+    min_p: Annotated[
+        float | None, WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0, "exclusiveMaximum": 1}, NULL]})
+    ] = Field(None, description="sampling: only tokens at least this share of the most probable one's probability")
     ignore_eos: bool = False
     source_language: Annotated[str | None, LANGUAGE] = Field(
         None, description="multilingual models: the prompt's language"
@@ -138,8 +150,6 @@ class CompletionsRequest(BaseModel):
     logprobs: Annotated[Integer | None, WithJsonSchema(UNSET)] = None
     best_of: Annotated[Integer | None, WithJsonSchema(UNSET)] = None
     suffix: Annotated[str | None, WithJsonSchema({"type": "null"})] = None
-    presence_penalty: Annotated[float | None, WithJsonSchema(UNSET)] = None
-    frequency_penalty: Annotated[float | None, WithJsonSchema(UNSET)] = None
     logit_bias: Annotated[
         dict[str, float] | None, WithJsonSchema({"anyOf": [NULL, {"type": "object", "maxProperties": 0}]})
     ] = None
@@ -147,7 +157,7 @@ class CompletionsRequest(BaseModel):
 
     def unsupported(self) -> str | None:
         """The first OpenAI option set that attnserve does not serve."""
-        for name in ("echo", "logprobs", "best_of", "suffix", "presence_penalty", "frequency_penalty", "logit_bias"):
+        for name in ("echo", "logprobs", "best_of", "suffix", "logit_bias"):
             value = getattr(self, name)
             if value not in (None, False, 0, {}):
                 return name

@@ -81,6 +81,9 @@ class GenerationOptions:
     top_k: int = 0
     top_p: float = 0.0
     repetition_penalty: float = 0.0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0  # OpenAI's, -2 to 2
+    frequency_penalty: float = 0.0  # OpenAI's, -2 to 2
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
@@ -152,6 +155,12 @@ def generation_params(
     penalty = p.repetition_penalty or 1.0
     if not math.isfinite(penalty) or penalty < 0:
         raise invalid("params.repetition_penalty", f"{p.repetition_penalty:.7g}; must be finite and > 0")
+    if not math.isfinite(p.min_p) or not 0 <= p.min_p < 1:
+        raise invalid("params.min_p", f"{p.min_p:.7g}; must be in [0, 1) (0: unset)")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = getattr(p, name)
+        if not math.isfinite(value) or not -2 <= value <= 2:
+            raise invalid(f"params.{name}", f"{value:.7g}; must be in [-2, 2] (0: none)")
     if len(p.stop) > MAX_STOP_SEQUENCES:
         raise invalid("params.stop", f"{len(p.stop)} sequences; at most {MAX_STOP_SEQUENCES}")
     for i, stop in enumerate(p.stop):
@@ -161,12 +170,20 @@ def generation_params(
         raise invalid("params.seed", f"{p.seed}; 0 to {MAX_SEED}")
     if p.temperature == 0:
         # Greedy decoding has nothing to sample from: sampling options would silently do nothing.
-        for name, set_ in (("top_k", p.top_k), ("top_p", p.top_p), ("seed", p.seed is not None)):
+        for name, set_ in (("top_k", p.top_k), ("top_p", p.top_p), ("min_p", p.min_p), ("seed", p.seed is not None)):
             if set_:
                 raise invalid(f"params.{name}", "only with sampling (temperature > 0); temperature 0 is greedy")
     return GenerationParams(
         max_new_tokens=max_new_tokens,
-        sampling=SamplingParams(temperature=p.temperature, top_k=p.top_k, top_p=top_p, repetition_penalty=penalty),
+        sampling=SamplingParams(
+            temperature=p.temperature,
+            top_k=p.top_k,
+            top_p=top_p,
+            min_p=p.min_p,
+            repetition_penalty=penalty,
+            presence_penalty=p.presence_penalty,
+            frequency_penalty=p.frequency_penalty,
+        ),
         seed=p.seed,
         stop=tuple(p.stop),
         ignore_eos=p.ignore_eos,
@@ -190,6 +207,8 @@ def beam_settings(
             ("stream", streaming),
             ("temperature", p.temperature),
             ("repetition_penalty", p.repetition_penalty),
+            ("presence_penalty", p.presence_penalty),
+            ("frequency_penalty", p.frequency_penalty),
             ("stop", p.stop),
             ("ignore_eos", p.ignore_eos),
         )
