@@ -2,7 +2,8 @@
 
     python -m benchmarks.stream_clients --target HOST:PORT --streams 32 --new-tokens 128
 
-Every stream asks for --new-tokens tokens with ignore_eos, all at once. Reports the wall time, the
+Every stream asks for --new-tokens tokens with ignore_eos, all at once, for --input (default: a random
+sentence each, for the random benchmark models). Reports the wall time, the
 tokens received, each stream's time to first token and every gap between two messages of a stream.
 """
 
@@ -26,17 +27,20 @@ def source(seed: int, words: int = 32, vocab: int = 32000) -> str:
     return " ".join(f"w{rng.randrange(4, vocab)}" for _ in range(words))
 
 
-async def run(target: str, streams: int, new_tokens: int, model: str = "") -> dict:
+async def run(target: str, streams: int, new_tokens: int, model: str = "", text: str = "") -> dict:
+    """text: every stream's input (default: a random sentence each, for the random benchmark models)."""
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.InferenceStub(channel)
         params = pb.GenerationParams(max_new_tokens=new_tokens, ignore_eos=True, num_beams=1)
         warm = pb.GenerationParams(max_new_tokens=2, num_beams=1)
-        await stub.Generate(pb.GenerateRequest(model=model, input=source(-1), params=warm))
+        await stub.Generate(pb.GenerateRequest(model=model, input=text or source(-1), params=warm))
 
         async def stream(i: int):
             started = time.perf_counter()
             arrivals, tokens = [], 0
-            async for message in stub.GenerateStream(pb.GenerateRequest(model=model, input=source(i), params=params)):
+            async for message in stub.GenerateStream(
+                pb.GenerateRequest(model=model, input=text or source(i), params=params)
+            ):
                 if message.token_ids:
                     arrivals.append(time.perf_counter())
                     tokens += len(message.token_ids)
@@ -59,8 +63,9 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--model", default="", help="default: the server's default seq2seq model")
+    parser.add_argument("--input", default="", help="every stream's input (default: a random sentence each)")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args.target, args.streams, args.new_tokens, args.model))))
+    print(json.dumps(asyncio.run(run(args.target, args.streams, args.new_tokens, args.model, args.input))))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -285,13 +286,17 @@ def test_streams_keep_to_the_servers_message_budget(served):
 
 
 def test_a_stream_s_messages_are_budget_apart_and_never_more_than_a_quarter_second(served):
-    """The default budget (1,000 a second) spread over the streams open, up to a quarter second apart."""
+    """By default the budget is the device's: 1,000 a second on the CPU (this server's), none on a GPU;
+    spread over the streams open, up to a quarter second apart."""
     generation = served.server.core.generation
-    assert generation.stream_messages == 1000.0
+    model = served.server.core.registry.get("numbers", "seq2seq", "test")
+    assert generation.stream_messages == -1 and model.provider == "CPUExecutionProvider"
+    assert generation.budget(model) == 1000.0
+    assert generation.budget(SimpleNamespace(provider="CUDAExecutionProvider")) == 0.0
     kept = generation.streams_open
     try:
         for streams, interval in ((1, 0.001), (32, 0.032), (250, 0.25), (1024, 0.25)):
             generation.streams_open = streams
-            assert generation.interval() == pytest.approx(interval)
+            assert generation.interval(1000.0) == pytest.approx(interval)
     finally:
         generation.streams_open = kept

@@ -60,7 +60,7 @@ class CoreSettings:
     translation_sentences: int = 512  # the sentences one Translate call's texts are cut into
     rerank_documents: int = 1000  # documents of one Rerank call
     audio: AudioLimits = AudioLimits(max_upload_bytes=25 << 20, max_audio_seconds=4 * 3600.0)  # of one upload
-    stream_messages: float = 0.0  # messages a second all streams together aim at (0: one for every token)
+    stream_messages: float = -1.0  # messages a second all streams aim at (0: every token; -1: by device)
     access_log_share: float = 1.0  # of answered calls, the share that get an access-log line
 
 

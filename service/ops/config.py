@@ -156,11 +156,12 @@ class ServerConfig:
     max_message_bytes: int = _setting(4 * 1024 * 1024, "largest request or response message")
     drain_seconds: float = _setting(30.0, "on SIGTERM, how long calls in flight may take to finish")
     stream_messages_per_second: float = _setting(
-        1000.0,
+        -1.0,
         "the messages a second all streamed answers together aim at: each stream's messages are at least "
         "(streams open / this) seconds apart, but never more than a quarter second, and the tokens that come "
-        "meanwhile go in the next one; a message costs the server about 80 microseconds of CPU, a token a "
-        "quarter of that (measured: docs/benchmarks.md; 0: a message for every token)",
+        "meanwhile go in the next one. 0: a message for every token, merged only while the stream is behind. "
+        "-1 (the default): 0 on a GPU; 1000 on the CPU, where a message's CPU (about 80 microseconds) is taken "
+        "from the model's and 1000 gave 1.8-2x the tokens/s of 0 at 32 streams and more (docs/benchmarks.md)",
     )
     stream_write_timeout: float = _setting(
         30.0,
@@ -235,8 +236,11 @@ class ServerConfig:
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
         if not 0.0 <= self.access_log_share <= 1.0:
             problems.append(f"access_log_share must be from 0 to 1, not {self.access_log_share}")
+        if self.stream_messages_per_second < 0 and self.stream_messages_per_second != -1:
+            problems.append(
+                f"stream_messages_per_second must be >= 0, or -1 (by device), not {self.stream_messages_per_second}"
+            )
         non_negative = [
-            "stream_messages_per_second",
             "intra_op_threads",
             "max_delay_ms",
             "drain_seconds",
