@@ -112,8 +112,9 @@ class TokenChoice:
             tokens[i] = int(logits[n].argmax())
         if drawn:
             at = [n for n, _ in drawn]
+            # logits is this step's own copy: the rows are drawn from it in place where they are all of it
             chosen = self.sampler.sample(
-                logits[at],
+                logits if len(at) == logits.shape[0] else logits[at],
                 [rows.generated(i) for _, i in drawn],
                 [holders[i].params.sampling for _, i in drawn],
                 [holders[i].rng for _, i in drawn],

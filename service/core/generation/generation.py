@@ -142,7 +142,7 @@ class Generation:
         tokenization: Tokenization,
         max_beams: int,
         max_client_batch_size: int,
-        stream_messages: float = 0.0,
+        stream_messages: float = -1.0,
         router: LanguageRouter | None = None,
     ):
         """stream_messages: the events a second all streams together aim at (0: one for every token unless
