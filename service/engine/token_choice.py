@@ -60,7 +60,8 @@ class TokenChoice:
         """The logits of some rows (float32, a copy) through their sequences' rules, where they have any,
         then with the suppressed tokens left out. tokens_of(i): row i's tokens so far, the forced ones
         included, as its rules read them."""
-        logits = np.array(step.row_logits(rows), np.float32)
+        # row_logits gives a new array (its rows picked by index): no second copy where it is float32 already
+        logits = np.asarray(step.row_logits(rows), np.float32)
         for i, row_logits in zip(rows, logits):
             rules = owner(holders[i]).params.rules
             if rules is not None:
