@@ -85,9 +85,8 @@ def test_each_row_draws_the_reference_token(seed, vocab, temperature, top_k, top
     float64 sums may part), and every generator was used once a step."""
     values = np.random.default_rng(seed)
     rows = 4
-    logits = values.standard_normal((rows, vocab)).astype(np.float32) * values.choice([0.1, 1.0, 8.0])
-    if ties:
-        logits = np.round(logits, 1)
+    logits = values.standard_normal((rows, vocab)) * values.choice([0.1, 1.0, 8.0])
+    logits = (np.round(logits, 1) if ties else logits).astype(np.float32)  # float32, as a step's logits are
     repetition, frequency, presence = penalties
     params = [
         SamplingParams(

@@ -176,6 +176,7 @@ class RowSampler:
         """(rows, vocab) float32 logits (changed in place by the penalties), each row's tokens so far,
         sampling parameters (temperature > 0) and generator -> each row's token. A row's token depends on
         its own logits, parameters and generator only, whatever else shares the step."""
+        logits = np.asarray(logits, np.float32)  # the rules are float32 (the server's logits are already)
         chosen = np.empty(len(params), np.int64)
         for i, row_params in enumerate(params):
             penalized(logits[i], generated[i], row_params)
