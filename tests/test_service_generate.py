@@ -195,6 +195,26 @@ def test_requests_that_do_not_fit_wait_then_finish(numbers_dir):
             "params.repetition_penalty: nan; must be finite and > 0",
         ),
         (
+            pb.GenerateRequest(input="1", params=pb.GenerationParams(presence_penalty=float("inf"))),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "params.presence_penalty: inf; must be in [-2, 2] (0: none)",
+        ),
+        (
+            pb.GenerateRequest(input="1", params=pb.GenerationParams(frequency_penalty=-2.5)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "params.frequency_penalty: -2.5; must be in [-2, 2] (0: none)",
+        ),
+        (
+            pb.GenerateRequest(input="1", params=pb.GenerationParams(min_p=0.2)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "params.min_p: only with sampling (temperature > 0)",
+        ),
+        (
+            pb.GenerateRequest(input="1", params=pb.GenerationParams(temperature=1, min_p=float("nan"))),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "params.min_p: nan; must be in [0, 1) (0: unset)",
+        ),
+        (
             pb.GenerateRequest(input="1", params=pb.GenerationParams(stop=["a"] * 9)),
             grpc.StatusCode.INVALID_ARGUMENT,
             "params.stop: 9 sequences; at most 8",
