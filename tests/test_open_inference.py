@@ -106,6 +106,9 @@ def test_generation_is_the_grpc_api_generation(served, triton):
     assert outputs["token_ids"]["values"] == [list(r.token_ids) + [-1] * (longest - len(r.token_ids)) for r in expected]
     assert outputs["finish_reason"]["values"] == ["eos"] * 3
     assert list(ok(triton["generate_text_only"])["outputs"]) == ["text"]
+    with Client(served.target) as client:
+        sampled = [client.generate(text, model="numbers", **triton["sampled_with"]).text for text in NUMBERS]
+    assert ok(triton["generate_sampled"])["outputs"]["text"]["values"] == sampled
     n_best = ok(triton["beams"])["outputs"]
     assert n_best["text"]["shape"] == [1, 3] and n_best["token_ids"]["shape"][:2] == [1, 3]
     assert n_best["text"]["values"] == [[h.text for h in beams.hypotheses]]

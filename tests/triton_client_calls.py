@@ -70,6 +70,11 @@ def streamed(client, requests: list[dict], headers) -> list[dict]:
     return responses
 
 
+# Sampling with every rule and penalty, seeded: the same text as attnserve.v1's for the parameters it is sent
+# back with (tests/test_open_inference.py).
+SAMPLED = {"temperature": 1.5, "seed": 5, "top_k": 20, "min_p": 0.01, "presence_penalty": 0.5, "frequency_penalty": 1.0}
+
+
 def calls(client, headers) -> dict:
     h = {"headers": headers}
     return {
@@ -92,6 +97,8 @@ def calls(client, headers) -> dict:
         "generate": outcome(
             lambda: infer(client, "numbers", [text_input(NUMBERS)], parameters={"max_new_tokens": 20}, **h)
         ),
+        "sampled_with": SAMPLED,
+        "generate_sampled": outcome(lambda: infer(client, "numbers", [text_input(NUMBERS)], parameters=SAMPLED, **h)),
         "generate_text_only": outcome(
             lambda: infer(client, "numbers", [text_input(NUMBERS)], outputs=[triton.InferRequestedOutput("text")], **h)
         ),
