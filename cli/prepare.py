@@ -46,8 +46,9 @@ def delivered(paths: list[Path]) -> list[Path]:
 
 def exported_into_cache(source: Path, cache: Path, name: str, reduced: tuple[str, ...]) -> tuple[Path, bool]:
     """The checkpoint imported and exported under cache/<checksum>-<graphs>-<name> (-> it, and whether it
-    was there already): the same checkpoint exported with other graphs is another entry. Written beside it first and renamed into place, so that a pod that stops half way
-    or races another leaves no half-written model where the next one looks."""
+    was there already): the same checkpoint exported with other graphs is another entry. Written beside it
+    first and renamed into place, so that a pod that stops half way or races another leaves no half-written
+    model where the next one looks."""
     from model.export.model_dir import export_model_dir
     from model.families.choice import family_of
 
