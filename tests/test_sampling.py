@@ -11,9 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.engine.row_sampling import sample_rows
+from service.engine.row_sampling import RowSampler
 from service.engine.sampling import SamplingParams
 from testing.sampling_reference import reference_next_token, reference_probabilities
+
+
+def sample_rows(logits, generated, params, rngs) -> np.ndarray:
+    """A step's sampled rows drawn by a sampler of their own."""
+    return RowSampler().sample(logits, generated, params, rngs)
+
 
 LOGITS = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
 

@@ -81,8 +81,8 @@ def kept_tokens(row: Row, block_sums: np.ndarray | None, params: SamplingParams)
         values = row.scaled(candidates)
         if params.top_k < values.shape[0]:
             kth = np.partition(values, values.shape[0] - params.top_k)[values.shape[0] - params.top_k]
-            candidates = candidates[values >= kth]
-        kept = candidates[row.scaled(candidates) > -np.inf]
+            candidates, values = candidates[values >= kth], values[values >= kth]
+        kept = candidates[values > -np.inf]
     if params.min_p > 0.0:
         floor = np.float32(np.log(params.min_p))  # p / p_max = exp(scaled): the maximum's scaled value is 0
         kept = np.flatnonzero(row.scaled() >= floor) if kept is None else kept[row.scaled(kept) >= floor]
@@ -185,8 +185,3 @@ class RowSampler:
             sums = self.block_sums(row) if row_params.top_k <= 0 else None
             chosen[i] = draw(row, sums, kept_tokens(row, sums, row_params), rngs[i].random())
         return chosen
-
-
-def sample_rows(logits: np.ndarray, generated: list, params: list[SamplingParams], rngs: list) -> np.ndarray:
-    """RowSampler.sample with a work array of its own: for callers that draw once."""
-    return RowSampler().sample(logits, generated, params, rngs)
