@@ -86,8 +86,6 @@ def run_attnserve(ours: Path, precision: str, args, round_: int) -> dict:
         precision,
         "--intra-op-threads",
         str(args.threads),
-        "--max-new-tokens",
-        str(args.new_tokens + 1),
         "--kv-cache-bytes",
         str(args.kv_cache_bytes),
         models=[str(ours.resolve())],

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from model.export.cache_graphs import CACHE_GRAPHS
-from service.engine.generation_cache import MIN_SOURCE_CAPACITY, CacheFull, GenerationCache
+from service.engine.generation_cache import MIN_SOURCE_CAPACITY, TARGET_STEP, CacheFull, GenerationCache
 from service.runner.cache_memory import CacheGeometry, CacheMemory, CrossLayout, filled_positions
 
 GEOMETRY = CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=40)
@@ -38,7 +38,20 @@ class Holder:
 def new_cache(rows: int, precision: str = "fp32", cross_tokens: int = 0) -> GenerationCache:
     """cross_tokens: the cross buffers' source positions (0: each row room for the longest source)."""
     g = dataclasses.replace(GEOMETRY, precision=precision)
-    return GenerationCache(CacheMemory(g, rows, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY, cross_tokens))
+    return GenerationCache(
+        CacheMemory(g, rows, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY, cross_tokens=cross_tokens)
+    )
+
+
+def answers_cache(rows: int = 6, self_tokens: int = 200) -> GenerationCache:
+    """A cache of answers up to 99 new tokens (100 positions: TARGET_STEP's 32, 64 and 96, then 100), whose
+    self-attention buffers hold `self_tokens` positions: 6 rows of 32, 3 of 64, 2 of 96 or 100."""
+    g = dataclasses.replace(GEOMETRY, target_tokens=100)
+    return GenerationCache(
+        CacheMemory(
+            g, rows, "cpu", SESSIONS["fp32"], MIN_SOURCE_CAPACITY, cross_tokens=rows * 40, self_tokens=self_tokens
+        )
+    )
 
 
 def views(cache: GenerationCache) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -54,10 +67,12 @@ def encoded(markers: list[float], length: int, dtype=np.float32) -> list[ort.Ort
     return [ort.OrtValue.ortvalue_from_numpy(batch.copy()) for _ in range(2 * g.n_layers)]
 
 
-def admit(cache: GenerationCache, holder: Holder, source: int, steps: int = 0, shares: Holder | None = None) -> None:
-    """A sequence's row: its cross K/V written (its marker) unless it shares the group of `shares` (whose
-    source it has), and `steps` decode steps' K/V (its marker)."""
-    cache.allocate(holder, source, 5, shares=shares)
+def admit(
+    cache: GenerationCache, holder: Holder, source: int, steps: int = 0, shares: Holder | None = None, new: int = 5
+) -> None:
+    """A sequence's row, of up to `new` steps: its cross K/V written (its marker) unless it shares the group
+    of `shares` (whose source it has), and `steps` decode steps' K/V (its marker)."""
+    cache.allocate(holder, source, new, shares=shares)
     if shares is None:
         cache.write_cross(encoded([holder.marker], source), [(holder.row, 0)])
     else:
@@ -138,28 +153,107 @@ def test_the_cross_buffers_hold_as_many_sources_as_their_lengths_allow():
     assert cache.capacity_tokens == 6 * 10 + 96
     shorts = [Holder(float(i + 1)) for i in range(6)]
     for holder in shorts:
-        assert cache.admits(10, 1)
+        assert cache.admits(10, 1, 5)
         admit(cache, holder, 10, steps=2)
-    assert views(cache)[1][0].shape == (6, 2, 16, 8) and not cache.admits(10, 1)  # no row free
+    assert views(cache)[1][0].shape == (6, 2, 16, 8) and not cache.admits(10, 1, 5)  # no row free
     for holder in shorts[3:]:
         cache.release(holder)
-    assert cache.free_rows == 3 and not cache.admits(33, 1)  # three sources of 40 positions do not fit 96
+    assert cache.free_rows == 3 and not cache.admits(33, 1, 5)  # three sources of 40 positions do not fit 96
     with pytest.raises(CacheFull):
         cache.allocate(Holder(9.0), 33, 5)
     assert (cache.used, cache.groups, cache.source_capacity) == (3, 3, 16)  # nothing changed
     for holder in shorts[1:3]:
         cache.release(holder)
     long = Holder(9.0)
-    assert cache.admits(33, 1)
+    assert cache.admits(33, 1, 5)
     admit(cache, long, 33, steps=1)
     assert cache.source_capacity == 40 and views(cache)[1][0].shape == (2, 2, 40, 8)
-    assert not cache.admits(10, 1)  # two sources at 40 positions fill the room
+    assert not cache.admits(10, 1, 5)  # two sources at 40 positions fill the room
     assert_holds(cache, shorts[0])
     assert_holds(cache, long)
     cache.release(long)  # the longest left: the capacity follows the short one's
     assert cache.source_capacity == 16 and views(cache)[1][0].shape == (6, 2, 16, 8)
     assert_holds(cache, shorts[0])
-    assert cache.admits(10, 1)
+    assert cache.admits(10, 1, 5)
+
+
+def test_rows_are_as_long_as_the_answers_asked_for():
+    """Two rows of the longest answer; more rows once shorter answers need them (the rows laid out anew,
+    their K/V kept); a longer answer waits until its rows fit, then the rows grow, K/V kept."""
+    assert TARGET_STEP == 32
+    cache = answers_cache()
+    assert cache.target_capacity == 100 and cache.rows_at_longest == 2 and cache.capacity_tokens == 200 + 240
+    first, second = Holder(1.0), Holder(2.0)
+    admit(cache, first, 10, steps=3, new=20)
+    admit(cache, second, 12, steps=5, new=20)
+    assert cache.target_capacity == 100 and cache.free_rows == 0  # rows enough: nothing laid out anew
+    assert not cache.admits(10, 1, 99) and cache.admits(10, 1, 20) and cache.admits(10, 4, 31)
+    assert not cache.admits(10, 5, 20)  # 6 rows of 32 at the most
+    others = [Holder(float(3 + i)) for i in range(4)]
+    admit(cache, others[0], 8, steps=2, new=31)  # 32 positions: six rows
+    assert cache.target_capacity == 32 and views(cache)[0][0].shape == (6, 2, 32, 8)
+    for holder in (first, second, others[0]):
+        assert_holds(cache, holder)
+    for holder in others[1:]:
+        admit(cache, holder, 8, steps=1, new=20)
+    assert cache.used == 6 and not cache.admits(8, 1, 1)
+    with pytest.raises(CacheFull):
+        cache.allocate(Holder(), 8, 1)
+    for holder in others:
+        cache.release(holder)
+    assert cache.admits(8, 1, 60) and not cache.admits(8, 1, 70)  # 3 rows of 64, 2 of 96: and 2 run
+    cache.release(second)
+    assert cache.admits(8, 1, 70)
+    long = Holder(9.0)
+    admit(cache, long, 8, steps=4, new=70)
+    assert cache.target_capacity == 96 and views(cache)[0][0].shape == (2, 2, 96, 8)
+    assert_holds(cache, first)
+    assert_holds(cache, long)
+    assert cache.reserved_tokens == (10 + 1 + 20) + (8 + 1 + 70)
+
+
+@given(
+    operations=st.lists(
+        st.tuples(st.sampled_from(["admit", "release", "step"]), st.integers(0, 7), st.integers(1, 99)),
+        max_size=30,
+    )
+)
+def test_every_row_keeps_its_data_as_the_rows_grow_and_shrink(operations):
+    """Random answers of 1-99 new tokens come and go with steps between: every holder's row keeps its own
+    K/V through every re-layout; the rows are as long as the longest running answer asks, or longer only
+    where the rows fit; an answer that does not fit is refused (CacheFull) and changes nothing."""
+    cache = answers_cache()
+    live: list[Holder] = []
+    marker = 0.0
+    for operation, pick, new in operations:
+        if operation == "admit":
+            if not cache.admits(8, 1, new):
+                books = (cache.used, cache.target_capacity)
+                with pytest.raises(CacheFull):
+                    cache.allocate(Holder(), 8, new)
+                assert (cache.used, cache.target_capacity) == books
+                continue
+            marker += 1.0
+            live.append(Holder(marker))
+            admit(cache, live[-1], 8, steps=min(pick % 3, new), new=new)
+        elif operation == "release" and live:
+            cache.release(live.pop(pick % len(live)))
+        elif operation == "step" and live and (cache.lengths[: cache.used] < cache.answer[: cache.used] - 1).all():
+            for buffer in views(cache)[0]:
+                for holder in live:
+                    buffer[holder.row, :, cache.lengths[holder.row]] = holder.marker
+            cache.advance(cache.used)
+        for holder in live:
+            assert_holds(cache, holder)
+        longest = int(cache.answer[: cache.used].max(initial=0))
+        assert longest <= cache.target_capacity <= 100 and cache.used <= cache.memory.self_rows_at(
+            cache.target_capacity
+        )
+        assert views(cache)[0][0].shape[:3] == (
+            cache.memory.self_rows_at(cache.target_capacity),
+            2,
+            cache.target_capacity,
+        )
 
 
 def test_beams_share_one_copy_of_their_source():
@@ -252,7 +346,7 @@ def test_every_row_keeps_its_own_data_whatever_comes_and_goes(cross_tokens, oper
         if operation in ("admit", "share") and cache.free_rows:
             shares = live[pick % len(live)] if operation == "share" and live else None
             source = source if shares is None else cache.source_length(shares.row)
-            if shares is None and not cache.admits(source, 1):
+            if shares is None and not cache.admits(source, 1, 5):
                 books = (cache.used, cache.groups, cache.source_capacity)
                 with pytest.raises(CacheFull):
                     cache.allocate(Holder(), source, 5)

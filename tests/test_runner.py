@@ -103,8 +103,9 @@ def test_cuda_sessions_get_the_memory_settings_and_the_cpu_gets_none():
 
 def test_the_default_cache_and_rows_follow_the_device():
     """The defaults (0): 1 GiB and 64 rows on the CPU; on CUDA what the device has left, up to 1,024 rows.
-    Rows are as many as if each source were as long as the longest answer, the cross buffers take the rest;
-    under CUDA graphs (fixed_cross) each row has room for the longest source."""
+    The self-attention buffers hold as many rows of the longest answer as if each source were as long as
+    it, and as many more rows of shorter answers as fit (TARGET_STEP positions at the least); the cross
+    buffers take the rest; under CUDA graphs (fixed_cross) each row has room for the longest source."""
     from service.core.models.opening import CPU_CACHE_BYTES, CachePlan, CacheSettings
     from service.core.models.served_models import Architecture
     from service.ops.config import ServerConfig
@@ -118,21 +119,22 @@ def test_the_default_cache_and_rows_follow_the_device():
     assert fp32.bytes_per_row == 2 * fp16.bytes_per_row == (257 + 512) * 6 * 2 * 512 * 4
     positions = CPU_CACHE_BYTES // fp32.bytes_per_token
     assert positions == 43690 and CPU_CACHE_BYTES // fp32.bytes_per_row == 56  # rows sized for the longest source
-    assert auto.plan(fp32, CPU) == CachePlan(64, positions - 64 * 257)  # the CPU's default step
-    assert auto.plan(fp16, CPU, auto_bytes=200 * fp16.bytes_per_row) == CachePlan(64, 64 * 512)  # room to spare
-    ten = 10 * fp16.bytes_per_row  # what the device has left: rows for half of it
-    assert auto.plan(fp16, CUDA, auto_bytes=ten) == CachePlan(7690 // 514, 7690 - 14 * 257)
-    assert auto.plan(fp16, CUDA, auto_bytes=ten, fixed_cross=True) == CachePlan(10, 10 * 512)
-    assert auto.plan(fp16, CUDA, auto_bytes=300 * fp16.bytes_per_row).rows == 300 * 769 // 514 == 448
-    assert auto.plan(fp16, CUDA, auto_bytes=5000 * fp16.bytes_per_row).rows == 1024
+    assert auto.plan(fp32, CPU) == CachePlan(64, positions - 64 * 257, 64 * 257)  # the CPU's default step
+    assert auto.plan(fp16, CPU, auto_bytes=200 * fp16.bytes_per_row) == CachePlan(64, 64 * 512, 64 * 257)  # to spare
+    ten = 10 * fp16.bytes_per_row  # what the device has left: 14 longest answers, or 112 rows of 32 positions
+    assert auto.plan(fp16, CUDA, auto_bytes=ten) == CachePlan(14 * 257 // 32, 7690 - 14 * 257, 14 * 257)
+    assert auto.plan(fp16, CUDA, auto_bytes=ten, fixed_cross=True) == CachePlan(10, 10 * 512, 10 * 257)
+    assert auto.plan(fp16, CUDA, auto_bytes=300 * fp16.bytes_per_row).self_tokens == 448 * 257  # 300 * 769 // 514
+    assert auto.plan(fp16, CUDA, auto_bytes=300 * fp16.bytes_per_row).rows == 1024
+    assert auto.plan(fp16, CUDA, auto_bytes=5000 * fp16.bytes_per_row).self_tokens == 1024 * 257
     capped = CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=0, max_running=4, max_waiting=10)
-    assert capped.plan(fp16, CUDA).rows == 4
+    assert capped.plan(fp16, CUDA) == CachePlan(4, 4 * 512, 4 * 257)
     one_source = CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=257 + 512, max_running=0, max_waiting=1)
-    assert one_source.plan(fp16, CUDA) == CachePlan(1, 512)  # the least cache: one row and the longest source
+    assert one_source.plan(fp16, CUDA) == CachePlan(8, 512, 257)  # the least cache: one longest answer and source
     short = auto.geometry(architecture, 32, "fp32")  # sources shorter than answers: rows as before
     assert CacheSettings(max_new_tokens=256, cache_bytes=0, cache_tokens=2 * 289, max_running=0, max_waiting=1).plan(
         short, CPU
-    ) == CachePlan(2, 2 * 32)
+    ) == CachePlan(16, 2 * 32, 2 * 257)
 
 
 def test_the_thread_rule_gives_small_models_and_cuda_one_quiet_thread_and_leaves_set_values_alone():

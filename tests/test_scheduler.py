@@ -201,7 +201,9 @@ async def serving(
     """A scheduler over a cache of `rows` rows (and cross_tokens source positions, 0: room for the
     longest source in each), its model thread one worker; stopped after."""
     runner = runner or FakeRunner()
-    cache = GenerationCache(CacheMemory(GEOMETRY, rows, "cpu", SESSIONS, MIN_SOURCE_CAPACITY, cross_tokens))
+    cache = GenerationCache(
+        CacheMemory(GEOMETRY, rows, "cpu", SESSIONS, MIN_SOURCE_CAPACITY, cross_tokens=cross_tokens)
+    )
     settings = SchedulerSettings(bos_id=BOS, pad_id=PAD, max_waiting=max_waiting, name="fake")
     health = HealthRecord()
     with ThreadPoolExecutor(1) as executor:

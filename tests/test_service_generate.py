@@ -144,10 +144,12 @@ def test_cancelling_a_stream_frees_its_cache_row(served):
 
 
 def test_requests_that_do_not_fit_wait_then_finish(numbers_dir):
-    # One row holds 64 decoder + 32 source positions: 192 tokens make two rows.
+    """One row of the longest answer holds 64 decoder + 32 source positions: 192 tokens make two such rows
+    (128 decoder positions), or four rows of answers up to 31 positions."""
     server = ServerThread([numbers_dir], kv_cache_tokens=192)
     try:
-        assert scheduler(server).cache.rows == 2
+        cache = scheduler(server).cache
+        assert (cache.rows_at_longest, cache.rows) == (2, 4)
         rng = random.Random(9)
         inputs = [str(sample_number(rng)) for _ in range(8)]
         with ThreadPoolExecutor(8) as pool:
@@ -155,6 +157,16 @@ def test_requests_that_do_not_fit_wait_then_finish(numbers_dir):
         assert [r.text for r in results] == [pair(int(t), to_digits=False)[1] for t in inputs]
         assert scheduler(server).largest_step == 2
         assert max(r.usage.queue_seconds for r in results) > 0.001  # some waited for a row
+        assert max(len(r.token_ids) for r in results) < 30
+        release = server.hold_model_thread()  # all 8 arrive before a step runs
+        with ThreadPoolExecutor(8) as pool:  # answers of up to 30 tokens asked for: rows of 32 positions
+            calls = [pool.submit(generate, server.stub(), t, max_new_tokens=30) for t in inputs]
+            s = scheduler(server)
+            wait_until(lambda: server.call_and_wait(lambda: len(s.waiting) + cache.used) == 8, what="all 8 arrived")
+            release.set()
+            short = [call.result() for call in calls]
+        assert [r.text for r in short] == [r.text for r in results]
+        assert s.largest_step == 4 and server.call_and_wait(lambda: cache.target_capacity) == 32
     finally:
         server.close()
 

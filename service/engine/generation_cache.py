@@ -15,13 +15,22 @@ open one group for all of them) read one copy of its K/V, their queries as one b
 Groups occupy cross rows 0..groups-1 in the same way: when a group's last row leaves, the last group
 moves into its place.
 
+The self-attention buffers' rows are as long as their target capacity: the positions of the longest
+answer any running row may give (its start token, forced tokens and max new tokens), in steps of
+TARGET_STEP, at most the model's. Their room is a budget of decoder positions (CacheMemory.self_tokens), so
+they hold as many rows as the running answers' lengths allow: many rows for short answers, fewer for
+long ones. The capacity grows when a longer answer is admitted, and falls to what the running rows need
+when that lets a waiting sequence in (a re-layout on the device at admission, never per step; unless
+CUDA graphs replay steps: there it stays at the model's longest answer).
+
 Cross-attention reads its buffer's whole source capacity, so that capacity follows the longest source
 among running sequences: it doubles when a longer one arrives and returns to its minimum when the cache
 empties (a re-layout on the device at admission, never per step), unless CUDA graphs replay steps: a
 graph keeps the buffers' addresses it was captured with, so there the capacity only grows. The cross
 buffers' room is a budget of source positions (CacheMemory.cross_tokens), so they hold as many groups as
 the running sources need: many short ones, or a few long ones. A sequence is admitted when there are
-rows for all its beams and room for its group at the capacity it needs; otherwise it waits.
+rows for all its beams at the target capacity it needs and room for its group at the source capacity it
+needs; otherwise it waits.
 
 A holder is any object with a `row` attribute (int or None), which the cache keeps up to date.
 """
@@ -39,6 +48,7 @@ from ..runner.cache_memory import CacheMemory, CrossLayout
 log = logging.getLogger("attnserve.engine")
 
 MIN_SOURCE_CAPACITY = 16
+TARGET_STEP = 32  # the target capacity's size classes: fewer re-layouts than exact lengths, less waste than doubling
 
 
 class CacheFull(Exception):
@@ -78,7 +88,8 @@ class GenerationCache:
         self.lengths = np.zeros(rows, np.int32)  # decoder positions filled per row
         self.group_of = np.zeros(rows, np.int32)  # each row's group: its row of the cross buffers
         self.reserved = np.zeros(rows, np.int64)  # tokens each row's sequence may need
-        self._books = [self.lengths, self.group_of, self.reserved]
+        self.answer = np.zeros(rows, np.int32)  # decoder positions each row's sequence may need
+        self._books = [self.lengths, self.group_of, self.reserved, self.answer]
         self.groups = 0  # groups in use: cross rows 0..groups-1
         self.source_lengths = np.zeros(rows, np.int32)  # per group: its source's tokens
         self.members = np.zeros(rows, np.int32)  # per group: the rows that read it
@@ -98,9 +109,19 @@ class GenerationCache:
         return self.memory.capacity
 
     @property
+    def target_capacity(self) -> int:
+        return self.memory.target_capacity
+
+    @property
+    def rows_at_longest(self) -> int:
+        """The rows the cache holds when every row may give the model's longest answer: a beam search of
+        at most this many beams is admitted whatever the other rows ask."""
+        return self.memory.self_rows_at(self.geometry.target_tokens)
+
+    @property
     def capacity_tokens(self) -> int:
-        """Positions the cache holds: every row's target positions and the cross buffers' budget."""
-        return self.rows * self.geometry.target_tokens + self.memory.cross_tokens
+        """Positions the cache holds: the self-attention buffers' budget and the cross buffers'."""
+        return self.memory.self_tokens + self.memory.cross_tokens
 
     @property
     def reserved_tokens(self) -> int:
@@ -113,13 +134,28 @@ class GenerationCache:
 
     @property
     def free_rows(self) -> int:
-        return self.rows - self.used
+        """Rows free at the current target capacity."""
+        return self.memory.self_rows_at(self.target_capacity) - self.used
 
-    def admits(self, source_tokens: int, rows: int) -> bool:
-        """Whether a sequence of this source and `rows` rows (its beams) can start now: rows free, and room
-        for one more group at the source capacity it would take."""
+    def admits(self, source_tokens: int, rows: int, new_tokens: int) -> bool:
+        """Whether a sequence of this source, `rows` rows (its beams) and up to `new_tokens` decoder steps
+        can start now: rows for it at the target capacity it would take, and room for one more group at
+        the source capacity it would take."""
+        target = self._target_for(new_tokens, self.used + rows)
         capacity = self._capacity_for(source_tokens)
-        return self.free_rows >= rows and self.groups < self.memory.cross_rows_at(capacity)
+        fits_rows = self.used + rows <= self.memory.self_rows_at(target)
+        return fits_rows and self.groups < self.memory.cross_rows_at(capacity)
+
+    def _target_for(self, new_tokens: int, rows: int) -> int:
+        """The target capacity once a sequence of up to `new_tokens` steps runs beside the running rows, `rows`
+        in all: the current one if it holds every answer and the rows, else the least that holds every
+        answer (fewer positions, so more rows; or more, for a longer answer)."""
+        longest = max(1 + new_tokens, int(self.answer[: self.used].max(initial=0)))
+        least = min(-(-longest // TARGET_STEP) * TARGET_STEP, self.geometry.target_tokens)
+        current = self.target_capacity
+        if current >= least and (rows <= self.memory.self_rows_at(current) or not self.shrinks):
+            return current
+        return least if self.shrinks else max(least, current)
 
     def _capacity_for(self, source_tokens: int) -> int:
         """The source capacity once this source runs: the current one, doubled until it holds it."""
@@ -153,12 +189,15 @@ class GenerationCache:
         Sets holder.row. Raises CacheFull."""
         if not self.fits(source_tokens, new_tokens):
             raise ValueError(f"a request of {source_tokens} + {new_tokens} tokens never fits this cache")
-        if self.used == self.rows:
-            raise CacheFull(f"all {self.rows} rows are in use")
+        target = self._target_for(new_tokens, self.used + 1)
+        if self.used >= self.memory.self_rows_at(target):
+            raise CacheFull(f"all {self.used} rows are in use at {target} positions a row")
         if shares is None:  # may raise CacheFull, before anything changes
             group = self._open_group(source_tokens)
         else:
             group = int(self.group_of[shares.row])
+        if target != self.target_capacity:
+            self.memory.resize_self(target, self.used)
         row = self.used
         self.holders.append(holder)
         holder.row = row
@@ -166,6 +205,7 @@ class GenerationCache:
         self.group_of[row] = group
         self.members[group] += 1
         self.reserved[row] = source_tokens + 1 + new_tokens
+        self.answer[row] = 1 + new_tokens
         return row
 
     def _open_group(self, source_tokens: int) -> int:
@@ -216,7 +256,7 @@ class GenerationCache:
             self.holders[row] = moved
             moved.row = row
         self.holders.pop()
-        self.reserved[last] = 0
+        self.reserved[last] = self.answer[last] = 0
         holder.row = None
         if self.shrinks and cross_moves is not None:
             self._shrink()

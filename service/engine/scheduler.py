@@ -190,7 +190,7 @@ class Scheduler:
         their sources (a beam search at the head waits until it has all its rows); -> the turn's plan over
         every row."""
         admitted = []
-        while self.waiting and self.cache.admits(self.waiting[0].source_length, self.waiting[0].params.width):
+        while self.waiting and self.cache.admits(*self.waiting[0].cache_need):
             sequence = self.waiting.popleft()
             if sequence.search:
                 sequence.beam_rows = [BeamRow(sequence, beam) for beam in range(sequence.params.width)]

@@ -126,6 +126,11 @@ class Sequence:
         return len(self.prompt) if self.features is None else (self.features.shape[-1] + 1) // 2
 
     @property
+    def cache_need(self) -> tuple[int, int, int]:
+        """What the cache must have room for (GenerationCache.admits): its source, its rows, its steps."""
+        return self.source_length, self.params.width, self.params.max_steps
+
+    @property
     def holders(self) -> list:
         """What holds the sequence's cache rows: its beams, or itself."""
         return self.beam_rows if self.search else [self]

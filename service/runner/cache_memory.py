@@ -1,7 +1,8 @@
 """The generation cache's memory on the sessions' device: every layer's self-attention and cross-attention
-K/V buffers (self-attention: a row per running sequence or beam; cross-attention: a row per group of rows
-that share a source, so a beam search's beams read one copy, as many rows as a budget of source positions
-holds at the current source capacity), allocated as OrtValues (zeroed:
+K/V buffers (self-attention: a row per running sequence or beam, as many rows as a budget of decoder
+positions holds at the current target capacity; cross-attention: a row per group of rows that share a
+source, so a beam search's beams read one copy, as many rows as a budget of source positions holds at the
+current source capacity), allocated as OrtValues (zeroed:
 never-written positions must not hold NaN bit patterns, which a zero attention weight would still spread),
 and the device-side operations on their rows, run by the model's cache graphs (model/export/cache_graphs.py)
 with every buffer bound in place by pointer. The books (which row holds what, how much of it is filled) are
@@ -103,30 +104,49 @@ class CacheMemory:
         device: str,
         graphs: dict[str, ort.InferenceSession],
         capacity: int,
+        *,
         cross_tokens: int = 0,
+        self_tokens: int = 0,
     ):
-        """device: "cpu" or "cuda"; graphs: the cache_moves, cache_cross and cache_resize sessions on it;
-        capacity: the cross buffers' first source capacity; cross_tokens: the source positions the cross
-        buffers may hold in all (rows x capacity), at least the longest source; 0: a row for every row of
-        the self-attention buffers at the longest source (what CUDA graphs' fixed bindings need)."""
+        """device: "cpu" or "cuda"; graphs: the cache_moves, cross and resize sessions on it; rows: the most
+        rows the self-attention buffers hold (at their least target capacity); capacity: the cross buffers'
+        first source capacity; cross_tokens: the source positions the cross buffers may hold in all (rows x
+        capacity), at least the longest source; 0: a row for every row at the longest source; self_tokens:
+        the decoder positions the self-attention buffers may hold in all, at least the longest answer; 0:
+        every row at the longest answer (what CUDA graphs' fixed bindings need: the target capacity starts,
+        and stays unless resized, at the longest answer)."""
         self.geometry, self.rows, self.device, self.graphs = geometry, rows, device, graphs
         self.cross_tokens = cross_tokens or rows * geometry.source_tokens
+        self.self_tokens = self_tokens or rows * geometry.target_tokens
         if self.cross_tokens < geometry.source_tokens:
             raise ValueError(
                 f"cross buffers of {self.cross_tokens} positions hold no {geometry.source_tokens}-token source"
+            )
+        if self.self_tokens < geometry.target_tokens:
+            raise ValueError(
+                f"self-attention buffers of {self.self_tokens} positions hold no {geometry.target_tokens}-token answer"
             )
         self.dtype = geometry.dtype
         g = geometry
         self.self_names = cache_names("self", g.n_layers)
         self.cross_names = cache_names("cross", g.n_layers)
-        self.self_buffers = [self._zeros((rows, g.n_heads, g.target_tokens, g.d_head)) for _ in self.self_names]
+        self.target_capacity = g.target_tokens
+        self.self_buffers = [self._zeros(self._self_shape(g.target_tokens)) for _ in self.self_names]
         self.capacity = capacity
         self.cross_buffers = [self._zeros(self._cross_shape(capacity)) for _ in self.cross_names]
+
+    def self_rows_at(self, target_capacity: int) -> int:
+        """The rows the self-attention buffers hold at a target capacity: fewer, the longer the answers."""
+        return min(self.rows, self.self_tokens // min(target_capacity, self.geometry.target_tokens))
 
     def cross_rows_at(self, capacity: int) -> int:
         """The groups the cross buffers hold at a source capacity: fewer, the longer the sources. (The least
         capacity may pass a tiny model's longest source: it counts as that source.)"""
         return min(self.rows, self.cross_tokens // min(capacity, self.geometry.source_tokens))
+
+    def _self_shape(self, target_capacity: int, rows: int | None = None) -> tuple[int, ...]:
+        g = self.geometry
+        return (self.self_rows_at(target_capacity) if rows is None else rows, g.n_heads, target_capacity, g.d_head)
 
     def _cross_shape(self, capacity: int, rows: int | None = None) -> tuple[int, ...]:
         g = self.geometry
@@ -200,17 +220,49 @@ class CacheMemory:
         on the device). The old buffers stay if that fails."""
         if used > self.cross_rows_at(capacity):
             raise ValueError(f"{used} groups do not fit cross buffers of capacity {capacity}")
-        resized = [self._zeros(self._cross_shape(capacity)) for _ in self.cross_names]
-        if used:
-            session = self.graphs["cache_resize"]
-            binding = session.io_binding()
-            binding.bind_cpu_input("capacity", np.array([capacity], np.int64))
-            for name, before, after in zip(self.cross_names, self.cross_buffers, resized):
-                self.bind(binding, name, before, used)
-                shape = self._cross_shape(capacity, used)
-                binding.bind_output(f"resized_{name}", self.device, 0, self.dtype, shape, after.data_ptr())
-            session.run_with_iobinding(binding)
-        self.capacity, self.cross_buffers = capacity, resized
+        self._resize(self.cross_buffers, self._cross_shape(capacity), used)
+        self.capacity = capacity
+
+    def resize_self(self, target_capacity: int, used: int) -> None:
+        """New self-attention buffers of `target_capacity` decoder positions, as many rows as self_tokens
+        holds there (at least `used`); their first `used` rows keep their K/V, padded or cut (the positions
+        cut must be unfilled). The old buffers stay if that fails."""
+        if used > self.self_rows_at(target_capacity):
+            raise ValueError(f"{used} rows do not fit self-attention buffers of capacity {target_capacity}")
+        self._resize(self.self_buffers, self._self_shape(target_capacity), used)
+        self.target_capacity = target_capacity
+
+    def _resize(self, buffers: list[ort.OrtValue], shape: tuple[int, ...], used: int) -> None:
+        """Each of `buffers` (every layer's, in place) replaced by one of `shape`, whose first `used` rows
+        take the old one's, their third axis padded or cut by the cache_resize graph. One layer at a time,
+        each old buffer dropped once copied: the cache never holds more than one layer's buffer beyond its
+        size (on a GPU the cache was given what the device had). If a layer fails, the layers done go back
+        to the old shape and the error is raised."""
+        old, done = tuple(buffers[0].shape()), 0
+        try:
+            for done in range(len(buffers)):
+                buffers[done] = self._copied(buffers, done, shape, used)
+        except Exception:
+            for layer in range(done):
+                buffers[layer] = self._copied(buffers, layer, old, used)
+            raise
+
+    def _copied(self, buffers: list[ort.OrtValue], layer: int, shape: tuple[int, ...], used: int) -> ort.OrtValue:
+        """A buffer of `shape` whose first `used` rows take those of buffers[layer]: the cache_resize graph
+        takes every layer's buffer, so the other layers are bound with no rows."""
+        copy = self._zeros(shape)
+        if not used:
+            return copy
+        session = self.graphs["cache_resize"]
+        binding = session.io_binding()
+        binding.bind_cpu_input("capacity", np.array([shape[2]], np.int64))
+        for i, (name, buffer) in enumerate(zip(self.cross_names, buffers)):
+            rows = used if i == layer else 0
+            self.bind(binding, name, buffer, rows)
+            target = copy if i == layer else buffer
+            binding.bind_output(f"resized_{name}", self.device, 0, self.dtype, [rows, *shape[1:]], target.data_ptr())
+        session.run_with_iobinding(binding)
+        return copy
 
 
 def filled_positions(moves: list[tuple[int, int, int]], heads: int) -> tuple[np.ndarray, np.ndarray]:

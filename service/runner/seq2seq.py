@@ -64,12 +64,16 @@ class Seq2SeqRunner:
         self.present_names = cache_names("present", n_layers)
         self.cross_names = cache_names("cross", n_layers)
 
-    def cache_memory(self, geometry: CacheGeometry, rows: int, capacity: int, cross_tokens: int = 0) -> CacheMemory:
+    def cache_memory(
+        self, geometry: CacheGeometry, rows: int, capacity: int, cross_tokens: int = 0, self_tokens: int = 0
+    ) -> CacheMemory:
         """The cache's buffers on this runner's device (of this runner's precision: the geometry's);
-        cross_tokens as CacheMemory takes it."""
+        cross_tokens and self_tokens as CacheMemory takes them."""
         if geometry.precision != self.precision or geometry.n_layers != self.n_layers:
             raise ValueError(f"a cache of {geometry} does not fit {self.n_layers} {self.precision} decoder layers")
-        return CacheMemory(geometry, rows, self.device, self.cache_graphs, capacity, cross_tokens)
+        return CacheMemory(
+            geometry, rows, self.device, self.cache_graphs, capacity, cross_tokens=cross_tokens, self_tokens=self_tokens
+        )
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> EncoderOutput:
         """(B, S) twice -> each layer's cross-attention K/V (B, H, S, Dh) in layer order, left on the device

@@ -126,7 +126,8 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
             pooling="splade" if c.sparse_head == "splade" else c.pooling,
         )
     g = opened.geometry
-    memory = opened.runner.cache_memory(g, opened.cache.rows, MIN_SOURCE_CAPACITY, opened.cache.cross_tokens)
+    plan = opened.cache
+    memory = opened.runner.cache_memory(g, plan.rows, MIN_SOURCE_CAPACITY, plan.cross_tokens, plan.self_tokens)
     cache = GenerationCache(memory, shrinks=not settings.cuda_graphs)
     buckets = None
     if settings.cuda_graphs:
@@ -167,14 +168,15 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
     model_metrics.watch_cache(lambda: cache.usage_ratio, cache.capacity_tokens)
     repetition = repetition_rules(c.bos_id, c.eos_id, c.no_repeat_ngram_size, c.min_length)
     defaults = GenerationDefaults(c.num_beams, c.length_penalty, c.early_stopping, c.forced_bos_id, repetition)
-    limits = GenerationLimits(max_new_tokens=opened.geometry.target_tokens - 1, cache_rows=cache.rows)
+    limits = GenerationLimits(max_new_tokens=g.target_tokens - 1, cache_rows=cache.rows_at_longest)
     model_metrics.watch_cache_bytes(lambda: memory.nbytes)
     log.info(
-        "model %s: generation cache of %d rows of up to %d new tokens and %d source positions for sources of up "
-        "to %d tokens (%d MB at most, on %s)",
+        "model %s: generation cache of %d rows of up to %d new tokens (up to %d rows of shorter answers) and %d "
+        "source positions for sources of up to %d tokens (%d MB at most, on %s)",
         files.name,
-        cache.rows,
+        cache.rows_at_longest,
         g.target_tokens - 1,
+        cache.rows,
         memory.cross_tokens,
         g.source_tokens,
         cache.capacity_tokens * g.bytes_per_token >> 20,

@@ -21,6 +21,7 @@ from modeldir.files import (
 from modeldir.language_tokenizer import load_model_tokenizer
 
 from ...engine.batcher import BatchLimits
+from ...engine.generation_cache import TARGET_STEP
 from ...runner.attention_maps import AttentionMapsRunner
 from ...runner.cache_memory import CacheGeometry
 from ...runner.cross_attention import CrossAttentionRunner, alignment_layer, cut_graph
@@ -79,28 +80,33 @@ class CacheSettings:
     def plan(
         self, geometry: CacheGeometry, provider: str, auto_bytes: int = CPU_CACHE_BYTES, fixed_cross: bool = False
     ) -> CachePlan:
-        """How the cache's positions are shared: as many self-attention rows as there would be if each
-        source were as long as the longest answer (or the longest source, where shorter), leaving room for
-        one longest source; the cross buffers the rest (at most the longest source for every row), for as
-        many sources as fit by their lengths. fixed_cross (CUDA graphs, whose bindings are fixed): every row
-        its own room for the longest source."""
+        """How the cache's positions are shared: the self-attention buffers take as many rows of the longest
+        answer as there would be if each source were as long as it (or as the longest source, where
+        shorter), leaving room for one longest source; the cross buffers the rest (at most the longest
+        source for every row). Shorter answers make shorter rows, so more of them (up to max_running), and
+        shorter sources take less of the cross buffers' room. fixed_cross (CUDA graphs, whose bindings are
+        fixed): every row its own room for the longest answer and the longest source."""
         budget = self.cache_tokens or (self.cache_bytes or auto_bytes) // geometry.bytes_per_token
         most = self.max_running or DEFAULT_MAX_RUNNING[provider]
         target, source = geometry.target_tokens, geometry.source_tokens
         if fixed_cross:
             rows = min(budget // (target + source), most)
-            return CachePlan(rows, rows * source)
-        rows = min(budget // (target + min(source, target)), (budget - source) // target, most)
-        return CachePlan(rows, min(budget - rows * target, rows * source))
+            return CachePlan(rows, rows * source, rows * target)
+        longest = min(budget // (target + min(source, target)), (budget - source) // target, most)
+        self_tokens = max(longest, 0) * target
+        rows = min(self_tokens // min(TARGET_STEP, target), most)
+        return CachePlan(rows, min(budget - self_tokens, rows * source), self_tokens)
 
 
 @dataclass(frozen=True)
 class CachePlan:
-    """A generation cache's shape: its self-attention rows (running sequences and beams), and the source
-    positions its cross buffers hold in all (runner/cache_memory.py CacheMemory.cross_tokens)."""
+    """A generation cache's shape: the most self-attention rows it holds (running sequences and beams, at
+    the shortest answers), the source positions its cross buffers hold in all and the decoder positions its
+    self-attention buffers hold in all (runner/cache_memory.py CacheMemory.cross_tokens, self_tokens)."""
 
     rows: int
     cross_tokens: int
+    self_tokens: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,7 +254,7 @@ def _plan(
     name: str, settings: LoadSettings, geometry: CacheGeometry, provider: str, auto_bytes: int = CPU_CACHE_BYTES
 ) -> CachePlan:
     plan = settings.cache.plan(geometry, provider, auto_bytes, fixed_cross=settings.cuda_graphs)
-    if plan.rows < 1:
+    if plan.self_tokens < geometry.target_tokens:
         raise ValueError(
             f"model {name}: the generation cache holds no row: one takes {geometry.bytes_per_row} bytes "
             f"({geometry.tokens_per_row} tokens); raise kv_cache_bytes or kv_cache_tokens, or lower max_new_tokens"

@@ -83,7 +83,7 @@ class GenerationDefaults:
 @dataclass(frozen=True, kw_only=True)
 class GenerationLimits:
     max_new_tokens: int  # the most a request may ask for: what a cache row holds after the start token
-    cache_rows: int  # a beam search takes one per beam
+    cache_rows: int  # a beam search takes one per beam: the rows at the longest answers
 
 
 @dataclass(eq=False)
