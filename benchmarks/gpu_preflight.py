@@ -16,6 +16,8 @@ line and one JSON record per check, each on its own: a failed check is recorded 
 - where the time goes: ONNX Runtime's profile of row moves and decode steps of the numbers model (each
   run's time, its kernels' by operator type, and the rest), so that a run slower than its kernels shows
   what it waits on;
+- sampling graph: sampled rows' tokens drawn on the device, against the host's on the same machine and
+  the plain reference's tokens (benchmarks/gpu_sampling_check.py);
 - release memory: the runner gives its arena's free memory back once.
 """
 
@@ -30,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .common import median_seconds
+from .gpu_sampling_check import check_sampling_graph
 
 IMPORTS = (
     "onnxruntime",
@@ -225,6 +228,7 @@ def run(kit: Path, device: str, say=print) -> list[dict]:
         ("numbers decode", lambda: check_numbers_decode(kit, device, reference)),
         ("in place", lambda: check_in_place(kit, device)),
         ("where the time goes", lambda: check_profile(kit, device)),
+        ("sampling graph", lambda: check_sampling_graph(device)),
         ("release memory", lambda: check_release_memory(kit, device)),
     ]
     records = []

@@ -62,6 +62,7 @@ def core_settings(config: ServerConfig) -> CoreSettings:
         tag_alignment=config.tag_alignment,
         fault_threshold=config.fault_threshold,
         cuda_graphs=config.cuda_graphs,
+        sampling_graph=config.sampling_graph,
         input_caps=input_caps(config.model_max_input_tokens),
         max_attention_bytes=config.max_batch_attention_bytes,
     )

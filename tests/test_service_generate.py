@@ -130,6 +130,34 @@ def test_seeded_sampling_is_reproducible(served):
     assert len(seeds) > 1
 
 
+def test_the_sampling_graph_draws_the_hosts_tokens(numbers_dir):
+    """--sampling-graph on (the graph on the CPU here, as on CUDA): the same seeded tokens as the host's
+    draws, every rule on; the sampled rows drawn by the graph, from logits left where the step put them."""
+    servers = {kind: ServerThread([numbers_dir], sampling_graph=kind) for kind in ("on", "off")}
+    try:
+        params = [
+            dict(temperature=1.5, top_k=20, top_p=0.95, seed=s, ignore_eos=True, max_new_tokens=24) for s in (1, 2)
+        ]
+        params += [
+            dict(temperature=0.8, min_p=0.05, repetition_penalty=1.3, seed=9, max_new_tokens=30),
+            dict(
+                temperature=1.2, presence_penalty=0.5, frequency_penalty=0.4, seed=5, ignore_eos=True, max_new_tokens=20
+            ),
+        ]
+        answers = {
+            kind: [list(generate(server.stub(), "4711", **p).token_ids) for p in params]
+            for kind, server in servers.items()
+        }
+        assert answers["on"] == answers["off"] and len(answers["on"][0]) == 24
+        graph = scheduler(servers["on"]).choice.device_sampler
+        assert graph.drawn_rows >= 24 + 24 + 20 and scheduler(servers["off"]).choice.device_sampler is None
+        greedy = generate(servers["on"].stub(), "4711", repetition_penalty=1.3)  # a penalized greedy row: the host's
+        assert list(greedy.token_ids) == list(generate(servers["off"].stub(), "4711", repetition_penalty=1.3).token_ids)
+    finally:
+        for server in servers.values():
+            server.close()
+
+
 def test_cancelling_a_stream_frees_its_cache_row(served):
     stub = served.stub()
     stream = stub.GenerateStream(

@@ -221,11 +221,12 @@ class Scheduler:
         rows, holders, cache, state = plan.rows, plan.holders, self.cache, self.rows
         last = state.next_input[:rows].reshape(rows, 1)
         logit_rows = self.choice.logit_rows(state, rows)
+        on_device = self.choice.samples_on_device(state, holders, logit_rows)
         lengths, layout = cache.lengths[:rows], cache.cross_layout(rows)
         if self.buckets is not None:  # greedy steps in a bucket, the others eager
-            step = self.buckets.step_rows(last, lengths, layout, logit_rows, rows)
+            step = self.buckets.step_rows(last, lengths, layout, logit_rows, rows, logits_on_device=on_device)
         else:
-            step = self.runner.step(last, lengths, layout, logit_rows, cache.memory, rows)
+            step = self.runner.step(last, lengths, layout, logit_rows, cache.memory, rows, logits_on_device=on_device)
         cache.advance(rows)
         tokens = self.choice.choose(step, state, holders)
         for sequence in {id(h.sequence): h.sequence for h in holders if isinstance(h, BeamRow)}.values():

@@ -32,11 +32,14 @@ class TokenChoice:
     """Over a decode step's output (runner/seq2seq.py StepOutput): next_tokens, every row's argmax with
     the suppressed tokens left out, computed on the device; and the whole logits of the rows that asked."""
 
-    def __init__(self, rules: GenerationRules):
+    def __init__(self, rules: GenerationRules, device_sampler=None):
+        """device_sampler: the model's sampling graph on its device (runner/sampling_graph.py), which draws
+        the sampled rows of a step whose logits stay there; None: every row is drawn on the host."""
         self.rules = rules
         self.eos_id = rules.eos_id
         self.suppressed_ids = np.asarray(rules.suppressed_ids, dtype=np.int64)
         self.sampler = RowSampler()
+        self.device_sampler = device_sampler
 
     def forced_eos_at(self, sequence: Sequence, generated: int) -> bool:
         """Whether the checkpoint forces eos after `generated` tokens: at the last position allowed."""
@@ -55,6 +58,14 @@ class TokenChoice:
         if rows.ruling:
             wanted |= rows.ruled[:count]
         return wanted.nonzero()[0].tolist()
+
+    def samples_on_device(self, rows: RowState, holders: list, logit_rows: list[int]) -> bool:
+        """Whether a step's logits may stay on the device: there is a sampling graph, and every row that
+        needs its logits is a sampled row of a temperature above 0, with no rules and no scores."""
+        if self.device_sampler is None or not logit_rows or rows.scoring or rows.ruling:
+            return False
+        kind = rows.kind
+        return all(kind[i] == SAMPLED and holders[i].params.sampling.temperature > 0 for i in logit_rows)
 
     def processed(self, step, rows: list[int], holders: list, tokens_of) -> np.ndarray:
         """The logits of some rows (float32, a copy) through their sequences' rules, where they have any,
@@ -84,7 +95,9 @@ class TokenChoice:
         scored = rows.scored[:count] & free if rows.scoring else np.zeros(count, np.bool_)
         # Ruled rows' logits go through their rules at every step, forced ones too: the rules may read them.
         wanted = np.flatnonzero(((kind == SAMPLED) & free) | ruled | scored).tolist()
-        if wanted:
+        if step.device_logits is not None:  # every logit row samples (samples_on_device)
+            self._sampled_on_device(tokens, step, holders, rows, free)
+        elif wanted:
             logits = self.processed(step, wanted, holders, rows.generated)
             if rows.scoring:  # scored before the penalties change the sampled rows' logits in place
                 scored_logits = {i: logits[n].copy() for n, i in enumerate(wanted) if scored[i]}
@@ -121,6 +134,20 @@ class TokenChoice:
                 [holders[i].rng for _, i in drawn],
             )
             tokens[[i for _, i in drawn]] = chosen
+
+    def _sampled_on_device(self, tokens: np.ndarray, step, holders: list, rows: RowState, free: np.ndarray) -> None:
+        """The sampled rows' tokens from the logits left on the device, drawn by the sampling graph: one
+        uniform from each free row's generator, as on the host (a forced row's draw is not taken)."""
+        at = np.asarray(step.logit_rows, np.int64)
+        drawn = free[at]
+        uniforms = np.array([holders[i].rng.random() if free[i] else 0.0 for i in at.tolist()], np.float64)
+        chosen = self.device_sampler.draw(
+            step.device_logits,
+            [rows.generated(i) for i in at.tolist()],
+            [holders[i].params.sampling for i in at.tolist()],
+            uniforms,
+        )
+        tokens[at[drawn]] = chosen[drawn]
 
     @staticmethod
     def _score(rows: RowState, tokens: np.ndarray, logits: dict[int, np.ndarray], scored: np.ndarray) -> None:

@@ -115,6 +115,14 @@ class ServerConfig:
         "kernels at once; off until the GPU check measures it (docs/benchmarks.md). On the CPU nothing is "
         "captured: the steps are only bucketed, which costs their padding",
     )
+    sampling_graph: str = _setting(
+        "auto",
+        "where sampled rows' tokens are drawn: on, in a small ONNX graph on the model's device, so that their "
+        "logits never leave it; off, on the host (numpy); auto: on on CUDA, off on the CPU, where the host is the "
+        'faster (docs/benchmarks.md, "Sampled tokens on the device"). Rows under a model\'s logit rules '
+        "(Whisper's) or scored, and greedy rows with a penalty, are drawn on the host either way",
+        choices=("auto", "on", "off"),
+    )
     data_dir: str = _setting(
         "",
         "where the server keeps what must outlive a restart (DeepL's glossaries, in glossaries.sqlite3; document "

@@ -127,7 +127,14 @@ class DecodeBuckets:
         return binding
 
     def step_rows(
-        self, input_ids: np.ndarray, past_lengths: np.ndarray, layout: CrossLayout, logit_rows: list[int], rows: int
+        self,
+        input_ids: np.ndarray,
+        past_lengths: np.ndarray,
+        layout: CrossLayout,
+        logit_rows: list[int],
+        rows: int,
+        *,
+        logits_on_device: bool = False,
     ) -> StepOutput:
         """A decoder step of the cache's first `rows` rows: in a bucket when no row needs its logits (a
         graph gives argmaxes only) and each row is a group of its own, else eager (Seq2SeqRunner.step). A
@@ -139,7 +146,9 @@ class DecodeBuckets:
             except Exception as error:
                 log.exception("model %s: a bucketed decode step failed: CUDA graphs off, steps eager", self.name)
                 self.failed = error
-        return self.runner.step(input_ids, past_lengths, layout, logit_rows, self.memory, rows)
+        return self.runner.step(
+            input_ids, past_lengths, layout, logit_rows, self.memory, rows, logits_on_device=logits_on_device
+        )
 
     def step(self, input_ids: np.ndarray, past_lengths: np.ndarray, layout: CrossLayout, rows: int) -> StepOutput:
         """One greedy decoder step of the cache's first `rows` rows (at most `largest`), each a group of its

@@ -23,16 +23,20 @@ class EncoderOutput:
     fetched: int  # bytes back
 
 
-@dataclass(frozen=True)
+@dataclass
 class StepOutput:
     next_tokens: np.ndarray  # (rows,) int64: each row's argmax, suppressed tokens left out
-    logits: np.ndarray  # (len(logit_rows), vocab) float32
+    logits: np.ndarray  # (len(logit_rows), vocab) float32; none while they are on the device
     logit_rows: list[int]  # the rows `logits` holds, in its order
     sent: int  # bytes to the device
     fetched: int  # bytes back
+    device_logits: ort.OrtValue | None = None  # the logits left on the device (a sampling graph reads them)
 
     def row_logits(self, rows: list[int]) -> np.ndarray:
-        """The logits of some of logit_rows, in the given order."""
+        """The logits of some of logit_rows, in the given order (fetched from the device at the first ask)."""
+        if self.device_logits is not None:
+            self.logits, self.device_logits = self.device_logits.numpy(), None
+            self.fetched += self.logits.nbytes
         where = {row: i for i, row in enumerate(self.logit_rows)}
         return self.logits[[where[row] for row in rows]]
 
@@ -119,10 +123,12 @@ class Seq2SeqRunner:
         rows: int,
         *,
         run_options: ort.RunOptions | None = None,
+        logits_on_device: bool = False,
     ) -> StepOutput:
         """One decoder step for the first `rows` rows of the cache: input_ids (rows, 1) int64, past_lengths
         (rows,) int32; layout: where the rows find their cross K/V (the cross buffers' first
-        layout.groups rows). The step writes each row's K/V into the cache in place."""
+        layout.groups rows). The step writes each row's K/V into the cache in place. logits_on_device: the
+        logit rows' logits stay on the device (StepOutput.device_logits) for a sampling graph."""
         wanted = np.asarray(logit_rows, np.int64)
         binding = self.decoder.io_binding()
         sent = 0
@@ -139,9 +145,13 @@ class Seq2SeqRunner:
         # GroupQueryAttention reads the longest row's length on the host: bound there, it never travels.
         binding.bind_cpu_input("total_length", np.array([int(past_lengths.max()) + input_ids.shape[1]], np.int32))
         binding.bind_output("next_token", "cpu")  # bound first: get_outputs() keeps the binding order
-        binding.bind_output("logits", "cpu")
+        binding.bind_output("logits", self.device if logits_on_device else "cpu")
         memory.bind_step(binding, self.past_names, self.present_names, self.cross_names, rows, layout.groups)
         self.decoder.run_with_iobinding(binding, run_options or self.eager_options)
         outputs = binding.get_outputs()
-        next_tokens, logits = outputs[0].numpy(), outputs[1].numpy()
+        next_tokens = outputs[0].numpy()
+        if logits_on_device:
+            none = np.zeros((0, 0), np.float32)
+            return StepOutput(next_tokens, none, list(logit_rows), sent, next_tokens.nbytes, outputs[1])
+        logits = outputs[1].numpy()
         return StepOutput(next_tokens, logits, list(logit_rows), sent, next_tokens.nbytes + logits.nbytes)

@@ -157,7 +157,7 @@ def _build(opened: OpenedModel, settings: LoadSettings, executor: Executor, metr
         opened.runner,
         cache,
         opened.tokenizer,
-        TokenChoice(rules),
+        TokenChoice(rules, opened.sampler),
         executor=executor,
         metrics=model_metrics,
         health=health,

@@ -27,8 +27,18 @@ from ...runner.cache_memory import CacheGeometry
 from ...runner.cross_attention import CrossAttentionRunner, alignment_layer, cut_graph
 from ...runner.device_memory import cuda_memory
 from ...runner.embedding import EmbeddingRunner
+from ...runner.sampling_graph import SamplingGraph, sampling_graph
 from ...runner.seq2seq import Seq2SeqRunner
-from ...runner.sessions import CPU, CUDA, ProviderError, SessionSettings, create_session, provider_of, threads_for
+from ...runner.sessions import (
+    CPU,
+    CUDA,
+    DEVICE_TYPES,
+    ProviderError,
+    SessionSettings,
+    create_session,
+    provider_of,
+    threads_for,
+)
 from ...runner.voice_activity import VoiceActivityRunner
 from ...runner.word_alignment import WordAlignmentRunner
 from .served_models import Architecture, SpecialTokens
@@ -119,8 +129,12 @@ class LoadSettings:
     tag_alignment: bool = False  # load each seq2seq model's attention-map graph where it has one
     fault_threshold: int  # consecutive failed model calls before a model is unhealthy
     cuda_graphs: bool = False  # greedy decode steps in buckets, captured as CUDA graphs on CUDA
+    sampling_graph: str = "auto"  # on | off | auto (on CUDA): sampled rows drawn by a graph on the device
     input_caps: dict[str, int] = field(default_factory=dict)  # model name -> most input tokens (its own if less)
     max_attention_bytes: int = 0  # an embedding batch's attention scores, at most (0: no budget)
+
+    def samples_on_device(self, provider: str) -> bool:
+        return self.sampling_graph == "on" or (self.sampling_graph == "auto" and provider == CUDA)
 
     def precision_on(self, provider: str) -> str:
         if self.precision != "auto":
@@ -142,6 +156,7 @@ class OpenedModel:
     geometry: CacheGeometry | None = None
     cache: CachePlan | None = None
     word_alignment: WordAlignmentRunner | None = None  # a speech model's, for word timestamps
+    sampler: SamplingGraph | None = None  # a seq2seq model's token choice on the device (sampling_graph)
     voice_activity: VoiceActivityRunner | None = None  # a speech model's, to cut recordings at their silences
 
 
@@ -225,10 +240,24 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
         tiny = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
         voice_activity = VoiceActivityRunner(create_session(files.voice_activity, tiny, CPU))
     parts = (files, tokenizer, provider_of(encoder), architecture, special, runner, attention, geometry, plan)
-    opened = OpenedModel(*parts, word_alignment=word_alignment, voice_activity=voice_activity)
+    sampler = None
+    if files.task == "seq2seq" and settings.samples_on_device(provider):
+        sampler = _sampler(files, quiet, provider)
+    opened = OpenedModel(*parts, word_alignment=word_alignment, voice_activity=voice_activity, sampler=sampler)
     graphs = precision if files.graph_set == precision else f"{precision}: {files.graph_set}, for this CPU"
     log.info("model %s (%s, %s) loaded from %s on %s", files.name, files.task, graphs, model_dir, opened.provider)
     return opened
+
+
+def _sampler(files: ModelFiles, sessions: SessionSettings, provider: str) -> SamplingGraph | None:
+    """The token choice graph on the model's device; None (the host draws) where ONNX Runtime cannot place it
+    there."""
+    try:
+        session = create_session(sampling_graph().SerializeToString(), sessions, provider)
+    except ProviderError as error:
+        log.warning("model %s: sampled rows are drawn on the host: %s", files.name, error)
+        return None
+    return SamplingGraph(session, DEVICE_TYPES[provider], files.config.suppressed_ids)
 
 
 def _decoder_session(files: ModelFiles, sessions: SessionSettings, provider: str, cuda_graphs: bool):
