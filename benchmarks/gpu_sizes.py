@@ -55,10 +55,29 @@ class Sizes:
     t5_seed: int = 5
     speech_recordings: int = 8  # distinct espeak-ng recordings of 30-60 s, for Whisper tiny.en
     speech_calls: int = 32  # transcriptions at once, the recordings in turn (whisper_bench's 32 callers)
+    # Seconds the calls at once may take: those not answered by then are cancelled and counted (the phase's
+    # time is known when the lease is planned); the rehearsal's only bounds a stuck run.
+    speech_budget_s: float = 90.0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 FULL = Sizes(2000, 100, 64, 8192, 64, 16, 256, 64, 64, 256, MARIAN_BASE, t5=T5_SMALL_FLAN)
-SMALL = Sizes(25, 10, 8, 256, 8, 16, 16, 8, 8, 16, MARIAN_SMALL, t5=T5_TINY, speech_recordings=2, speech_calls=2)
+SMALL = Sizes(
+    25,
+    10,
+    8,
+    256,
+    8,
+    16,
+    16,
+    8,
+    8,
+    16,
+    MARIAN_SMALL,
+    t5=T5_TINY,
+    speech_recordings=2,
+    speech_calls=2,
+    speech_budget_s=600.0,
+)

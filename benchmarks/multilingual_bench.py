@@ -5,12 +5,14 @@ M2M100 converter; each example's target as its target_prefix, so that it too mix
 at 1 and 32 callers (batches of 1 and 32), float32 and int8. Greedy, exactly --new-tokens new tokens a
 sentence after the target's code (eos held off), the same thread count everywhere.
 
-Every engine runs in a fresh process of its own (benchmarks/engines.py; the server as `attnserve serve`),
+The server runs at `make run`'s defaults (no cache or length flag: its rows as long as the answers asked
+for). Every engine runs in a fresh process of its own (benchmarks/engines.py; the server as `attnserve serve`),
 --rounds times, the engines' order turned round each round; medians. The machine and its GEMM probe come
 first.
 
     .venv/bin/pip install -e '.[bench]'    # ctranslate2
     .venv/bin/python -m benchmarks.multilingual_bench [--rounds 3] [--sentences 64] [--new-tokens 64]
+        [--against ../before]   # another checkout's server beside this one's, in the same run
 """
 
 from __future__ import annotations
@@ -79,8 +81,8 @@ def languages(mixed: bool) -> str:
     return f"{SOURCE}:{','.join(TARGETS if mixed else TARGETS[:1])}"
 
 
-def run_attnserve(ours: Path, precision: str, args, round_: int) -> dict:
-    """One server for every load: -> (load, batch) -> figures."""
+def run_attnserve(ours: Path, precision: str, args, round_: int, checkout: Path | None = None) -> dict:
+    """One server for every load (of this checkout, or of `checkout`): -> (load, batch) -> figures."""
     server = ServerProcess(
         "--precision",
         precision,
@@ -89,6 +91,7 @@ def run_attnserve(ours: Path, precision: str, args, round_: int) -> dict:
         "--kv-cache-bytes",
         str(args.kv_cache_bytes),
         models=[str(ours.resolve())],
+        cwd=checkout,
     )
     try:
         out = {}
@@ -150,6 +153,7 @@ def main() -> None:
     parser.add_argument("--kv-cache-bytes", type=int, default=0, help="the server's; 0: its default (1 GiB on the CPU)")
     parser.add_argument("--build-only", action="store_true", help="make the models, measure nothing")
     parser.add_argument("--engines", nargs="+", help="only these (e.g. 'attnserve int8'); the goals need all four")
+    parser.add_argument("--against", type=Path, help="another checkout's server too ('attnserve fp32 before', ...)")
     args = parser.parse_args()
     ours, ct2 = build()
     if args.build_only:
@@ -160,6 +164,9 @@ def main() -> None:
         **{f"attnserve {p}": (lambda r, p=p: run_attnserve(ours, p, args, r)) for p in ("fp32", "int8")},
         **{f"ctranslate2 {t}": (lambda r, t=t: run_ctranslate2(ct2, ours, t, args, r)) for t in ("float32", "int8")},
     }
+    if args.against:
+        for p in ("fp32", "int8"):
+            engines[f"attnserve {p} before"] = lambda r, p=p: run_attnserve(ours, p, args, r, args.against.resolve())
     engines = {name: run for name, run in engines.items() if not args.engines or name in args.engines}
     runs: dict[tuple[str, str, int], list[dict]] = {}
     names = list(engines)

@@ -1,10 +1,11 @@
 """Host time per sampled token at a Marian-sized vocabulary (58,101), for 1, 32 and 256 sampled rows a
 step: this checkout's token choice on the host (service/engine/row_sampling.py: every row at once) and by
 its sampling graph on the CPU (service/runner/sampling_graph.py, one ONNX Runtime thread: what
---sampling-graph on costs the CPU), against another checkout's host form (--against DIR; its form before
-the rows were drawn at once was one row at a time, float64 over the vocabulary). Each in a fresh process
-of its own each round; medians. Beside them the floor: one pass that reads the rows' logits (their
-maximum), per token.
+--sampling-graph on costs the CPU) and the graph's host work alone (its inputs: all the host does where
+the logits stay on a GPU), against another checkout's host form (--against DIR; its form before the rows
+were drawn at once was one row at a time, float64 over the vocabulary). Each in a fresh process of its
+own each round; medians. Beside them the floor: one pass that reads the rows' logits (their maximum), per
+token.
 
     git worktree add ../before <commit>
     .venv/bin/python -m benchmarks.sampling_bench [--against ../before] [--rounds 3]
@@ -51,6 +52,9 @@ elif kind == "graph":
     model = sampling_graph().SerializeToString()
     graph = SamplingGraph(ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]), "cpu")
     choose = lambda: graph.sample(logits, generated, [params] * rows, rngs)
+elif kind == "feeds":  # what the graph costs the host where the logits stay on the device: its inputs
+    from service.runner.sampling_graph import graph_feeds
+    choose = lambda: graph_feeds(58101, generated, [params] * rows, [[rng.random()] for rng in rngs])
 else:
   try:
     from service.engine.row_sampling import RowSampler
@@ -83,7 +87,7 @@ def main() -> None:
     args = parser.parse_args()
     machine = describe(1)
     print_machine(machine)
-    engines = {"host": (ROOT, "host"), "graph": (ROOT, "graph")}
+    engines = {"host": (ROOT, "host"), "graph": (ROOT, "graph"), "graph's host work": (ROOT, "feeds")}
     if args.against:
         engines = {str(args.against): (args.against, "host"), **engines}
     table, figures, floors = [], {}, {}

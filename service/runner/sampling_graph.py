@@ -227,24 +227,8 @@ class SamplingGraph:
         far, parameters (temperature > 0) and uniform in [0, 1) (rows, 1) float64 -> each row's token."""
         on_device = isinstance(logits, ort.OrtValue)
         vocab = logits.shape()[1] if on_device else logits.shape[1]
-        history, counts = history_arrays(generated, params)
-        top_k = np.array([[p.top_k if 0 < p.top_k < vocab else 0] for p in params], np.int64)
-        feeds = {
-            "history": history,
-            "counts": counts,
-            "k_max": np.array([max(1, int(top_k.max(initial=0)))], np.int64),
-            "sort_k": np.array([vocab if any(p.top_p < 1.0 for p in params) else 1], np.int64),
-            "repetition": np.array([[p.repetition_penalty] for p in params], np.float32),
-            "frequency": np.array([[p.frequency_penalty] for p in params], np.float32),
-            "presence": np.array([[p.presence_penalty] for p in params], np.float32),
-            "temperature": np.array([[p.temperature] for p in params], np.float32),
-            "top_k": top_k,
-            "min_log_p": min_log_p(params),
-            "top_p": np.array([[p.top_p] for p in params], np.float32),
-            "uniform": np.asarray(uniforms, np.float64).reshape(len(params), 1),
-        }
         binding = self.session.io_binding()
-        for name, array in feeds.items():
+        for name, array in graph_feeds(vocab, generated, params, uniforms).items():
             binding.bind_cpu_input(name, array)
         binding.bind_ortvalue_input("bias", self._bias(vocab))
         if on_device:
@@ -255,3 +239,24 @@ class SamplingGraph:
         self.session.run_with_iobinding(binding)
         self.drawn_rows += len(params)
         return binding.get_outputs()[0].numpy().reshape(len(params))
+
+
+def graph_feeds(vocab: int, generated: list, params: list, uniforms: np.ndarray) -> dict[str, np.ndarray]:
+    """The graph's inputs from the host, but the logits and the bias: the host's whole work a step, where
+    the logits stay on the device (benchmarks/sampling_bench.py measures it)."""
+    history, counts = history_arrays(generated, params)
+    top_k = np.array([[p.top_k if 0 < p.top_k < vocab else 0] for p in params], np.int64)
+    return {
+        "history": history,
+        "counts": counts,
+        "k_max": np.array([max(1, int(top_k.max(initial=0)))], np.int64),
+        "sort_k": np.array([vocab if any(p.top_p < 1.0 for p in params) else 1], np.int64),
+        "repetition": np.array([[p.repetition_penalty] for p in params], np.float32),
+        "frequency": np.array([[p.frequency_penalty] for p in params], np.float32),
+        "presence": np.array([[p.presence_penalty] for p in params], np.float32),
+        "temperature": np.array([[p.temperature] for p in params], np.float32),
+        "top_k": top_k,
+        "min_log_p": min_log_p(params),
+        "top_p": np.array([[p.top_p] for p in params], np.float32),
+        "uniform": np.asarray(uniforms, np.float64).reshape(len(params), 1),
+    }
