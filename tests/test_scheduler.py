@@ -134,7 +134,8 @@ class FakeRunner:
         cross = [ort.OrtValue.ortvalue_from_numpy(values.copy()) for _ in cache_names("cross", GEOMETRY.n_layers)]
         return EncoderOutput(cross, input_ids.nbytes + attention_mask.nbytes, 0)
 
-    def step(self, input_ids, past_lengths, layout: CrossLayout, logit_rows, memory: CacheMemory, rows: int):
+    def step(self, input_ids, past_lengths, layout: CrossLayout, logit_rows, memory: CacheMemory, rows: int, **options):
+        assert not options.get("logits_on_device")  # no sampling graph here: logits come to the host
         if len(self.steps) in self.fail_steps:
             self.steps.append([])
             raise RuntimeError("fake decoder fault")

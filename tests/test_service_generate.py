@@ -232,7 +232,12 @@ def test_requests_that_do_not_fit_wait_then_finish(numbers_dir):
         (
             pb.GenerateRequest(input="1", params=pb.GenerationParams(repetition_penalty=float("nan"))),
             grpc.StatusCode.INVALID_ARGUMENT,
-            "params.repetition_penalty: nan; must be finite and > 0",
+            "params.repetition_penalty: nan; must be in [0.001, 1000] (1: none)",
+        ),
+        (
+            pb.GenerateRequest(input="1", params=pb.GenerationParams(repetition_penalty=1e-30)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "params.repetition_penalty: 1e-30; must be in [0.001, 1000] (1: none)",
         ),
         (
             pb.GenerateRequest(input="1", params=pb.GenerationParams(presence_penalty=float("inf"))),

@@ -192,12 +192,12 @@ class GenerationCache:
         target = self._target_for(new_tokens, self.used + 1)
         if self.used >= self.memory.self_rows_at(target):
             raise CacheFull(f"all {self.used} rows are in use at {target} positions a row")
-        if shares is None:  # may raise CacheFull, before anything changes
-            group = self._open_group(source_tokens)
-        else:
-            group = int(self.group_of[shares.row])
-        if target != self.target_capacity:
+        capacity = self._capacity_for(source_tokens)
+        if shares is None and self.groups >= self.memory.cross_rows_at(capacity):
+            raise CacheFull(f"no room for another source of {source_tokens} tokens beside {self.groups}")
+        if target != self.target_capacity:  # nothing has changed before: a failed re-layout leaves the cache as it was
             self.memory.resize_self(target, self.used)
+        group = self._open_group(source_tokens, capacity) if shares is None else int(self.group_of[shares.row])
         row = self.used
         self.holders.append(holder)
         holder.row = row
@@ -208,10 +208,8 @@ class GenerationCache:
         self.answer[row] = 1 + new_tokens
         return row
 
-    def _open_group(self, source_tokens: int) -> int:
-        capacity = self._capacity_for(source_tokens)
-        if self.groups >= self.memory.cross_rows_at(capacity):
-            raise CacheFull(f"no room for another source of {source_tokens} tokens beside {self.groups}")
+    def _open_group(self, source_tokens: int, capacity: int) -> int:
+        """A new group for a source, at the source capacity it takes (room for it checked)."""
         if capacity > self.source_capacity:
             self.memory.resize_cross(capacity, self.groups)
         group = self.groups

@@ -15,6 +15,7 @@ from ..models.served_models import ServedSeq2SeqModel
 
 MAX_LENGTH_PENALTY = 10.0
 MAX_STOP_SEQUENCES = 8
+MIN_REPETITION_PENALTY = 0.001  # and its inverse the most: a logit over 1e-40 overflows float32
 MAX_STOP_LENGTH = 64
 MAX_SEED = 2**64 - 1  # a seed is an unsigned 64-bit integer (gRPC's uint64)
 EARLY_STOPPING_VALUES = ("false", "true", "never")  # transformers': heuristic, on, never
@@ -153,8 +154,13 @@ def generation_params(
     if not math.isfinite(top_p) or not 0 < top_p <= 1:
         raise invalid("params.top_p", f"{p.top_p:.7g}; must be in (0, 1]")
     penalty = p.repetition_penalty or 1.0
-    if not math.isfinite(penalty) or penalty < 0:
-        raise invalid("params.repetition_penalty", f"{p.repetition_penalty:.7g}; must be finite and > 0")
+    # Bounded, not only > 0: a logit divided by 1e-40 overflows float32, and the draw would mean nothing.
+    if not math.isfinite(penalty) or not MIN_REPETITION_PENALTY <= penalty <= 1 / MIN_REPETITION_PENALTY:
+        raise invalid(
+            "params.repetition_penalty",
+            f"{p.repetition_penalty:.7g}; must be in [{MIN_REPETITION_PENALTY:g}, {1 / MIN_REPETITION_PENALTY:g}] "
+            "(1: none)",
+        )
     if not math.isfinite(p.min_p) or not 0 <= p.min_p < 1:
         raise invalid("params.min_p", f"{p.min_p:.7g}; must be in [0, 1) (0: unset)")
     for name in ("presence_penalty", "frequency_penalty"):
