@@ -11,23 +11,23 @@ from pathlib import Path
 
 # Measured on the first lease (2026-12-04, docs/benchmarks.md "GPU: the first run"): a machine started
 # in 30 s, a call carrying a part took 3-6 s between replies, unpacking group a 7 s (its wheels installed)
-# and b 1.4 s; the phases' times are that run's, rounded up (speech: 64 calls did not end in 180 s, so it
-# now makes 32, the CPU benchmark's count, and runs last).
+# and b 1.4 s; the phases' times are that run's, rounded up, less what the counts cut since then take
+# (gpu_sizes.py FULL: half the numbers and the sentences; speech's calls within a budget of 60 s).
 COLD_START_S = 30
 CALL_S = 3
 TRANSFER_BYTES_PER_S = 50e6
 UNPACK_S = {"a": 8, "b": 2}
 PHASES = {  # phase -> seconds it is estimated to take on the device, in order of value
     "preflight": 25,  # the first lease's 15, and the sampling graph's check (gpu_sampling_check.py)
-    "parity": 65,
+    "parity": 50,  # 65 with 2,000 numbers each way
     "parity-marian": 40,
-    "embeddings": 70,
+    "embeddings": 55,  # 70 with 8,192 sentences
     "generation": 75,
     "memory": 1,
     "t5": 90,  # not yet run on a device: guessed from generation's
-    "moonshot": 35,
+    "moonshot": 25,  # 35 with 32,768 sentences
     "cuda-graphs": 80,
-    "speech": 140,  # one file, the long file cut at silences (35 s), then the calls within their 90 s budget
+    "speech": 110,  # one file, the long file cut at its silences (35 s), the calls within their 60 s budget
 }
 # The phases each call runs: the last call of group a (the first results), of group b, then one of its own.
 CALL_PHASES = (

@@ -9,7 +9,7 @@ import numpy as np
 
 from modeldir.files import CACHE_GRAPHS, open_model_dir
 from service.engine.generation_cache import MIN_SOURCE_CAPACITY, GenerationCache
-from service.runner.cache_memory import CacheGeometry
+from service.runner.cache_memory import CacheGeometry, one_buffer_resize
 from service.runner.seq2seq import Seq2SeqRunner
 from service.runner.sessions import SessionSettings, create_session
 
@@ -35,6 +35,7 @@ class RunnerHarness:
             device=device, intra_op_threads=threads, spinning=spinning, profile_prefix=profile_prefix
         )
         self.sessions = {role: create_session(path, settings) for role, path in files.graphs.items()}
+        self.sessions["cache_resize"] = create_session(one_buffer_resize(files.graphs["cache_resize"]), settings)
         graphs = {role: self.sessions[role] for role in CACHE_GRAPHS}
         encoder, decoder = self.sessions["encoder"], self.sessions["decoder"]
         self.runner = Seq2SeqRunner(encoder, decoder, graphs, c.n_decoder_layers, precision)

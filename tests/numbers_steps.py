@@ -6,7 +6,7 @@ from __future__ import annotations
 from modeldir.files import CACHE_GRAPHS, open_model_dir
 from modeldir.tokenizer import TextTokenizer
 from service.engine.generation_cache import MIN_SOURCE_CAPACITY, GenerationCache
-from service.runner.cache_memory import CacheGeometry
+from service.runner.cache_memory import CacheGeometry, one_buffer_resize
 from service.runner.seq2seq import Seq2SeqRunner
 from service.runner.sessions import SessionSettings, create_session
 
@@ -23,6 +23,7 @@ def generation(model_dir, rows: int, target_tokens: int) -> tuple[Seq2SeqRunner,
     files = open_model_dir(model_dir)
     c = files.config
     graphs = {role: create_session(files.graphs[role], SETTINGS) for role in CACHE_GRAPHS}
+    graphs["cache_resize"] = create_session(one_buffer_resize(files.graphs["cache_resize"]), SETTINGS)
     runner = Seq2SeqRunner(
         create_session(files.encoder, SETTINGS),
         create_session(files.decoder, SETTINGS),

@@ -13,13 +13,16 @@ from hypothesis import strategies as st
 
 from model.export.cache_graphs import CACHE_GRAPHS
 from service.engine.generation_cache import MIN_SOURCE_CAPACITY, TARGET_STEP, CacheFull, GenerationCache
-from service.runner.cache_memory import CacheGeometry, CacheMemory, CrossLayout, filled_positions
+from service.runner.cache_memory import CacheGeometry, CacheMemory, CrossLayout, filled_positions, one_buffer_resize
 
 GEOMETRY = CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=40)
 SESSIONS = {
     precision: {
         role: ort.InferenceSession(
-            make(GEOMETRY.n_layers, precision).SerializeToString(), providers=["CPUExecutionProvider"]
+            (one_buffer_resize if role == "cache_resize" else bytes)(
+                make(GEOMETRY.n_layers, precision).SerializeToString()
+            ),
+            providers=["CPUExecutionProvider"],
         )
         for role, make in CACHE_GRAPHS.items()
     }
@@ -43,13 +46,13 @@ def new_cache(rows: int, precision: str = "fp32", cross_tokens: int = 0) -> Gene
     )
 
 
-def answers_cache(rows: int = 6, self_tokens: int = 200) -> GenerationCache:
+def answers_cache(rows: int = 6, self_tokens: int = 200, precision: str = "fp32") -> GenerationCache:
     """A cache of answers up to 99 new tokens (100 positions: TARGET_STEP's 32, 64 and 96, then 100), whose
     self-attention buffers hold `self_tokens` positions: 6 rows of 32, 3 of 64, 2 of 96 or 100."""
-    g = dataclasses.replace(GEOMETRY, target_tokens=100)
+    g = dataclasses.replace(GEOMETRY, target_tokens=100, precision=precision)
     return GenerationCache(
         CacheMemory(
-            g, rows, "cpu", SESSIONS["fp32"], MIN_SOURCE_CAPACITY, cross_tokens=rows * 40, self_tokens=self_tokens
+            g, rows, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY, cross_tokens=rows * 40, self_tokens=self_tokens
         )
     )
 
@@ -74,7 +77,7 @@ def admit(
     of `shares` (whose source it has), and `steps` decode steps' K/V (its marker)."""
     cache.allocate(holder, source, new, shares=shares)
     if shares is None:
-        cache.write_cross(encoded([holder.marker], source), [(holder.row, 0)])
+        cache.write_cross(encoded([holder.marker], source, cache.memory.dtype), [(holder.row, 0)])
     else:
         holder.cross_marker = shares.cross_marker
     self_views, _ = views(cache)
@@ -177,11 +180,12 @@ def test_the_cross_buffers_hold_as_many_sources_as_their_lengths_allow():
     assert cache.admits(10, 1, 5)
 
 
-def test_rows_are_as_long_as_the_answers_asked_for():
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_rows_are_as_long_as_the_answers_asked_for(precision):
     """Two rows of the longest answer; more rows once shorter answers need them (the rows laid out anew,
-    their K/V kept); a longer answer waits until its rows fit, then the rows grow, K/V kept."""
+    one layer at a time, their K/V kept); a longer answer waits until its rows fit, then the rows grow."""
     assert TARGET_STEP == 32
-    cache = answers_cache()
+    cache = answers_cache(precision=precision)
     assert cache.target_capacity == 100 and cache.rows_at_longest == 2 and cache.capacity_tokens == 200 + 240
     first, second = Holder(1.0), Holder(2.0)
     admit(cache, first, 10, steps=3, new=20)

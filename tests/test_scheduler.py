@@ -26,7 +26,7 @@ from service.engine.sequence import LENGTH, Event, GenerationParams
 from service.engine.steps import SchedulerSettings
 from service.engine.token_choice import GenerationRules, TokenChoice
 from service.errors import InvalidArgument, QueueFull, Unavailable
-from service.runner.cache_memory import CacheGeometry, CacheMemory, CrossLayout
+from service.runner.cache_memory import CacheGeometry, CacheMemory, CrossLayout, one_buffer_resize
 from service.runner.seq2seq import EncoderOutput, StepOutput
 
 from .health_record import HealthRecord
@@ -40,7 +40,10 @@ EOS_MARK = 48  # a source that starts with EOS_MARK + n ends with eos after n to
 GEOMETRY = CacheGeometry(n_layers=1, n_heads=1, d_head=1, target_tokens=24, source_tokens=40)
 MAX_NEW = GEOMETRY.target_tokens - 1
 SESSIONS = {
-    role: ort.InferenceSession(make(GEOMETRY.n_layers, "fp32").SerializeToString(), providers=["CPUExecutionProvider"])
+    role: ort.InferenceSession(
+        (one_buffer_resize if role == "cache_resize" else bytes)(make(GEOMETRY.n_layers, "fp32").SerializeToString()),
+        providers=["CPUExecutionProvider"],
+    )
     for role, make in CACHE_GRAPHS.items()
 }
 PATIENCE = 20.0  # seconds: only a broken scheduler makes a test wait this long
@@ -354,6 +357,30 @@ def test_a_long_source_waits_for_room_in_the_cross_buffers_first_come_first_serv
         alone, together = steps_needed(long, 5), steps_needed(shorts[0], 2)
         assert [len(step) for step in served.runner.steps] == [1] * alone + [2] * together
         assert [s for call in served.runner.encoded for s in call] == [tuple(p) for p, _ in cases]
+
+    run(main)
+
+
+def test_a_re_layout_that_fails_on_the_device_fails_its_request_and_the_loop_goes_on():
+    """The cross buffers' growth for a long source fails (as an allocation on a full GPU would): that
+    request gets the error, the cache is as it was, and the next requests are answered."""
+    long, short = [FIRST_WORD + i % 20 for i in range(35)], [10, 4, 5]
+
+    async def main():
+        async with serving(rows=3) as served:
+            memory, resize = served.cache.memory, served.cache.memory.resize_cross
+
+            def fail_once(capacity, used):
+                memory.resize_cross = resize  # the next one succeeds
+                raise RuntimeError("no device memory for the new buffers")
+
+            memory.resize_cross = fail_once
+            with pytest.raises(RuntimeError, match="no device memory"):
+                await generate(served.scheduler, long, greedy(4))
+            assert (served.cache.used, served.cache.groups) == (0, 0)
+            assert_answer(await generate(served.scheduler, short, greedy(3)), short, 3)
+            assert_answer(await generate(served.scheduler, long, greedy(4)), long, 4)
+            assert_idle(served)
 
     run(main)
 

@@ -208,6 +208,21 @@ class GenerationCache:
         self.answer[row] = 1 + new_tokens
         return row
 
+    def allocate_all(self, holders: list, source_tokens: int, new_tokens: int) -> None:
+        """Rows for every holder of one sequence (a beam search's beams share the first's group). If one
+        fails (a re-layout on the device), the rows already given are freed and the error raised."""
+        first = None
+        try:
+            for holder in holders:
+                self.allocate(holder, source_tokens, new_tokens, shares=first)
+                first = first or holder
+        except Exception:
+            log.exception("admission failed: the request's rows are freed")
+            for holder in holders:
+                if holder.row is not None:
+                    self.release(holder)
+            raise
+
     def _open_group(self, source_tokens: int, capacity: int) -> int:
         """A new group for a source, at the source capacity it takes (room for it checked)."""
         if capacity > self.source_capacity:

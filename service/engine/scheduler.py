@@ -1,8 +1,7 @@
-"""Continuous batching for generation: one loop per seq2seq model, the only writer of sequence state.
-
-Each turn of the loop has three parts:
+"""Continuous batching for generation: one loop per seq2seq model, the only writer of sequence state. Each
+turn of the loop has three parts:
 - schedule: sequences whose callers have gone leave (the cache frees their rows); waiting requests are
-  admitted while the cache has rows for them (a beam search takes one row per beam, all at once);
+  admitted while the cache has room for them (a beam search takes one row per beam, all at once);
 - execute, in the model thread: the sources admitted this turn go through the encoder together, then
   one decoder step runs for every running row at once, and each row's next token is chosen
   (token_choice.py); beam searches step, and their rows follow their parents (the cache moves them);
@@ -186,19 +185,20 @@ class Scheduler:
     # schedule
 
     def _schedule(self) -> StepPlan:
-        """Admit waiting sequences, first come first served, while the cache has rows for them and room for
-        their sources (a beam search at the head waits until it has all its rows); -> the turn's plan over
-        every row."""
+        """Admit waiting sequences, first come first served, while the cache has room for them (a beam search
+        at the head waits for all its rows); -> the turn's plan over every row."""
         admitted = []
         while self.waiting and self.cache.admits(*self.waiting[0].cache_need):
             sequence = self.waiting.popleft()
             if sequence.search:
                 sequence.beam_rows = [BeamRow(sequence, beam) for beam in range(sequence.params.width)]
-            first = None  # a beam search's beams share one copy of the source's cross K/V
+            try:
+                self.cache.allocate_all(sequence.holders, sequence.source_length, sequence.params.max_steps)
+            except Exception as error:  # a re-layout failed on the device (logged): this request fails, not the rest
+                sequence.fail(error)
+                continue
             for holder in sequence.holders:
-                self.cache.allocate(holder, sequence.source_length, sequence.params.max_steps, shares=first)
                 self.rows.admit(holder)
-                first = first or holder
             sequence.admitted = time.perf_counter()
             if self.metrics and not sequence.params.probe:
                 self.metrics.queued(sequence.admitted - sequence.arrived)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from modeldir.files import cache_names
@@ -248,21 +249,28 @@ class CacheMemory:
             raise
 
     def _copied(self, buffers: list[ort.OrtValue], layer: int, shape: tuple[int, ...], used: int) -> ort.OrtValue:
-        """A buffer of `shape` whose first `used` rows take those of buffers[layer]: the cache_resize graph
-        takes every layer's buffer, so the other layers are bound with no rows."""
+        """A buffer of `shape` whose first `used` rows take those of buffers[layer], by the cache_resize
+        graph cut to one buffer (one_buffer_resize: every buffer has the same layout)."""
         copy = self._zeros(shape)
         if not used:
             return copy
         session = self.graphs["cache_resize"]
+        (name,) = [i.name for i in session.get_inputs() if i.name != "capacity"]
         binding = session.io_binding()
         binding.bind_cpu_input("capacity", np.array([shape[2]], np.int64))
-        for i, (name, buffer) in enumerate(zip(self.cross_names, buffers)):
-            rows = used if i == layer else 0
-            self.bind(binding, name, buffer, rows)
-            target = copy if i == layer else buffer
-            binding.bind_output(f"resized_{name}", self.device, 0, self.dtype, [rows, *shape[1:]], target.data_ptr())
+        self.bind(binding, name, buffers[layer], used)
+        binding.bind_output(f"resized_{name}", self.device, 0, self.dtype, [used, *shape[1:]], copy.data_ptr())
         session.run_with_iobinding(binding)
         return copy
+
+
+def one_buffer_resize(graph) -> bytes:
+    """A model's cache_resize graph (a path, or its bytes) cut to its first buffer, for CacheMemory's
+    session: a resize runs it once a layer. (Run whole with the other layers bound with no rows, ONNX
+    Runtime's planner reuses buffers across the layers, whose rows it takes for one dimension, and fails.)"""
+    model = onnx.load_from_string(graph) if isinstance(graph, bytes) else onnx.load(str(graph))
+    name = next(i.name for i in model.graph.input if i.name != "capacity")
+    return onnx.utils.Extractor(model).extract_model(["capacity", name], [f"resized_{name}"]).SerializeToString()
 
 
 def filled_positions(moves: list[tuple[int, int, int]], heads: int) -> tuple[np.ndarray, np.ndarray]:

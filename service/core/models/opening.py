@@ -23,7 +23,7 @@ from modeldir.language_tokenizer import load_model_tokenizer
 from ...engine.batcher import BatchLimits
 from ...engine.generation_cache import TARGET_STEP
 from ...runner.attention_maps import AttentionMapsRunner
-from ...runner.cache_memory import CacheGeometry
+from ...runner.cache_memory import CacheGeometry, one_buffer_resize
 from ...runner.cross_attention import CrossAttentionRunner, alignment_layer, cut_graph
 from ...runner.device_memory import cuda_memory
 from ...runner.embedding import EmbeddingRunner
@@ -218,6 +218,7 @@ def open_model(model_dir: Path, settings: LoadSettings, provider: str, seq2seq_l
         # The cache graphs run seldom and copy rows: one thread, asleep between calls.
         small = dataclasses.replace(settings.sessions, intra_op_threads=1, spinning=False)
         cache_graphs = {role: create_session(files.graphs[role], small, provider) for role in CACHE_GRAPHS}
+        cache_graphs["cache_resize"] = create_session(one_buffer_resize(files.graphs["cache_resize"]), small, provider)
         decoder, captures = _decoder_session(files, sessions, provider, settings.cuda_graphs)
         runner = Seq2SeqRunner(encoder, decoder, cache_graphs, c.n_decoder_layers, precision, captures)
         left = cuda_memory() if provider == CUDA and settings.cache.auto else None
