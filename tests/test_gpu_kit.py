@@ -157,6 +157,7 @@ def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path)
         "numbers decode",
         "in place",
         "where the time goes",
+        "sampling graph",
         "release memory",
     ]
     assert checks["imports"]["onnxruntime_file"].startswith(str(site))  # the kit's build, not another
@@ -169,6 +170,11 @@ def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path)
         assert 0 < profiles[role]["kernels_us"] <= profiles[role]["run_us"], profiles
     assert any(op.startswith("ScatterND") for op in profiles["cache_moves"]["by_operator_us"]), profiles
     assert any(op.startswith("GroupQueryAttention") for op in profiles["decoder"]["by_operator_us"]), profiles
+    sampled = checks["sampling graph"]  # the device's graph against the host's form and the reference's tokens
+    assert sampled["rows"] == 8 and sampled["vocab"] == 58101 and len(sampled["cases"]) == 3, sampled
+    for case in sampled["cases"].values():
+        assert case["compared"] >= 6 and case["equal"] == case["compared"], sampled
+        assert case["graph_us_per_token"] > 0 and case["host_us_per_token"] > 0, sampled
     assert results["phases"]["parity"]["minilm"]["min_cosine"] > 0.999
     assert all(d["exact"] == d["total"] == 25 for d in results["phases"]["parity"]["numbers"].values())
     assert results["phases"]["parity-marian"]["same"] >= 8

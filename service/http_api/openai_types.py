@@ -132,9 +132,10 @@ class CompletionsRequest(BaseModel):
     user: str | None = Field(None, description="accepted and ignored")
     # attnserve's own options, as vLLM and others take them (the SDK's extra_body)
     top_k: Annotated[Integer | None, WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0}, NULL]})] = None
-    repetition_penalty: Annotated[float | None, WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, NULL]})] = (
-        None
-    )
+    repetition_penalty: Annotated[
+        float | None,
+        WithJsonSchema({"anyOf": [{"const": 0}, {"type": "number", "minimum": 0.001, "maximum": 1000}, NULL]}),
+    ] = Field(None, description="CTRL's repetition penalty, 0.001 to 1,000 (0 or 1: none)")
     min_p: Annotated[
         float | None, WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0, "exclusiveMaximum": 1}, NULL]})
     ] = Field(None, description="sampling: only tokens at least this share of the most probable one's probability")
