@@ -18,6 +18,8 @@ def cmd_serve(args) -> None:
     except ConfigError as error:
         sys.exit(f"attnserve serve: {error}")
     configure_logs(config.log_level, config.log_format)
+    if config.front_processes > 1:  # the doors in API processes, the models in this one
+        from service.split.engine_process import serve_split as serve
     try:
         sys.exit(asyncio.run(serve(config)))
     except OSError as error:

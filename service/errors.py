@@ -13,6 +13,9 @@ class ServiceError(Exception):
         super().__init__(message)
         self.message, self.field = message, field
 
+    def __reduce__(self):  # pickled (the engine link, service/split/) with its field
+        return type(self), (self.message, self.field)
+
 
 class InvalidArgument(ServiceError):
     """The request is wrong: a field out of range, too long, contradicting another."""

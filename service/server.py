@@ -18,7 +18,7 @@ from modeldir.storage import model_directories
 
 from .core.attention.maps import AttentionLimits
 from .core.models.opening import CacheSettings, LoadSettings
-from .core.serving import CoreSettings, ServingCore
+from .core.serving import CoreSettings, OpenRegistry, ServingCore
 from .core.transcription.audio_decoding import AudioLimits
 from .engine.batcher import BatchLimits
 from .grpc_api.server import GrpcServer
@@ -96,11 +96,14 @@ def core_settings(config: ServerConfig) -> CoreSettings:
 
 
 class Server:
-    def __init__(self, config: ServerConfig):
+    def __init__(self, config: ServerConfig, open_registry: OpenRegistry | None = None):
+        """open_registry: an API process's models, run by the engine process (service/split/), which serves
+        the metrics port; None: the models load and run here, and this process serves the metrics port."""
         config = dataclasses.replace(config, host=listening_host(config.host))  # IPv4 alone without IPv6
         self.config = config
         self.metrics = Metrics()
-        self.core = ServingCore(core_settings(config), self.metrics)
+        self.core = ServingCore(core_settings(config), self.metrics, open_registry)
+        self.serves_metrics = open_registry is None
         self.grpc = GrpcServer(config, self.core)
         self.http = HttpServer(config, self.core) if config.http_port >= 0 else None
         self.metrics_server: MetricsServer | None = None
@@ -109,17 +112,17 @@ class Server:
     async def start(self) -> int:
         """Listen on the gRPC, HTTP and metrics ports. -> the gRPC port."""
         self.port = await self.grpc.start()
-        self.metrics_server = MetricsServer(self.metrics, self.config.host, self.config.metrics_port, self.core.ready)
+        if self.serves_metrics:
+            c = self.config
+            self.metrics_server = MetricsServer(self.metrics.registry, c.host, c.metrics_port, self.core.ready)
         if self.http:
             await self.http.start()
         host = self.config.host
         grpc_address = f"{host}:{self.port}" + (" (IPv4 and IPv6)" if every_address(host) else "")
         http = f", HTTP API on {', '.join(self.http.addresses)}" if self.http else ""
+        metrics = f", metrics on {', '.join(self.metrics_server.addresses)}" if self.metrics_server else ""
         log.info(
-            "listening: gRPC on %s%s, metrics on %s (health NOT_SERVING until the models are warm)",
-            grpc_address,
-            http,
-            ", ".join(self.metrics_server.addresses),
+            "listening: gRPC on %s%s%s (health NOT_SERVING until the models are warm)", grpc_address, http, metrics
         )
         return self.port
 
@@ -155,10 +158,17 @@ async def create_server(config: ServerConfig) -> tuple[Server, int]:
 
 
 async def serve(config: ServerConfig) -> int:
-    """Run until SIGTERM or SIGINT, then drain. -> exit status: 0 after a drain, 1 if the models failed to load."""
+    """Run until SIGTERM or SIGINT, then drain. -> exit status: 0 after a drain, 1 if the models failed to load.
+    (One process of everything: config.front_processes 1. Several: service/split/engine_process.py.)"""
     server, _ = await create_server(config)
+    return await run_until_stopped(server)
+
+
+async def run_until_stopped(server: Server, stop: asyncio.Event | None = None) -> int:
+    """Load the server's models and serve until SIGTERM or SIGINT (or `stop` is set), then drain. -> exit
+    status: 0 after a drain, 1 if the models failed to load."""
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
+    stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loading = asyncio.create_task(server.load_models())

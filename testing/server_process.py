@@ -16,6 +16,8 @@ from pathlib import Path
 
 # The start line: "listening: gRPC on [::]:50051 (IPv4 and IPv6), HTTP API on ..., metrics on ..."
 PORTS = re.compile(r"gRPC on \S+:(\d+)(?: \(IPv4 and IPv6\))?(?:, HTTP API on \S+:(\d+))?.*metrics on \S+:(\d+)")
+# A split server's start line (--api-processes) says how many API processes share the ports.
+SPLIT = re.compile(r"\((\d+) API processes;")
 LOG_FILE_BYTES = 8 << 20  # a log file kept is cut here (a device call brings back files of 16 MiB at most)
 LOCAL_PORTS = ("--host", "127.0.0.1", "--port", "0", "--metrics-port", "0", "--http-port", "0")
 
@@ -41,12 +43,15 @@ class ServerProcess:
         command = command or [*launcher, "serve", *listen, "--log-format", "text", "--models", *models, *args]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
         self.log: collections.deque[str] = collections.deque(maxlen=200)  # its last lines, for failures
+        self.api_processes = 1
         self.log_file = open(log_file, "w") if log_file else None  # its whole log, up to LOG_FILE_BYTES
         for line in self.process.stderr:
             self.keep(line)
             if match := PORTS.search(line):
                 self.port, self.metrics_port = int(match.group(1)), int(match.group(3))
                 self.http_port = int(match.group(2)) if match.group(2) else None
+            if match := SPLIT.search(line):
+                self.api_processes = int(match.group(1))
             if "serving" in line and hasattr(self, "port"):
                 break
         else:
@@ -55,6 +60,15 @@ class ServerProcess:
         self.reader = threading.Thread(target=lambda: [self.keep(line) for line in self.process.stderr], daemon=True)
         self.reader.start()
         self.target = f"127.0.0.1:{self.port}"
+        if self.api_processes > 1:  # one API process serving is not all: the engine's /readyz says when all are
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server is not ready (exit {self.process.poll()}):\n{''.join(self.log)}")
+            time.sleep(0.02)
 
     def keep(self, line: str) -> None:
         self.log.append(line)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -67,9 +67,14 @@ class CoreSettings:
 TOKENIZE_THREADS = 2  # long texts are cut into tokens in these, off the event loop
 
 
+# Where an API process's core gets its models (--api-processes): (metrics, on_health_change) -> a registry.
+OpenRegistry = Callable[[Metrics, Callable[[], None]], Awaitable[ModelRegistry]]
+
+
 class ServingCore:
-    def __init__(self, settings: CoreSettings, metrics: Metrics):
-        self.settings, self.metrics = settings, metrics
+    def __init__(self, settings: CoreSettings, metrics: Metrics, open_registry: OpenRegistry | None = None):
+        """open_registry: where the models come from; None: loaded here (load_models), run by this process."""
+        self.settings, self.metrics, self.open_registry = settings, metrics, open_registry
         self.access_log = AccessLog(settings.access_log_share)
         # One thread runs every model call: on a CPU, concurrent calls would only fight over the cores.
         self.model_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
@@ -122,9 +127,12 @@ class ServingCore:
     async def load(self) -> None:
         """Load, start and warm every model; then calls are admitted."""
         s = self.settings
-        registry = await load_models(
-            list(s.model_dirs), s.load, self.model_executor, self.metrics, self._health_changed
-        )
+        if self.open_registry is not None:
+            registry = await self.open_registry(self.metrics, self._health_changed)
+        else:
+            registry = await load_models(
+                list(s.model_dirs), s.load, self.model_executor, self.metrics, self._health_changed
+            )
         self.tokenization = Tokenization(registry, self.tokenize_executor, s.max_client_batch_size)
         self.embeddings = EmbeddingService(registry, self.tokenization, s.max_client_batch_size)
         self.routing = LanguageRouter(registry, s.translation_characters, s.unserved_confidence)

@@ -41,7 +41,8 @@ class GrpcServer:
         options = [
             ("grpc.max_receive_message_length", self.config.max_message_bytes),
             ("grpc.max_send_message_length", self.config.max_message_bytes),
-            ("grpc.so_reuseport", 0),
+            # Shared by the API processes (--api-processes); else a port in use is an error, not a neighbour.
+            ("grpc.so_reuseport", int(self.config.api_processes > 1)),
         ]
         interceptors = []
         if self.config.auth_token_file:

@@ -5,6 +5,7 @@ CLI flags and ATTNSERVE_* environment variables."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from .listen import HOST_HELP
 ENV_PREFIX = "ATTNSERVE_"
 # What an Attention answer holds besides its weights (tokens, ids, shapes), at most; a bound, not a guess.
 ATTENTION_RESPONSE_OVERHEAD = 64 << 10
+MAX_API_PROCESSES = 64
 
 
 def _setting(default, help: str, choices: tuple | None = None):
@@ -71,6 +73,14 @@ class ServerConfig:
         "small operators, and waking sleeping threads for each costs more than the spinning takes from the "
         "event loop; unset: on where several threads share a model's calls, off where one does "
         "(measured: docs/benchmarks.md)",
+    )
+    api_processes: int = _setting(
+        0,
+        "processes that run the front doors (gRPC, HTTP), tokenizing and detokenizing, sharing their ports; the "
+        "models run in one engine process beside them, which serves /metrics. 1: one process runs everything; "
+        "0: by cores (one per two cores of this process's CPU affinity, up to 8; a container's CPU limit does not "
+        "narrow the affinity: set it there. 1 on 2 cores, where a second does not pay: "
+        'docs/benchmarks.md, "The doors on every core")',
     )
     max_batch_tokens: int = _setting(16384, "embedding batch budget in tokens, padding included")
     max_batch_attention_bytes: int = _setting(
@@ -300,6 +310,8 @@ class ServerConfig:
                     problems.append(f"{name} and {other} are both {port}")
         if not self.models:
             problems.append("models: at least one model directory is needed")
+        if not 0 <= self.api_processes <= MAX_API_PROCESSES:
+            problems.append(f"api_processes must be 0..{MAX_API_PROCESSES} (0: by cores), not {self.api_processes}")
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
@@ -310,6 +322,13 @@ class ServerConfig:
     @property
     def max_delay_seconds(self) -> float:
         return self.max_delay_ms / 1000.0
+
+    @property
+    def front_processes(self) -> int:
+        """api_processes, 0 resolved by the cores this process may use."""
+        if self.api_processes:
+            return self.api_processes
+        return max(1, min(len(os.sched_getaffinity(0)) // 2, 8))
 
 
 def input_caps(text: str) -> dict[str, int]:

@@ -41,33 +41,40 @@ def listening_host(host: str) -> str:
     return "0.0.0.0"
 
 
-def tcp_server(address: tuple, family: socket.AddressFamily, dualstack: bool = False) -> socket.socket:
-    """socket.create_server's listening socket, but of protocol IPPROTO_TCP (see above)."""
+def tcp_server(
+    address: tuple, family: socket.AddressFamily, dualstack: bool = False, shared: bool = False, listen: bool = True
+) -> socket.socket:
+    """socket.create_server's listening socket, but of protocol IPPROTO_TCP (see above). shared: the port is
+    shared with the server's other processes (SO_REUSEPORT; the kernel spreads connections among them);
+    listen False: bound only, to hold the port for them (a socket that does not listen gets no connection)."""
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if shared:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dualstack else 1)
         sock.bind(address)
-        sock.listen()
+        if listen:
+            sock.listen()
     except BaseException:
         sock.close()
         raise
     return sock
 
 
-def listening_sockets(host: str, port: int) -> list[socket.socket]:
+def listening_sockets(host: str, port: int, shared: bool = False, listen: bool = True) -> list[socket.socket]:
     """Bound, listening TCP sockets for host (as listening_host gives it) and port; port 0 picks one free
-    port for all of them."""
+    port for all of them. shared, listen: as tcp_server takes them."""
     if every_address(host):
-        return [tcp_server(("::", port), socket.AF_INET6, dualstack=True)]
+        return [tcp_server(("::", port), socket.AF_INET6, dualstack=True, shared=shared, listen=listen)]
     found = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
     try:
         for family, address in dict.fromkeys((family, address) for family, _, _, _, address in found):
             if sockets:  # every address on the port the first one got
                 address = (address[0], sockets[0].getsockname()[1], *address[2:])
-            sockets.append(tcp_server(address, family))
+            sockets.append(tcp_server(address, family, shared=shared, listen=listen))
     except BaseException:
         for sock in sockets:
             sock.close()

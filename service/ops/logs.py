@@ -14,8 +14,9 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"mess
 
 
 class JsonFormatter(logging.Formatter):
-    def __init__(self) -> None:
+    def __init__(self, process: str = "") -> None:
         super().__init__()
+        self.process = {"process": process} if process else {}
         self._second, self._second_text = -1, ""  # the last second written, as ISO 8601 up to its seconds
 
     def timestamp(self, created: float) -> str:
@@ -33,6 +34,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
+            **self.process,
         }
         entry.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
         if record.exc_info:
@@ -40,7 +42,8 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def configure(level: str, format: str) -> None:
+def configure(level: str, format: str, process: str = "") -> None:
+    """process: which of a split server's processes logs (engine, api-1, ...; --api-processes); "": the one."""
     # Neither format writes a record's source line, thread or process: looking them up would cost every
     # log call (each call's access line among them) more than writing it does (the logging HOWTO's
     # "Optimization").
@@ -48,9 +51,10 @@ def configure(level: str, format: str) -> None:
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     if format == "json":
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter(process))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        where = f" [{process}]" if process else ""
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s{where} %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -100,7 +100,13 @@ class Metrics:
             ["rpc", "model"],
             registry=registry,
         )
-        self.requests_running = Gauge("attnserve_requests_running", "Calls in progress.", ["model"], registry=registry)
+        self.requests_running = Gauge(
+            "attnserve_requests_running",
+            "Calls in progress.",
+            ["model"],
+            registry=registry,
+            multiprocess_mode="livesum",  # the API processes' calls together (--api-processes)
+        )
         self.time_to_first_token = Histogram(
             "attnserve_time_to_first_token_seconds",
             "Time from a generation's arrival to its first token.",

@@ -9,10 +9,9 @@ from socketserver import ThreadingMixIn
 from typing import Callable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client import make_wsgi_app
+from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from .listen import address_text, listening_sockets
-from .metrics import Metrics
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
@@ -41,8 +40,8 @@ class _QuietHandler(WSGIRequestHandler):
 class MetricsServer:
     """/metrics (Prometheus text), /healthz (the process answers) and /readyz (serving) on their own port."""
 
-    def __init__(self, metrics: Metrics, host: str, port: int, ready: Callable[[], bool]):
-        exposition = make_wsgi_app(metrics.registry)
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, ready: Callable[[], bool]):
+        exposition = make_wsgi_app(registry)
 
         def app(environ, start_response):
             path = environ.get("PATH_INFO", "")

@@ -1,0 +1,66 @@
+"""An API process of a split server (--api-processes N): the front doors on their shared ports, tokenizing
+and detokenizing, with a core whose models the engine process runs, reached over the link. The engine
+process starts it (engine_process.py), its settings on stdin; it stops on SIGTERM, or when the engine goes."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import sys
+
+from ..core.models.registry import ModelRegistry
+from ..ops.config import ServerConfig
+from ..ops.logs import configure as configure_logs
+from ..ops.metrics import Metrics
+from ..server import Server, run_until_stopped
+from .engine_link import EngineLink
+from .remote_models import RemoteRegistry, remote_model
+
+
+class _Models:
+    """The engine's models, asked for when the core loads; their health follows the engine's pushes."""
+
+    def __init__(self, link_path: str) -> None:
+        self.link = EngineLink(link_path, self._health_pushed)
+        self.registry: RemoteRegistry | None = None
+
+    def _health_pushed(self, name: str, healthy: bool, failures: int) -> None:
+        if self.registry is not None:
+            self.registry.health_pushed(name, healthy, failures)
+
+    async def open(self, metrics: Metrics, on_health_change) -> ModelRegistry:
+        served = await self.link.call("models")
+        models = [remote_model(picture, self.link, metrics, on_health_change) for picture, _ in served]
+        self.registry = RemoteRegistry(models, self.link)
+        for picture, (healthy, failures) in served:
+            self.registry.health_pushed(picture.name, healthy, failures)
+        return self.registry
+
+
+async def serve_api(config: ServerConfig, link_path: str) -> int:
+    models = _Models(link_path)
+    await models.link.connect()  # the engine listens before it starts any API process
+    server = Server(config, models.open)
+    server.core.on_readiness_change(models.link.tell_readiness)
+    await server.start()
+    stop = asyncio.Event()
+
+    async def stop_when_engine_goes() -> None:
+        await models.link.closed.wait()
+        stop.set()
+
+    watching = asyncio.create_task(stop_when_engine_goes())
+    status = await run_until_stopped(server, stop)
+    watching.cancel()
+    await models.link.close()
+    return status
+
+
+def main() -> None:
+    config, link_path, number = pickle.load(sys.stdin.buffer)
+    configure_logs(config.log_level, config.log_format, f"api-{number}")
+    sys.exit(asyncio.run(serve_api(config, link_path)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""An API process's side of the link: calls and streams to the engine process over its Unix socket, each
+matched to its replies by a call id; a call the caller gives up is cancelled there too."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import os
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+
+from ..engine.sequence import Event
+from ..errors import Unavailable
+from .wire import ERROR, EVENT, HEALTH, OK, frame, read_frame
+
+log = logging.getLogger("attnserve.api")
+
+GONE = Unavailable("the engine process has stopped; retry")
+
+
+class _Stream:
+    """One generation's events as they arrive, until its end."""
+
+    def __init__(self) -> None:
+        self.events: deque = deque()
+        self.waiter: asyncio.Future | None = None
+
+    def put(self, item) -> None:
+        self.events.append(item)
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+
+def merged(events: list[Event]) -> Event:
+    """Several events of one sequence as one, as the scheduler gives a caller that is behind."""
+    if len(events) == 1:
+        return events[0]
+    ids = [token for event in events for token in event.token_ids]
+    return dataclasses.replace(events[-1], text="".join(e.text for e in events), token_ids=ids)
+
+
+class EngineLink:
+    def __init__(self, path: str, on_health: Callable[[str, bool, int], None]):
+        """path: the engine's socket; on_health(model, healthy, failures): each push of a model's health."""
+        self.path, self.on_health = path, on_health
+        self.ids = itertools.count(1)
+        self.pending: dict[int, asyncio.Future | _Stream] = {}
+        self.writer: asyncio.StreamWriter | None = None
+        self.reading: asyncio.Task | None = None
+        self.closed = asyncio.Event()  # the engine has gone (or the link was closed)
+
+    async def connect(self) -> None:
+        reader, self.writer = await asyncio.open_unix_connection(self.path)
+        self.reading = asyncio.create_task(self._read(reader), name="engine link")
+
+    async def call(self, kind: str, *args):
+        """The engine's answer to one call; its domain error raised here."""
+        if self.closed.is_set():
+            raise GONE
+        call_id = next(self.ids)
+        future = asyncio.get_running_loop().create_future()
+        self.pending[call_id] = future
+        self.writer.write(frame((call_id, kind, args)))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._cancel(call_id)
+            raise
+        finally:
+            self.pending.pop(call_id, None)
+
+    async def stream(self, kind: str, *args) -> AsyncIterator[Event]:
+        """The events of one generation, several merged into one where the caller is behind."""
+        if self.closed.is_set():
+            raise GONE
+        call_id = next(self.ids)
+        stream = self.pending[call_id] = _Stream()
+        self.writer.write(frame((call_id, kind, args)))
+        ended = False
+        try:
+            while True:
+                if not stream.events:
+                    stream.waiter = asyncio.get_running_loop().create_future()
+                    await stream.waiter
+                items = list(stream.events)
+                stream.events.clear()
+                ended = items[-1][0] != EVENT  # END, or ERROR
+                events = [value for tag, value in items if tag == EVENT]
+                if events:
+                    yield merged(events)
+                if ended:
+                    tag, value = items[-1]
+                    if tag == ERROR:
+                        raise value
+                    return
+        finally:
+            self.pending.pop(call_id, None)
+            if not ended:
+                self._cancel(call_id)
+
+    def tell_readiness(self, ready: bool) -> None:
+        """Tell the engine whether this process serves (its /readyz counts the API processes that do)."""
+        if not self.closed.is_set():
+            self.writer.write(frame((0, "ready", (os.getpid(), ready))))
+
+    def _cancel(self, call_id: int) -> None:
+        if not self.closed.is_set() and not self.writer.is_closing():
+            self.writer.write(frame((0, "cancel", call_id)))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                call_id, tag, value = await read_frame(reader)
+                if tag == HEALTH:
+                    self.on_health(*value)
+                    continue
+                waiting = self.pending.get(call_id)
+                if isinstance(waiting, _Stream):
+                    waiting.put((tag, value))
+                elif waiting is not None and not waiting.done():
+                    if tag == OK:
+                        waiting.set_result(value)
+                    else:
+                        waiting.set_exception(value)
+        except (asyncio.IncompleteReadError, ConnectionError) as error:
+            log.error("the engine process has gone (%s): calls fail with UNAVAILABLE", type(error).__name__)
+        finally:
+            self.closed.set()
+            for waiting in self.pending.values():
+                if isinstance(waiting, _Stream):
+                    waiting.put((ERROR, GONE))
+                elif not waiting.done():
+                    waiting.set_exception(GONE)
+
+    async def close(self) -> None:
+        if self.reading is not None:
+            self.reading.cancel()
+        if self.writer is not None:
+            self.writer.close()
+        self.closed.set()
