@@ -164,14 +164,14 @@ async def serve(config: ServerConfig) -> int:
     return await run_until_stopped(server)
 
 
-async def run_until_stopped(server: Server, stop: asyncio.Event | None = None) -> int:
-    """Load the server's models and serve until SIGTERM or SIGINT (or `stop` is set), then drain. -> exit
-    status: 0 after a drain, 1 if the models failed to load."""
+async def run_until_stopped(server: Server, stop: asyncio.Event | None = None, load: bool = True) -> int:
+    """Load the server's models (unless loaded: load False) and serve until SIGTERM or SIGINT (or `stop` is
+    set), then drain. -> exit status: 0 after a drain, 1 if the models failed to load."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loading = asyncio.create_task(server.load_models())
+    loading = asyncio.create_task(server.load_models() if load else server.grpc.follow_readiness())
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
     if loading.done() and loading.exception() is not None:

@@ -122,7 +122,9 @@ def test_the_metrics_port_sums_both_processes(split):
 def test_a_dead_api_process_is_replaced_while_the_other_serves(split):
     first, second = children(split.pid)
     os.kill(first, signal.SIGKILL)
-    # The other serves meanwhile: every new connection goes to a process that listens.
+    # Once it is gone (connections it had not taken yet are reset, and a gRPC client retries them), the other
+    # serves every new connection, and its replacement takes none before it can serve it.
+    wait_until(lambda: first not in children(split.pid), what="the killed process reaped")
     for _ in range(6):
         assert np.allclose(embed_on_new_connection("127.0.0.1:50051", SENTENCE)[:5], REFERENCE, atol=1e-5)
     replaced = wait_until(lambda: len(children(split.pid)) == 2 and first not in children(split.pid))

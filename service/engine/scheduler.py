@@ -30,7 +30,7 @@ from .rows import BEAM, RowState
 from .sequence import EOS, LENGTH, STOP, BeamRow, Event, GenerationParams, Sequence, owner
 from .source_encoding import encode_sources
 from .steps import HealthReport, ModelCall, SchedulerSettings, StepPlan, StepResult
-from .text_stream import Detokenizer, TextStream
+from .text_stream import NO_TEXT, Detokenizer, TextStream
 from .token_choice import TokenChoice
 
 log = logging.getLogger("attnserve.scheduler")
@@ -57,10 +57,9 @@ class Scheduler:
         buckets: where greedy steps run when CUDA graphs are on (runner/decode_buckets.py)."""
         self.settings, self.buckets = settings, buckets
         self.runner, self.cache, self.choice, self.executor = runner, cache, choice, executor
-        self.detokenizer, self.decode = detokenizer, detokenizer.decode
+        self.detokenizer, self.decode, self.release_memory = detokenizer, detokenizer.decode, release_memory
         self.bos_id, self.pad_id, self.eos_id = settings.bos_id, settings.pad_id, choice.eos_id
         self.max_waiting, self.name, self.metrics, self.health = settings.max_waiting, settings.name, metrics, health
-        self.release_memory = release_memory
         self._largest_call = 0  # padded tokens of the largest encoder call since memory was last released
         self.rows = RowState(cache, self.bos_id, choice.rules.forced_eos)
         self.waiting: deque[Sequence] = deque()
@@ -107,7 +106,8 @@ class Scheduler:
         if len(self.waiting) >= self.max_waiting:
             raise QueueFull(f"{len(self.waiting)} requests are waiting; the queue holds {self.max_waiting}")
         seed = params.seed if params.seed is not None else secrets.randbits(64)
-        text = TextStream(self.detokenizer.stream_decoder(), params.stop)
+        source = self.detokenizer if params.text else NO_TEXT  # without text: an API process decodes the ids
+        text = TextStream(source.stream_decoder(), params.stop, source.decode)
         sequence = Sequence(prompt, params, text, np.random.default_rng(seed), features)
         # The core's limits did already.
         self.cache.refuse_unless_fits(sequence.source_length, params.max_steps, self.name)
@@ -287,13 +287,13 @@ class Scheduler:
             sequence.unsent = list(sequence.generated)
         if ended:
             forced = bool(state.forced_eos[row]) and int(state.count[row]) == int(state.max_steps[row]) - 1
-            last_text = sequence.text.end() if per_token else self.decode(sequence.generated)
+            last_text = sequence.text.end() if per_token else sequence.text.decode(sequence.generated)
             reason = STOP if sequence.text.stopped else LENGTH if forced else EOS
             sequence.finish(reason, last_text, **state.scores(row))
             self._leave(sequence)
             return
         if not per_token:
-            sequence.finish(LENGTH, self.decode(sequence.generated), **state.scores(row))
+            sequence.finish(LENGTH, sequence.text.decode(sequence.generated), **state.scores(row))
             self._leave(sequence)
             return
         sequence.unsent.append(token)

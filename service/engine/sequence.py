@@ -43,6 +43,9 @@ class GenerationParams:
     # no-repeat n-grams and minimum length), applied before the token is chosen; they see every step's
     # logits, the forced tokens' too.
     rules: LogitRules | None = None
+    # Whether the engine decodes the text; False: the events carry ids and no text (an API process decodes
+    # them, as it tokenized the source: service/split/). Stop sequences need the text: they keep it.
+    text: bool = True
 
     @property
     def max_steps(self) -> int:

@@ -23,9 +23,30 @@ class Detokenizer(Protocol):
     def stream_decoder(self) -> StreamDecoder: ...
 
 
+class _NoText:
+    """A detokenizer of no text, for a sequence whose caller decodes its ids itself (an API process's:
+    service/split/remote_models.py)."""
+
+    def decode(self, ids: list[int]) -> str:
+        return ""
+
+    def stream_decoder(self) -> StreamDecoder:
+        return self
+
+    def step(self, token: int) -> str:
+        return ""
+
+    def flush(self) -> str:
+        return ""
+
+
+NO_TEXT = _NoText()
+
+
 class TextStream:
-    def __init__(self, decoder: StreamDecoder, stop: tuple[str, ...] = ()):
-        self.decoder = decoder
+    def __init__(self, decoder: StreamDecoder, stop: tuple[str, ...] = (), decode=None):
+        """decode: ids -> their whole text, for a sequence decoded once at its end."""
+        self.decoder, self.decode = decoder, decode
         self.stop = tuple(s for s in stop if s)
         self.held = ""  # decoded, not sent: it may begin a stop sequence
         self.stopped = False  # a stop sequence ended the text

@@ -5,16 +5,20 @@ process starts it (engine_process.py), its settings on stdin; it stops on SIGTER
 from __future__ import annotations
 
 import asyncio
+import logging
 import pickle
 import sys
 
 from ..core.models.registry import ModelRegistry
+from ..errors import ServiceError
 from ..ops.config import ServerConfig
 from ..ops.logs import configure as configure_logs
 from ..ops.metrics import Metrics
 from ..server import Server, run_until_stopped
 from .engine_link import EngineLink
 from .remote_models import RemoteRegistry, remote_model
+
+log = logging.getLogger("attnserve.api")
 
 
 class _Models:
@@ -41,8 +45,16 @@ async def serve_api(config: ServerConfig, link_path: str) -> int:
     models = _Models(link_path)
     await models.link.connect()  # the engine listens before it starts any API process
     server = Server(config, models.open)
-    server.core.on_readiness_change(models.link.tell_readiness)
+    # The models first, then the ports: a process started in place of one that died takes no connection
+    # while it could only refuse it (the ports are open meanwhile, in the others).
+    try:
+        await server.load_models()
+    except ServiceError as error:  # the engine stopped before it served (its log says why)
+        log.error("cannot serve: %s", error.message)
+        return 1
     await server.start()
+    server.core.on_readiness_change(models.link.tell_readiness)
+    models.link.tell_readiness(server.core.ready())
     stop = asyncio.Event()
 
     async def stop_when_engine_goes() -> None:
@@ -50,7 +62,7 @@ async def serve_api(config: ServerConfig, link_path: str) -> int:
         stop.set()
 
     watching = asyncio.create_task(stop_when_engine_goes())
-    status = await run_until_stopped(server, stop)
+    status = await run_until_stopped(server, stop, load=False)
     watching.cancel()
     await models.link.close()
     return status

@@ -14,6 +14,8 @@ import numpy as np
 from ..core.models.health import ModelHealth
 from ..core.models.registry import ModelRegistry
 from ..core.models.served_models import ServedEmbeddingModel, ServedModel, ServedSpeechModel
+from ..engine.sequence import GenerationParams
+from ..engine.text_stream import Detokenizer
 from ..ops.metrics import Metrics
 from .engine_link import EngineLink
 
@@ -36,11 +38,28 @@ class RemoteBatcher:
 
 
 class RemoteScheduler:
-    def __init__(self, link: EngineLink, name: str):
-        self.link, self.name = link, name
+    """The engine's scheduler; the text of its ids decoded here, where the source was tokenized."""
 
-    def generate(self, prompt: list[int], params, features: np.ndarray | None = None):
-        return self.link.stream("generate", self.name, prompt, params, features)
+    def __init__(self, link: EngineLink, name: str, detokenizer: Detokenizer):
+        self.link, self.name, self.detokenizer = link, name, detokenizer
+
+    def generate(self, prompt: list[int], params: GenerationParams, features: np.ndarray | None = None):
+        if params.stop or params.beams:  # stop sequences are looked for in the text; a search ranks its texts
+            return self.link.stream("generate", self.name, prompt, params, features)
+        return self._decoded(prompt, params, features)
+
+    async def _decoded(self, prompt: list[int], params: GenerationParams, features: np.ndarray | None):
+        """The events of ids alone, with their text: token by token as the engine's stream decoder gives it
+        (streamed), or the whole text at once (one event at the end)."""
+        ids_only = dataclasses.replace(params, text=False)
+        decoder = self.detokenizer.stream_decoder() if params.stream else None
+        async for event in self.link.stream("generate", self.name, prompt, ids_only, features):
+            if decoder is None:
+                text = self.detokenizer.decode(event.token_ids)
+            else:
+                text = "".join([decoder.step(token) for token in event.token_ids])
+                text += decoder.flush() if event.finish_reason is not None else ""
+            yield dataclasses.replace(event, text=text)
 
 
 class RemoteSideGraph:
@@ -85,7 +104,7 @@ def remote_model(picture: ServedModel, link: EngineLink, metrics: Metrics, on_he
     if isinstance(picture, ServedEmbeddingModel):
         side["batcher"] = RemoteBatcher(link, name)
     else:
-        side["scheduler"] = RemoteScheduler(link, name)
+        side["scheduler"] = RemoteScheduler(link, name, picture.tokenizer)
     if isinstance(picture, ServedSpeechModel):
         if picture.word_alignment == REMOTE:
             side["word_alignment"] = RemoteSideGraph(link, name, "word_alignment")
