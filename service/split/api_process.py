@@ -45,15 +45,19 @@ async def serve_api(config: ServerConfig, link_path: str) -> int:
     models = _Models(link_path)
     await models.link.connect()  # the engine listens before it starts any API process
     server = Server(config, models.open)
-    # The models first, then the ports: a process started in place of one that died takes no connection
-    # while it could only refuse it (the ports are open meanwhile, in the others).
-    try:
-        await server.load_models()
-    except ServiceError as error:  # the engine stopped before it served (its log says why)
-        log.error("cannot serve: %s", error.message)
-        return 1
+    # At the server's start the ports open at once, refusing calls (UNAVAILABLE, health NOT_SERVING) until
+    # the engine's models are warm, as a single process's do: a client's connection is made and waits, where
+    # a refused one would back off for seconds. A process started in place of one that died takes the
+    # models first, then the ports: the others serve meanwhile, and it refuses nothing.
+    replacing = await models.link.call("is_loaded")
+    if replacing:
+        try:
+            await server.load_models()
+        except ServiceError as error:  # the engine stopped (its log says why)
+            log.error("cannot serve: %s", error.message)
+            return 1
     await server.start()
-    server.core.on_readiness_change(models.link.tell_readiness)
+    server.core.on_readiness_change(models.link.tell_readiness)  # the engine's /readyz counts those that serve
     models.link.tell_readiness(server.core.ready())
     stop = asyncio.Event()
 
@@ -62,7 +66,7 @@ async def serve_api(config: ServerConfig, link_path: str) -> int:
         stop.set()
 
     watching = asyncio.create_task(stop_when_engine_goes())
-    status = await run_until_stopped(server, stop, load=False)
+    status = await run_until_stopped(server, stop, load=not replacing)
     watching.cancel()
     await models.link.close()
     return status

@@ -96,7 +96,8 @@ class EngineHost:
 
     async def _answer(self, writer: asyncio.StreamWriter, call_id: int, kind: str, args: tuple) -> None:
         try:
-            await self.loaded.wait()
+            if kind != "is_loaded":
+                await self.loaded.wait()
             if kind == "generate":
                 name, prompt, params, features = args
                 async for event in self._model(name).scheduler.generate(prompt, params, features):
@@ -116,6 +117,9 @@ class EngineHost:
 
     def _model(self, name: str) -> ServedModel:
         return self.core.registry.models[name]
+
+    async def _is_loaded(self) -> bool:
+        return self.loaded.is_set()
 
     async def _models(self) -> list[tuple[ServedModel, tuple[bool, int]]]:
         """Each model's picture, and its health now."""
