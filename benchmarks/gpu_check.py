@@ -26,7 +26,7 @@ from pathlib import Path
 
 from testing.server_process import ServerProcess
 
-from . import gpu_phases, gpu_preflight, gpu_speech_phase, gpu_t5_phase
+from . import gpu_api_processes_phase, gpu_phases, gpu_preflight, gpu_speech_phase, gpu_t5_phase
 from .gpu_plan import PHASES
 from .gpu_sizes import Sizes
 
@@ -80,6 +80,10 @@ class Check:
             streams,
             "--max-client-batch-size",
             "64",
+            # One process for the doors, as the first lease measured: the api-processes phase starts servers of
+            # its own with more (a later --api-processes wins).
+            "--api-processes",
+            "1",
             *extra,
             models=[str(m) for m in models],
             log_file=log_file,
@@ -173,7 +177,12 @@ def main() -> None:
             if name == "preflight":
                 check.run(name, lambda: preflight(args.kit, args.device, check.say))
             else:
-                phase = {"speech": gpu_speech_phase.speech, "t5": gpu_t5_phase.t5}.get(name) or gpu_phases.PHASES[name]
+                own_files = {
+                    "speech": gpu_speech_phase.speech,
+                    "t5": gpu_t5_phase.t5,
+                    "api-processes": gpu_api_processes_phase.api_processes,
+                }
+                phase = own_files.get(name) or gpu_phases.PHASES[name]
                 check.run(name, lambda phase=phase: phase(check))
     finally:
         check.close()

@@ -58,6 +58,7 @@ class Sizes:
     # Seconds the calls at once may take: those not answered by then are cancelled and counted (the phase's
     # time is known when the lease is planned); the rehearsal's only bounds a stuck run.
     speech_budget_s: float = 60.0
+    api_processes: int = 8  # the doors' processes measured against one (the default on a 16-core node)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,4 +83,5 @@ SMALL = Sizes(
     speech_recordings=2,
     speech_calls=2,
     speech_budget_s=600.0,
+    api_processes=2,
 )

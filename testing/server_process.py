@@ -90,8 +90,19 @@ class ServerProcess:
         return _cpu_seconds(Path(f"/proc/{self.pid}/task/{self.pid}/stat"))
 
     def cpu_seconds(self) -> float:
-        """CPU time of the whole server process (user + system, every thread)."""
-        return _cpu_seconds(Path(f"/proc/{self.pid}/stat"))
+        """CPU time of the whole server (user + system, every thread), its API processes' included when it
+        runs them (--api-processes)."""
+        return sum(_cpu_seconds(Path(f"/proc/{pid}/stat")) for pid in [self.pid, *self.children()])
+
+    def children(self) -> list[int]:
+        """The pids of the server's child processes (a split server's API processes)."""
+        pids = []
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                pids += [int(pid) for pid in (task / "children").read_text().split()]
+            except FileNotFoundError:  # a thread that ended meanwhile
+                pass
+        return pids
 
     def open_fds(self) -> int:
         return len(list(Path(f"/proc/{self.pid}/fd").iterdir()))
@@ -129,6 +140,9 @@ class ServerProcess:
 
 
 def _cpu_seconds(stat: Path) -> float:
-    """utime + stime of a /proc stat file, in seconds."""
-    fields = stat.read_text().rsplit(")", 1)[1].split()
+    """utime + stime of a /proc stat file, in seconds; 0 for a process gone meanwhile."""
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -137,7 +137,7 @@ def check_options(kit: Path, phases: str, out: Path, state: Path) -> list[str]:
 def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path):
     python, unpacked, site = device
     report, out = tmp_path / "check-audit.json", tmp_path / "out"
-    phases = "preflight,parity,parity-marian,memory,cuda-graphs"
+    phases = "preflight,parity,parity-marian,memory,api-processes,cuda-graphs"
     command = [
         *audited(python, "benchmarks.gpu_check", report),
         *check_options(unpacked, phases, out, tmp_path / "state.json"),
@@ -178,11 +178,16 @@ def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path)
     assert results["phases"]["parity"]["minilm"]["min_cosine"] > 0.999
     assert all(d["exact"] == d["total"] == 25 for d in results["phases"]["parity"]["numbers"].values())
     assert results["phases"]["parity-marian"]["same"] >= 8
+    split = results["phases"]["api-processes"]  # the image's prometheus-client sums the API processes' metrics
+    assert split["min_cosine_split"] > 0.999 and split["2"]["embed"]["calls_per_second"] > 0, split
+    assert split["2"]["streams"]["tokens_per_second"] > 0 and split["2"]["embed"]["server_cpu_ms_per_call"] > 0, split
     graphs = results["phases"]["cuda-graphs"]  # on the CPU the steps are bucketed, and nothing is captured
     assert graphs["captured"] is False and graphs["same_tokens"] == 1.0 and graphs["same_as_cpu_reference"] >= 0.8
     assert graphs["1"]["graphs"]["tokens_per_second"] > 0 and graphs["8"]["graphs"]["rows_per_step"] > 1
     lines = [line for line in ran.stdout.splitlines() if line.startswith("[")]
-    assert sum(": start" in line for line in lines) == 5 and all("+" in line and " s] " in line for line in lines)
+    assert sum(": start" in line for line in lines) == len(phases.split(",")) and all(
+        "+" in line and " s] " in line for line in lines
+    )
     assert (out / "server.log").stat().st_size > 0 and (out / "results.md").read_text().startswith("# GPU check")
     assert audit(report_of(report)) == [] and "torch" not in report_of(report)
 
@@ -252,6 +257,7 @@ def test_what_the_check_runs_on_the_device_imports_only_the_image_and_the_kit():
     device_side = [
         "gpu_check",
         "gpu_phases",
+        "gpu_api_processes_phase",
         "gpu_speech_phase",
         "gpu_t5_phase",
         "gpu_preflight",
