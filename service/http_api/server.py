@@ -168,9 +168,8 @@ class HttpServer:
         server.lifespan = settings.lifespan_class(settings)
         # Server.serve() would take over SIGTERM and SIGINT: the process' own drain handles them, so start and
         # stop are called directly; main_loop keeps the Date header fresh and watches should_exit.
-        sockets = listening_sockets(
-            c.host, c.http_port, shared=c.api_processes > 1
-        )  # uvicorn's own would be IPv6-only on "::"
+        # uvicorn's own would be IPv6-only on "::"; shared by the API processes (--api-processes).
+        sockets = listening_sockets(c.host, c.http_port, shared=c.api_processes > 1)
         await server.startup(sockets=sockets)
         self.server = server
         self._ticks = asyncio.get_running_loop().create_task(server.main_loop(), name="http")
