@@ -21,22 +21,11 @@ from pathlib import Path
 from testing.server_process import ServerProcess
 
 from .common import print_table, write_results
-from .host_bench import EMBED_CALLERS, EMBED_CASES, figures, run_case
+from .host_bench import EMBED_CALLERS, EMBED_CASES, ROOM_FOR_EVERY_CALLER, figures, run_case
 from .machine import describe, print_machine
 
 CASES = ("embed-1", "grpc-stream", "openai-stream")
 STREAMS = 256
-# Room for every stream in one step, and callers from one process that may lag are not given up on.
-SETTINGS = (
-    "--max-running-sequences",
-    "256",
-    "--max-concurrent-requests",
-    "1024",
-    "--max-waiting-sequences",
-    "1024",
-    "--stream-write-timeout",
-    "120",
-)
 
 
 def main() -> None:
@@ -54,7 +43,7 @@ def main() -> None:
     runs: dict[int, dict[str, list[dict]]] = {n: {} for n in settings}
     for round_ in range(args.rounds):
         for n in settings if round_ % 2 == 0 else settings[::-1]:
-            server = ServerProcess(*SETTINGS, "--api-processes", str(n), models=models)
+            server = ServerProcess(*ROOM_FOR_EVERY_CALLER, "--api-processes", str(n), models=models)
             try:
                 assert server.api_processes == n, f"asked for {n} API processes, the server runs {server.api_processes}"
                 run_case(server, "grpc-unary", 32)  # warm: first calls allocate

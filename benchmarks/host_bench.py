@@ -45,6 +45,17 @@ EMBED_CASES = {"embed-1": 1, "embed-16": 16}  # case -> texts a call
 EMBED_CALLS = {"embed-1": 1024, "embed-16": 256}  # a few seconds of MiniLM on 2 cores
 CONCURRENCY = (1, 32, 256)
 EMBED_CALLERS = 64
+# 256 rows a step, room for every caller; streams read by one client process may lag: not given up.
+ROOM_FOR_EVERY_CALLER = (
+    "--max-running-sequences",
+    "256",
+    "--max-concurrent-requests",
+    "1024",
+    "--max-waiting-sequences",
+    "1024",
+    "--stream-write-timeout",
+    "120",
+)
 MESSAGES = [0]  # (the callers' process) streamed messages received: several tokens may share one
 
 
@@ -251,19 +262,11 @@ def main() -> None:
     machine = describe(args.threads)
     print_machine(machine)
     cases = [(c, n) for c in args.cases.split(",") for n in ((EMBED_CALLERS,) if c in EMBED_CASES else CONCURRENCY)]
-    # 256 rows a step, room for every caller; streams read by one client process may lag: not given up.
     settings = [
         "--intra-op-threads",
         str(args.threads),
         "--ort-spinning" if args.spinning else "--no-ort-spinning",
-        "--max-running-sequences",
-        "256",
-        "--max-concurrent-requests",
-        "1024",
-        "--max-waiting-sequences",
-        "1024",
-        "--stream-write-timeout",
-        "120",
+        *ROOM_FOR_EVERY_CALLER,
     ]
     if args.stream_messages_per_second is not None:
         settings += ["--stream-messages-per-second", args.stream_messages_per_second]
