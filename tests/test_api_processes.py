@@ -1,7 +1,8 @@
 """A server split across processes (--api-processes 2), started as users start it: two API processes share
 the default ports and both answer, the engine process runs the models for both, the metrics port sums
-their counts, a client that leaves frees its rows in the engine, a dead API process is replaced, and
-SIGTERM drains them all."""
+their counts, a client that leaves frees its rows in the engine, glossaries and document jobs are shared
+by both, a dead API process is replaced (its document jobs translated by its replacement), and SIGTERM
+drains them all."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
+import deepl
 import grpc
+import httpx
 import numpy as np
 import pytest
 
+from service.core.translation.document_store import DocumentStore
 from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_process import ServerProcess
@@ -55,10 +59,36 @@ def http_embed(port: int, body: dict) -> tuple[int, dict]:
         return error.code, json.loads(error.read())
 
 
+def deepl_on_new_connection(port: int) -> deepl.Translator:
+    """DeepL's client, with a connection of its own."""
+    return deepl.Translator("any-key", server_url=f"http://localhost:{port}")
+
+
+def upload_document(port: int, text: str) -> dict:
+    """A txt document uploaded on a new connection: its handle (document_id, document_key)."""
+    fields = {"target_lang": "FR", "source_lang": "ZXX"}
+    answer = httpx.post(f"http://localhost:{port}/v2/document", files={"file": ("n.txt", text)}, data=fields)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def document_call(port: int, handle: dict, result: bool = False) -> httpx.Response:
+    """The job's status, or its result, asked on a new connection."""
+    url = f"http://localhost:{port}/v2/document/{handle['document_id']}" + ("/result" if result else "")
+    return httpx.post(url, json={"document_key": handle["document_key"]}, timeout=60)
+
+
+def job_status(port: int, handle: dict) -> str:
+    answer = document_call(port, handle)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["status"]
+
+
 @pytest.fixture(scope="module")
-def split(minilm_dir, numbers_dir):
+def split(minilm_dir, numbers_dir, multilingual_numbers_dir):
     """`attnserve serve --api-processes 2` on the default host and ports."""
-    server = ServerProcess("--api-processes", "2", models=(str(minilm_dir), str(numbers_dir)), listen=())
+    models = (str(minilm_dir), str(numbers_dir), str(multilingual_numbers_dir))
+    server = ServerProcess("--api-processes", "2", models=models, listen=())
     yield server
     assert server.stop() == 0, server.output()
 
@@ -119,6 +149,26 @@ def test_the_metrics_port_sums_both_processes(split):
     assert not problems, problems  # promtool asks only that vLLM's names (the picker reads them) lose their ':'
 
 
+def test_a_glossary_and_a_document_job_made_through_one_process_are_served_by_both(split):
+    glossary = deepl_on_new_connection(8080).create_glossary("numbers", "ZXX", "FR", {"12": "quinze"})
+    for _ in range(12):  # each call on a new connection, which the kernel gives either process
+        termed = deepl_on_new_connection(8080).translate_text(
+            "12", source_lang="ZXX", target_lang="FR", glossary=glossary
+        )
+        assert termed.text == "quinze"
+        assert glossary.glossary_id in {g.glossary_id for g in deepl_on_new_connection(8080).list_glossaries()}
+    assert set(re.findall(r"\[(api-\d)\] attnserve\.access.* deepl\.translate ", split.output())) == {"api-1", "api-2"}
+    handle = upload_document(8080, "12\n\n405\n")
+    wait_until(lambda: job_status(8080, handle) == "done", what="the document translated")
+    for _ in range(6):
+        assert job_status(8080, handle) == "done"
+    french = deepl_on_new_connection(8080).translate_text(["12", "405"], source_lang="ZXX", target_lang="FR")
+    result = document_call(8080, handle, result=True)
+    assert result.status_code == 200 and result.text == f"{french[0].text}\n\n{french[1].text}\n"
+    again = document_call(8080, handle, result=True)
+    assert again.status_code == 404 and "downloaded already" in again.text
+
+
 def test_a_dead_api_process_is_replaced_while_the_other_serves(split):
     first, second = children(split.pid)
     os.kill(first, signal.SIGKILL)
@@ -147,3 +197,26 @@ def test_sigterm_lets_a_running_stream_finish_then_every_process_exits(numbers_d
     assert first.text + "".join(m.text for m in rest) == whole.text and len(whole.token_ids) == 60
     assert server.stop() == 0
     assert not [pid for pid in api if Path(f"/proc/{pid}").exists() and "api_process" in command_line(pid)]
+
+
+def test_the_document_job_of_a_dead_api_process_is_translated_by_its_replacement(multilingual_numbers_dir, tmp_path):
+    server = ServerProcess("--api-processes", "2", "--data-dir", str(tmp_path), models=(str(multilingual_numbers_dir),))
+    try:
+        lines = [str(n) for n in range(1, 2000)]  # seconds of work: it is still translating when its process is killed
+        handle = upload_document(server.http_port, "\n\n".join(lines))
+        wait_until(lambda: job_status(server.http_port, handle) == "translating", what="the job translating")
+        store = DocumentStore(tmp_path)
+        owner = store.get(handle["document_id"]).owner
+        store.close()
+        assert owner in children(server.pid)
+        os.kill(owner, signal.SIGKILL)
+        wait_until(lambda: len(children(server.pid)) == 2 and owner not in children(server.pid), what="a replacement")
+        wait_until(lambda: job_status(server.http_port, handle) == "done", what="the job translated again")
+        result = document_call(server.http_port, handle, result=True)
+        french = deepl_on_new_connection(server.http_port).translate_text(
+            lines[:3], source_lang="ZXX", target_lang="FR"
+        )
+        assert result.text.split("\n\n")[:3] == [t.text for t in french]
+        assert "document jobs it was translating, queued again: 1" in server.output()
+    finally:
+        assert server.stop() == 0, server.output()

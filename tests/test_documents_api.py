@@ -6,6 +6,8 @@ each API's shape, never with a 5xx."""
 from __future__ import annotations
 
 import io
+import os
+import sqlite3
 
 import deepl
 import docx
@@ -16,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.core.translation.document_store import TRANSLATING, DocumentStore, new_job
+from service.core.translation.document_store import DONE, QUEUED, TRANSLATING, DocumentStore, new_job
 from service.core.translation.files.formats import FORMATS
 from testing.server_thread import ServerThread
 
@@ -308,3 +310,34 @@ def test_any_bytes_under_any_format_are_translated_or_refused_never_a_server_err
         assert finished(server, answer.json())["status"] in ("done", "error")
     else:
         assert answer.json()["message"].startswith("file: ")
+
+
+def test_processes_sharing_a_store_claim_each_job_once_and_requeue_a_dead_ones(tmp_path):
+    """The API processes of a split server share one store: a queued job is claimed by one of them, the
+    jobs of one that died are queued again (and only its), and a done job is downloaded once."""
+    first, second = DocumentStore(tmp_path), DocumentStore(tmp_path)
+    order = dict(filename="n.txt", format="txt", target_language="fr", source_language="zxx", glossary_id=None)
+    jobs = [first.add(new_job(characters=2, **order), b"12") for _ in range(3)]
+    assert second.queued() == [job.document_id for job in jobs]
+    assert first.claim(jobs[0].document_id) and not second.claim(jobs[0].document_id)
+    assert second.get(jobs[0].document_id).owner == os.getpid()
+    assert second.claim(jobs[1].document_id)
+    with second._lock, second._db:  # as if another process, since gone, had claimed it
+        second._db.execute("update jobs set owner = 1 where document_id = ?", (jobs[1].document_id,))
+    assert first.requeue_interrupted(owner=1) == 1 and second.queued() == [jobs[1].document_id, jobs[2].document_id]
+    assert second.get(jobs[0].document_id).status == TRANSLATING
+    first.set_status(jobs[0].document_id, DONE)
+    assert second.take_done(jobs[0].document_id) and not first.take_done(jobs[0].document_id)
+    assert first.requeue_interrupted() == 0 and first.get(jobs[2].document_id).status == QUEUED
+
+
+def test_a_store_of_an_earlier_release_gains_its_owner_column(tmp_path):
+    with sqlite3.connect(tmp_path / "documents.sqlite3") as db:
+        db.execute(
+            "create table jobs (document_id text primary key, document_key text not null, status text not null, "
+            "filename text not null, format text not null, target_language text not null, source_language text, "
+            "glossary_id text, characters integer not null, error text, created real not null)"
+        )
+        db.execute("insert into jobs values ('A', 'K', 'translating', 'n.txt', 'txt', 'fr', 'zxx', null, 2, null, 0)")
+    store = DocumentStore(tmp_path)
+    assert store.get("A").owner is None and store.requeue_interrupted() == 1 and store.claim("A")

@@ -95,7 +95,8 @@ class ServingCore:
             chunk_texts=settings.translation_texts,
             chunk_characters=settings.translation_characters,
         )
-        self.documents = DocumentJobs(settings.data_dir, document_limits)
+        # An API process's core leaves the jobs a stop cut off to its engine process (split/engine_process.py).
+        self.documents = DocumentJobs(settings.data_dir, document_limits, resume=open_registry is None)
         self._document_worker: asyncio.Task | None = None
         self.cross_encoding: CrossEncoding | None = None
         self.transcription: TranscriptionService | None = None

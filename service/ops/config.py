@@ -137,7 +137,8 @@ class ServerConfig:
         "",
         "where the server keeps what must outlive a restart (DeepL's glossaries, in glossaries.sqlite3; document "
         "jobs, in documents.sqlite3 and documents/, run again after a restart); empty: kept in memory (documents "
-        "in a temporary directory), lost when the server stops",
+        "in a temporary directory; with --api-processes over 1, both in a temporary directory the processes "
+        "share), lost when the server stops",
     )
     document_max_bytes: int = _setting(
         30 << 20, "most bytes of one uploaded document (/v2/document, /translate_file); DeepL takes 30 MB"

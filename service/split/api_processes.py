@@ -1,5 +1,6 @@
 """The API processes of a split server, as the engine process keeps them: started (each its settings on
-stdin, its metrics in the shared directory), started again when one dies, and drained on SIGTERM."""
+stdin, its metrics in the shared directory), started again when one dies (the document jobs it was
+translating queued again for the others), and drained on SIGTERM."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pickle
 import signal
 import sys
 
+from ..core.translation.document_store import DocumentStore
 from ..ops.config import ServerConfig
 from ..ops.metrics_processes import MULTIPROC_ENV, process_gone
 from .engine_host import EngineHost
@@ -20,10 +22,13 @@ STOP_MARGIN_SECONDS = 5.0  # beyond drain_seconds, for an API process to close i
 
 
 class ApiProcesses:
-    def __init__(self, config: ServerConfig, host: EngineHost, metrics_dir: str, stop: asyncio.Event):
+    def __init__(
+        self, config: ServerConfig, host: EngineHost, metrics_dir: str, stop: asyncio.Event, documents: DocumentStore
+    ):
         """config: the API processes' (its ports fixed, api_processes their number); host: the link they
-        reach the models by; stop: set when one dies before it ever served."""
+        reach the models by; stop: set when one dies before it ever served; documents: their shared jobs."""
         self.config, self.host, self.metrics_dir, self.stop = config, host, metrics_dir, stop
+        self.documents = documents
         self.processes: list[asyncio.subprocess.Process] = []
         self.watchers: list[asyncio.Task] = []
         self.stopping = False
@@ -49,6 +54,14 @@ class ApiProcesses:
             process = self.processes[index]
             status = await process.wait()
             process_gone(process.pid, self.metrics_dir)
+            requeued = self.documents.requeue_interrupted(owner=process.pid)
+            if requeued:
+                log.warning(
+                    "API process %d (pid %d): document jobs it was translating, queued again: %d",
+                    index,
+                    process.pid,
+                    requeued,
+                )
             if self.stopping:
                 return
             # One that never served is broken, not unlucky: starting it over and over would hide that. The

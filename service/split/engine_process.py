@@ -1,6 +1,7 @@
 """The engine process of a split server (--api-processes N): it holds the ports for the API processes and
 starts them (api_processes.py), loads and runs the models and serves them over the link (engine_host.py),
-serves the metrics port (its metrics and theirs, summed), and on SIGTERM drains them before it stops."""
+serves the metrics port (its metrics and theirs, summed), and on SIGTERM drains them before it stops. The
+API processes share one data directory (glossaries, document jobs): --data-dir, or a temporary one."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import os
 import shutil
 import signal
 import tempfile
+from pathlib import Path
 
 from ..core.serving import ServingCore
+from ..core.translation.document_store import DocumentStore
+from ..core.translation.glossaries import GlossaryStore
 from ..ops.config import ServerConfig
 from ..ops.listen import listening_host, listening_sockets
 from ..ops.logs import configure as configure_logs
@@ -38,6 +42,17 @@ def hold_ports(config: ServerConfig) -> tuple[ServerConfig, list]:
     return dataclasses.replace(config, **ports), held
 
 
+def shared_data(config: ServerConfig, workdir: str) -> tuple[Path, DocumentStore]:
+    """The data directory the API processes share (--data-dir, or one in `workdir`, gone at exit), its
+    stores made (a bad --data-dir stops the start here) and the jobs a stop cut off queued again; and its
+    document store, by which the jobs of an API process that dies are queued again."""
+    data_dir = Path(config.data_dir) if config.data_dir else Path(workdir) / "data"
+    GlossaryStore(data_dir).close()
+    documents = DocumentStore(data_dir)
+    documents.requeue_interrupted()
+    return data_dir, documents
+
+
 def door_addresses(doors: ServerConfig) -> str:
     """The ports the API processes share, as the single process's start line names them."""
     dual = " (IPv4 and IPv6)" if doors.host == "[::]" else ""
@@ -54,8 +69,10 @@ async def serve_split(config: ServerConfig) -> int:
     metrics_dir = os.path.join(workdir, "metrics")
     os.mkdir(metrics_dir)
     doors, held = hold_ports(config)
+    data_dir, documents = shared_data(config, workdir)
+    doors = dataclasses.replace(doors, data_dir=str(data_dir))
     metrics = Metrics()
-    core = ServingCore(core_settings(config), metrics)
+    core = ServingCore(core_settings(dataclasses.replace(config, data_dir="")), metrics)  # its doors are theirs
     host = EngineHost(core, os.path.join(workdir, "engine.sock"))
     await host.start()
     core.on_readiness_change(lambda ready: host.health_changed())
@@ -66,7 +83,7 @@ async def serve_split(config: ServerConfig) -> int:
 
     metrics_server = MetricsServer(registry, config.host, config.metrics_port, ready)
     stop = asyncio.Event()
-    fleet = ApiProcesses(doors, host, metrics_dir, stop)
+    fleet = ApiProcesses(doors, host, metrics_dir, stop, documents)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -89,6 +106,7 @@ async def serve_split(config: ServerConfig) -> int:
         await host.close()
         metrics_server.close()
         core.close()
+        documents.close()
         for sock in held:
             sock.close()
         shutil.rmtree(workdir, ignore_errors=True)

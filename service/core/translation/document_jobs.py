@@ -1,7 +1,8 @@
 """Document translation jobs: an upload read and checked, queued, translated in the background in chunks
 of its pieces through the same translation service as every call (admitted and recorded like them), and
 its result written in the document's own format to be downloaded once. A job queued or running when the
-server stops runs again when it starts (with a data directory; without one, jobs end with the server)."""
+server stops runs again when it starts (with a data directory; without one, jobs end with the server).
+The API processes of a split server share the jobs: each runs those it claims."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ RETRY_SECONDS = (0.2, 5.0)  # the first and the longest wait before a chunk refu
 BUSY_SECONDS = 600.0  # a chunk refused as busy (Overloaded) this long ends its job as an error
 READS_AT_ONCE = 2  # uploads read at once: a document's tree takes many times its bytes
 SAMPLE_CHARACTERS = 2000  # of a document's text, what its language is detected from
+# How often a job that another process of a split server runs is looked at by one that waits for it.
+OTHERS_JOB_SECONDS = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,13 +71,17 @@ GlossaryTerms = Callable[[str, str | None, str], tuple[Term, ...]]
 
 
 class DocumentJobs:
-    def __init__(self, data_dir: Path | None, limits: DocumentLimits):
+    def __init__(self, data_dir: Path | None, limits: DocumentLimits, resume: bool = True):
+        """resume: jobs left translating when the server stopped are queued again here; False in an API
+        process of a split server, whose engine process did that before it started them."""
         self.store, self.limits = DocumentStore(data_dir), limits
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._progress: dict[str, JobProgress] = {}
-        self._finished: dict[str, asyncio.Event] = {}  # jobs someone waits for, until they end
+        self._finished: dict[str, asyncio.Event] = {}  # jobs run here that someone waits for, until they end
         self._reading = asyncio.Semaphore(READS_AT_ONCE)
-        for document_id in self.store.unfinished():  # left queued or running when the server last stopped
+        if resume:
+            self.store.requeue_interrupted()
+        for document_id in self.store.queued():  # each process of a split server runs those it claims first
             self._queue.put_nowait(document_id)
 
     async def check(self, format: str, data: bytes) -> ReadDocument:
@@ -122,11 +129,10 @@ class DocumentJobs:
             raise Unavailable(f"document_id: {document_id!r} is {job.status}; download it once it is done")
         if job.status == ERROR:
             raise FailedPrecondition(f"document_id: {document_id!r} was not translated: {job.error}", "document_id")
-        if job.status == DOWNLOADED:
+        if not self.store.take_done(document_id):  # downloaded, maybe just now through another connection
             raise NotFound(
                 f"document_id: {document_id!r} was downloaded already (a result is sent once)", "document_id"
             )
-        self.store.set_status(document_id, DOWNLOADED)
         data = await asyncio.to_thread(self.store.result(document_id).read_bytes)
         await asyncio.to_thread(self.store.remove_files, document_id)
         return replace(job, status=DOWNLOADED), data
@@ -138,6 +144,8 @@ class DocumentJobs:
         while True:
             await asyncio.to_thread(self.store.remove_old)
             document_id = await self._queue.get()
+            if not self.store.claim(document_id):  # another process of a split server runs it
+                continue
             try:
                 await self._translate(self.store.get(document_id), translate, detect, glossary_terms)
             except ServiceError as error:
@@ -162,14 +170,18 @@ class DocumentJobs:
             self._finished.pop(document_id).set()
 
     async def wait(self, document_id: str) -> Job:
-        """The job once it is done or failed."""
-        job = self.store.get(document_id)
-        if job.status in (QUEUED, TRANSLATING):
-            await self._finished.setdefault(document_id, asyncio.Event()).wait()
-        return self.store.get(document_id)
+        """The job once it is done or failed: told by this process's worker, or, where another process of
+        a split server claimed it, seen in the store."""
+        while (job := self.store.get(document_id)).status in (QUEUED, TRANSLATING):
+            ends = self._finished.setdefault(document_id, asyncio.Event())
+            try:
+                await asyncio.wait_for(ends.wait(), OTHERS_JOB_SECONDS)
+            except asyncio.TimeoutError:
+                pass
+        self._finished.pop(document_id, None)
+        return job
 
     async def _translate(self, job: Job, translate: Translate, detect: Detect, glossary_terms: GlossaryTerms):
-        self.store.set_status(job.document_id, TRANSLATING)
         self._progress[job.document_id] = JobProgress(time.monotonic(), 0)
         data = await asyncio.to_thread(self.store.upload(job.document_id).read_bytes)
         document = await asyncio.to_thread(read_document, job.format, data)

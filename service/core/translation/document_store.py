@@ -1,9 +1,11 @@
 """Document jobs kept: each job's row in SQLite (the standard library's) and its uploaded and translated
 files, named by the job's id alone, under the data directory's documents/ (so that a job outlives a
-restart); in a temporary directory, removed at exit, where the server has no data directory."""
+restart); in a temporary directory, removed at exit, where the server has no data directory. The API
+processes of a split server share one directory: a job is claimed by the process that translates it."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import sqlite3
 import tempfile
@@ -18,11 +20,12 @@ QUEUED, TRANSLATING, DONE, DOWNLOADED, ERROR = "queued", "translating", "done", 
 JOB_FILE = "documents.sqlite3"
 FILES = "documents"
 KEEP_SECONDS = 24 * 3600  # a job (its files, its result never downloaded) is kept this long after its upload
+LOCK_WAIT_SECONDS = 30.0  # how long a write waits while another process of the server writes
 _SCHEMA = """
 create table if not exists jobs (
     document_id text primary key, document_key text not null, status text not null, filename text not null,
     format text not null, target_language text not null, source_language text, glossary_id text,
-    characters integer not null, error text, created real not null
+    characters integer not null, error text, created real not null, owner integer
 )
 """
 
@@ -40,6 +43,7 @@ class Job:
     characters: int  # of its text, what DeepL bills
     error: str | None
     created: float  # seconds since the epoch
+    owner: int | None = None  # while translating: the process (its id) that claimed it
 
 
 class DocumentStore:
@@ -50,10 +54,13 @@ class DocumentStore:
         self.files = Path(data_dir if data_dir is not None else self._temporary.name) / FILES
         self.files.mkdir(parents=True, exist_ok=True)
         where = str(Path(data_dir) / JOB_FILE) if data_dir is not None else ":memory:"
-        self._db = sqlite3.connect(where, check_same_thread=False)
+        self._db = sqlite3.connect(where, timeout=LOCK_WAIT_SECONDS, check_same_thread=False)
         self._lock = threading.Lock()  # one connection shared by the loop and the file threads
         with self._lock, self._db:
             self._db.execute(_SCHEMA)
+            columns = [row[1] for row in self._db.execute("pragma table_info(jobs)")]
+            if "owner" not in columns:  # a store of a release before the split server
+                self._db.execute("alter table jobs add column owner integer")
 
     def add(self, job: Job, data: bytes) -> Job:
         self.upload(job.document_id).write_bytes(data)
@@ -88,13 +95,38 @@ class DocumentStore:
                 "update jobs set status = ?, error = ? where document_id = ?", (status, error, document_id)
             )
 
-    def unfinished(self) -> list[str]:
-        """The jobs queued or being translated (when the server last stopped), oldest first."""
+    def claim(self, document_id: str) -> bool:
+        """The job marked translating by this process, if it is still queued (no other process took it)."""
+        with self._lock, self._db:
+            taken = self._db.execute(
+                "update jobs set status = ?, owner = ? where document_id = ? and status = ?",
+                (TRANSLATING, os.getpid(), document_id, QUEUED),
+            )
+        return taken.rowcount == 1
+
+    def requeue_interrupted(self, owner: int | None = None) -> int:
+        """Jobs left translating queued again: all of them (the server stopped), or those of a process
+        that died (`owner`, its id). -> how many."""
+        where, values = (
+            ("status = ?", (TRANSLATING,)) if owner is None else ("status = ? and owner = ?", (TRANSLATING, owner))
+        )
+        with self._lock, self._db:
+            moved = self._db.execute(f"update jobs set status = ?, owner = null where {where}", (QUEUED, *values))
+        return moved.rowcount
+
+    def queued(self) -> list[str]:
+        """The jobs waiting for a process to translate them, oldest first."""
         with self._lock:
-            rows = self._db.execute(
-                "select document_id from jobs where status in (?, ?) order by created", (QUEUED, TRANSLATING)
-            ).fetchall()
-        return [document_id for (document_id,) in rows]
+            rows = self._db.execute("select document_id from jobs where status = ? order by created", (QUEUED,))
+            return [document_id for (document_id,) in rows.fetchall()]
+
+    def take_done(self, document_id: str) -> bool:
+        """The job marked downloaded, if it was done: of two downloads at once, one gets it."""
+        with self._lock, self._db:
+            taken = self._db.execute(
+                "update jobs set status = ? where document_id = ? and status = ?", (DOWNLOADED, document_id, DONE)
+            )
+        return taken.rowcount == 1
 
     def remove_old(self) -> None:
         """Jobs uploaded more than KEEP_SECONDS ago and ended (done, downloaded or failed), with their files."""

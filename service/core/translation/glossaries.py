@@ -1,7 +1,8 @@
 """Glossaries: named sets of dictionaries, each a language pair's source terms and their target terms
 (DeepL's v3 multilingual glossaries; a v2 glossary is one of a single dictionary), kept in SQLite (the
 standard library's) under the data directory, so that they outlive a restart; in memory where the server
-has no data directory. Entries are read from DeepL's TSV or CSV; the store checks them."""
+has no data directory (a split server's API processes share a temporary one). Entries are read from
+DeepL's TSV or CSV; the store checks them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from modeldir.languages import language_tag
 
 from ...errors import NotFound, invalid
+from .document_store import LOCK_WAIT_SECONDS
 from .languages import AUTO, SOURCE
 
 GLOSSARY_FILE = "glossaries.sqlite3"
@@ -129,7 +131,7 @@ class GlossaryStore:
             Path(data_dir).mkdir(parents=True, exist_ok=True)
         where = str(Path(data_dir) / GLOSSARY_FILE) if data_dir is not None else ":memory:"
         self.durable = data_dir is not None
-        self._db = sqlite3.connect(where, check_same_thread=False)
+        self._db = sqlite3.connect(where, timeout=LOCK_WAIT_SECONDS, check_same_thread=False)
         self._lock = threading.Lock()  # one connection shared by the loop and the tokenizing threads
         with self._lock, self._db:
             self._db.execute("pragma foreign_keys = on")
@@ -248,3 +250,6 @@ class GlossaryStore:
             deleted = self._db.execute("delete from glossary where id = ?", (glossary_id,)).rowcount
         if not deleted:
             raise NotFound(f"glossary_id: no glossary {glossary_id!r} on this server", "glossary_id")
+
+    def close(self) -> None:
+        self._db.close()
