@@ -12,7 +12,7 @@ from ..core.models.served_models import ServedEmbeddingModel, ServedModel, Serve
 from ..core.serving import ServingCore
 from ..errors import ServiceError
 from .remote_models import REMOTE, RunnerFacts
-from .wire import END, ERROR, EVENT, HEALTH, OK, frame, portable, read_frame
+from .wire import END, ERROR, EVENT, HEALTH, OK, Outbox, portable, read_frame
 
 log = logging.getLogger("attnserve.engine")
 
@@ -40,7 +40,7 @@ class EngineHost:
         self.core, self.path = core, path
         self.loaded = asyncio.Event()
         self.server: asyncio.AbstractServer | None = None
-        self.writers: set[asyncio.StreamWriter] = set()
+        self.outboxes: dict[asyncio.StreamWriter, Outbox] = {}  # to each API process
         self.doors_ready: dict[asyncio.StreamWriter, bool] = {}  # each API process's readiness, as it said
         self.served: set[int] = set()  # the pids of the API processes that have served
 
@@ -57,52 +57,52 @@ class EngineHost:
     def health_changed(self) -> None:
         """Tell every API process each model's health (on the event loop)."""
         for model in self.core.registry.models.values():
-            message = frame((0, HEALTH, (model.name, model.health.healthy, model.health.failures)))
-            for writer in self.writers:
-                writer.write(message)
+            message = (0, HEALTH, (model.name, model.health.healthy, model.health.failures))
+            for outbox in self.outboxes.values():
+                outbox.put(message)
 
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
-        for writer in self.writers:
+        for writer in self.outboxes:
             writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         calls: dict[int, asyncio.Task] = {}
-        self.writers.add(writer)
+        outbox = self.outboxes[writer] = Outbox(writer)
         try:
             while True:
-                call_id, kind, args = await read_frame(reader)
-                if kind == "cancel":
-                    if args in calls:
-                        calls[args].cancel()
-                    continue
-                if kind == "ready":
-                    pid, self.doors_ready[writer] = args
-                    if self.doors_ready[writer]:
-                        self.served.add(pid)
-                    continue
-                task = asyncio.create_task(self._answer(writer, call_id, kind, args))
-                calls[call_id] = task
-                task.add_done_callback(lambda _, call_id=call_id: calls.pop(call_id, None))
+                for call_id, kind, args in await read_frame(reader):
+                    if kind == "cancel":
+                        if args in calls:
+                            calls[args].cancel()
+                        continue
+                    if kind == "ready":
+                        pid, self.doors_ready[writer] = args
+                        if self.doors_ready[writer]:
+                            self.served.add(pid)
+                        continue
+                    task = asyncio.create_task(self._answer(outbox, call_id, kind, args))
+                    calls[call_id] = task
+                    task.add_done_callback(lambda _, call_id=call_id: calls.pop(call_id, None))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the API process has gone
         finally:
-            self.writers.discard(writer)
+            self.outboxes.pop(writer, None)
             self.doors_ready.pop(writer, None)
             for task in list(calls.values()):  # what it asked for leaves the engine: no caller is left
                 task.cancel()
             writer.close()
 
-    async def _answer(self, writer: asyncio.StreamWriter, call_id: int, kind: str, args: tuple) -> None:
+    async def _answer(self, outbox: Outbox, call_id: int, kind: str, args: tuple) -> None:
         try:
             if kind != "is_loaded":
                 await self.loaded.wait()
             if kind == "generate":
                 name, prompt, params, features = args
                 async for event in self._model(name).scheduler.generate(prompt, params, features):
-                    writer.write(frame((call_id, EVENT, event)))
-                    await writer.drain()  # a slow API process: the scheduler merges its tokens meanwhile
+                    outbox.put((call_id, EVENT, event))
+                    await outbox.writer.drain()  # a slow API process: the scheduler merges its tokens meanwhile
                 reply = (call_id, END, None)
             else:
                 reply = (call_id, OK, await getattr(self, f"_{kind}")(*args))
@@ -112,8 +112,7 @@ class EngineHost:
             if not isinstance(error, ServiceError):
                 log.exception("engine call %s failed", kind)
             reply = (call_id, ERROR, portable(error))
-        if not writer.is_closing():
-            writer.write(frame(reply))
+        outbox.put(reply)
 
     def _model(self, name: str) -> ServedModel:
         return self.core.registry.models[name]

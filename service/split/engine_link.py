@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 
 from ..engine.sequence import Event
 from ..errors import Unavailable
-from .wire import ERROR, EVENT, HEALTH, OK, frame, read_frame
+from .wire import ERROR, EVENT, HEALTH, OK, Outbox, read_frame
 
 log = logging.getLogger("attnserve.api")
 
@@ -47,12 +47,13 @@ class EngineLink:
         self.path, self.on_health = path, on_health
         self.ids = itertools.count(1)
         self.pending: dict[int, asyncio.Future | _Stream] = {}
-        self.writer: asyncio.StreamWriter | None = None
+        self.outbox: Outbox | None = None
         self.reading: asyncio.Task | None = None
         self.closed = asyncio.Event()  # the engine has gone (or the link was closed)
 
     async def connect(self) -> None:
-        reader, self.writer = await asyncio.open_unix_connection(self.path)
+        reader, writer = await asyncio.open_unix_connection(self.path)
+        self.outbox = Outbox(writer)
         self.reading = asyncio.create_task(self._read(reader), name="engine link")
 
     async def call(self, kind: str, *args):
@@ -62,7 +63,7 @@ class EngineLink:
         call_id = next(self.ids)
         future = asyncio.get_running_loop().create_future()
         self.pending[call_id] = future
-        self.writer.write(frame((call_id, kind, args)))
+        self.outbox.put((call_id, kind, args))
         try:
             return await future
         except asyncio.CancelledError:
@@ -77,7 +78,7 @@ class EngineLink:
             raise GONE
         call_id = next(self.ids)
         stream = self.pending[call_id] = _Stream()
-        self.writer.write(frame((call_id, kind, args)))
+        self.outbox.put((call_id, kind, args))
         ended = False
         try:
             while True:
@@ -103,27 +104,17 @@ class EngineLink:
     def tell_readiness(self, ready: bool) -> None:
         """Tell the engine whether this process serves (its /readyz counts the API processes that do)."""
         if not self.closed.is_set():
-            self.writer.write(frame((0, "ready", (os.getpid(), ready))))
+            self.outbox.put((0, "ready", (os.getpid(), ready)))
 
     def _cancel(self, call_id: int) -> None:
-        if not self.closed.is_set() and not self.writer.is_closing():
-            self.writer.write(frame((0, "cancel", call_id)))
+        if not self.closed.is_set():
+            self.outbox.put((0, "cancel", call_id))
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                call_id, tag, value = await read_frame(reader)
-                if tag == HEALTH:
-                    self.on_health(*value)
-                    continue
-                waiting = self.pending.get(call_id)
-                if isinstance(waiting, _Stream):
-                    waiting.put((tag, value))
-                elif waiting is not None and not waiting.done():
-                    if tag == OK:
-                        waiting.set_result(value)
-                    else:
-                        waiting.set_exception(value)
+                for call_id, tag, value in await read_frame(reader):
+                    self._received(call_id, tag, value)
         except (asyncio.IncompleteReadError, ConnectionError) as error:
             log.error("the engine process has gone (%s): calls fail with UNAVAILABLE", type(error).__name__)
         finally:
@@ -134,9 +125,22 @@ class EngineLink:
                 elif not waiting.done():
                     waiting.set_exception(GONE)
 
+    def _received(self, call_id: int, tag: str, value) -> None:
+        if tag == HEALTH:
+            self.on_health(*value)
+            return
+        waiting = self.pending.get(call_id)
+        if isinstance(waiting, _Stream):
+            waiting.put((tag, value))
+        elif waiting is not None and not waiting.done():
+            if tag == OK:
+                waiting.set_result(value)
+            else:
+                waiting.set_exception(value)
+
     async def close(self) -> None:
         if self.reading is not None:
             self.reading.cancel()
-        if self.writer is not None:
-            self.writer.close()
+        if self.outbox is not None:
+            self.outbox.writer.close()
         self.closed.set()
