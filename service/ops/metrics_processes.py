@@ -14,17 +14,17 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # set in an API process before prome
 
 
 class SummedMetrics:
-    """A collector of the engine's registry and the API processes' files: one family per name, a series in
-    both counted once (its values summed; a _created time, the earlier)."""
+    """A collector of the engine's registry and the API processes' series (their files, or their registries
+    where tests run both sides in one process): one family per name, a series in several counted once (its
+    values summed; a _created time, the earliest)."""
 
-    def __init__(self, own: CollectorRegistry, directory: str):
-        self.own = own
-        self.files = MultiProcessCollector(None, directory)
+    def __init__(self, *sources):
+        self.sources = sources  # each with collect()
 
     def collect(self):
         families: dict[str, object] = {}
         samples: dict[str, dict[tuple, Sample]] = {}
-        for family in [*self.own.collect(), *self.files.collect()]:
+        for family in [family for source in self.sources for family in source.collect()]:
             kept = families.setdefault(family.name, family)
             merged = samples.setdefault(family.name, {})
             for sample in family.samples:
@@ -45,8 +45,13 @@ class SummedMetrics:
 
 def summed_registry(own: CollectorRegistry, directory: str) -> CollectorRegistry:
     """A registry to expose: the engine's metrics and the API processes'."""
+    return summed(own, MultiProcessCollector(None, directory))
+
+
+def summed(*sources) -> CollectorRegistry:
+    """A registry of the sources' metrics, summed."""
     registry = CollectorRegistry()
-    registry.register(SummedMetrics(own, directory))
+    registry.register(SummedMetrics(*sources))
     return registry
 
 

@@ -21,7 +21,7 @@ from .remote_models import RemoteRegistry, remote_model
 log = logging.getLogger("attnserve.api")
 
 
-class _Models:
+class EngineModels:
     """The engine's models, asked for when the core loads; their health follows the engine's pushes."""
 
     def __init__(self, link_path: str) -> None:
@@ -42,7 +42,7 @@ class _Models:
 
 
 async def serve_api(config: ServerConfig, link_path: str) -> int:
-    models = _Models(link_path)
+    models = EngineModels(link_path)
     await models.link.connect()  # the engine listens before it starts any API process
     server = Server(config, models.open)
     # At the server's start the ports open at once, refusing calls (UNAVAILABLE, health NOT_SERVING) until
