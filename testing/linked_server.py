@@ -18,14 +18,16 @@ from service.ops.metrics_processes import summed
 from service.server import Server, core_settings
 from service.split.api_process import EngineModels
 from service.split.engine_host import EngineHost
+from service.split.engine_process import shared_data
 
 
 class LinkedEngine:
     """The engine side; api_server() makes the API side, which reaches it over the link."""
 
     def __init__(self, config: ServerConfig):
-        self.config = config
         self.workdir = tempfile.mkdtemp(prefix="attnserve-linked-")
+        data_dir, self.documents = shared_data(config, self.workdir)  # the jobs a stop cut off queued again
+        self.config = dataclasses.replace(config, data_dir=str(data_dir))
         self.metrics = Metrics()
         self.core = ServingCore(core_settings(dataclasses.replace(config, data_dir="")), self.metrics)
         self.host = EngineHost(self.core, os.path.join(self.workdir, "engine.sock"))
@@ -59,4 +61,5 @@ class LinkedEngine:
         await self.core.stop()
         await self.host.close()
         self.core.close()
+        self.documents.close()
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -31,7 +31,7 @@ def assert_back_to(server: ServerThread, before: Baseline, timeout: float = 60.0
     """Nothing left behind: in flight, queued, running, cached, tasks, descriptors; and health SERVING."""
 
     def state():
-        registry = server.server.core.registry
+        registry = server.engine_core.registry
         out = {"in_flight": server.server.core.admission.in_flight, "tasks": len(asyncio.all_tasks())}
         for model in registry.models.values():
             out.update({f"{model.name} {kind}": n for kind, n in model.holding().items()})

@@ -29,13 +29,13 @@ def tight(numbers_dir):
 def test_the_size_bound_counts_the_longest_generation_before_generating(tight):
     """'12': 4 source tokens; up to 63 new tokens make 64 decoder positions, so 12 maps of each kind take
     4 x 12 x (4 x 4 + 64 x 64 + 64 x 4) = 209,664 bytes, whatever the generation turns out to be."""
-    steps = tight.server.core.registry.models["numbers"].scheduler.steps_run
+    steps = tight.engine_core.registry.models["numbers"].scheduler.steps_run
     code, details = status_of(lambda: tight.stub().Attention(pb.AttentionRequest(input="12")))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details == (
         "input: the attention weights would take 209664 bytes (4 source and 64 decoder positions); at most 200000 "
         "(attention_max_response_bytes): shorten the input, or ask for fewer layers, fewer max_new_tokens"
     )
-    assert tight.server.core.registry.models["numbers"].scheduler.steps_run == steps  # nothing generated
+    assert tight.engine_core.registry.models["numbers"].scheduler.steps_run == steps  # nothing generated
     with Client(tight.target) as client:
         maps = client.attention("12", max_new_tokens=10)
     assert maps.target_text == "twelve" and maps.weights["cross"].shape == (3, 4, 2, 4)
@@ -59,7 +59,7 @@ def test_too_many_at_once_is_resource_exhausted(tight):
 
 
 def test_a_caller_that_leaves_holds_its_slot_until_its_graph_has_run(tight):
-    maps = tight.server.core.registry.models["numbers"].attention
+    maps = tight.engine_core.registry.models["numbers"].attention
     runs = maps.calls
     request = pb.AttentionRequest(input="5", target="five")  # teacher forcing: straight to the graph
     release = tight.hold_model_thread()
@@ -82,7 +82,7 @@ def test_off_by_default_failed_precondition(numbers_dir):
     stays off; with neither, nothing is loaded (tests/test_translation_serving.py)."""
     server = ServerThread([numbers_dir])
     try:
-        assert server.server.core.registry.models["numbers"].attention is not None
+        assert server.engine_core.registry.models["numbers"].attention is not None
         code, details = status_of(lambda: server.stub().Attention(pb.AttentionRequest(input="5")))
         assert code == grpc.StatusCode.FAILED_PRECONDITION
         assert "attention maps are off on this server; start it with --attention-maps" in details

@@ -140,7 +140,7 @@ def test_queries_and_documents_batched_together_give_what_each_gives_alone(serve
 
 
 def batcher(server):
-    return server.server.core.registry.models["colbert"].batcher
+    return server.engine_core.registry.models["colbert"].batcher
 
 
 def test_typed_vectors(server):

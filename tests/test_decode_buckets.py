@@ -142,7 +142,7 @@ def test_a_server_with_graphs_on_answers_as_one_without(served, numbers_dir):
     graphed = ServerThread([numbers_dir], cuda_graphs=True)
     try:
         got = answers(graphed)
-        scheduler = graphed.server.core.registry.models["numbers"].scheduler
+        scheduler = graphed.engine_core.registry.models["numbers"].scheduler
         assert scheduler.buckets is not None and 0 < scheduler.buckets.bucketed_steps < scheduler.steps_run
     finally:
         graphed.close()
@@ -156,7 +156,7 @@ def test_a_bucketed_step_that_fails_turns_graphs_off_and_the_step_runs_eager(num
     try:
         stub = graphed.stub()
         expected = stub.Generate(pb.GenerateRequest(input="312405"), timeout=60).text
-        scheduler = graphed.server.core.registry.models["numbers"].scheduler
+        scheduler = graphed.engine_core.registry.models["numbers"].scheduler
         buckets, tried = scheduler.buckets, []
 
         def fails(*args):

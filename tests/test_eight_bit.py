@@ -135,7 +135,7 @@ def test_int8_graphs_serve(minilm_dir, numbers_dir):
                 ["She saw the man with the telescope.", "A woman used a telescope to look at a man."]
             )
             assert float(vectors.vectors[0] @ vectors.vectors[1]) == pytest.approx(0.7728268, abs=0.02)
-        cache = server.server.core.registry.models["numbers"].scheduler.cache
+        cache = server.engine_core.registry.models["numbers"].scheduler.cache
         assert cache.memory.dtype == np.float32 and cache.geometry.bytes_per_value == 4  # a float32 cache
     finally:
         server.close()

@@ -93,7 +93,7 @@ def test_fp16_graphs_serve_through_the_device_buffer_runner(minilm_dir, numbers_
     """--precision fp16 on the CPU: a float16 cache moved by the float16 cache graphs, beams included."""
     server = ServerThread([minilm_dir, numbers_dir], precision="fp16")
     try:
-        models = server.server.core.registry.models
+        models = server.engine_core.registry.models
         assert models["numbers"].scheduler.cache.memory.geometry.precision == "fp16"
         assert models["numbers"].scheduler.cache.geometry.bytes_per_value == 2
         with Client(server.target) as client:

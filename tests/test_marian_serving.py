@@ -191,7 +191,7 @@ def test_beam_search_errors(marian_server):
 
 
 def test_cancelled_beam_search_frees_all_its_rows(marian_server):
-    scheduler = marian_server.server.core.registry.models["marian-swish-h4"].scheduler
+    scheduler = marian_server.engine_core.registry.models["marian-swish-h4"].scheduler
     stub = marian_server.stub()
     release = marian_server.hold_model_thread()
     future = stub.Generate.future(

@@ -96,7 +96,7 @@ def test_mixed_targets_in_one_batch_match_generate(multilingual_checkpoints, ser
     calls = mixed(checkpoint)
     expected = expected_greedy(checkpoint, calls)
     stub = server.stub()
-    scheduler = server.server.core.registry.models[name].scheduler
+    scheduler = server.engine_core.registry.models[name].scheduler
     before = scheduler.largest_step
     with ThreadPoolExecutor(len(calls)) as pool:
         responses = list(pool.map(lambda c: generate(stub, name, c[0], c[1], checkpoint.source_language), calls))

@@ -33,7 +33,7 @@ def strict_server(minilm_dir, numbers_dir):
 
 
 def model_work(server) -> tuple[int, int]:
-    models = server.server.core.registry.models
+    models = server.engine_core.registry.models
     return models["minilm"].batcher.texts_run, models["numbers"].scheduler.steps_run
 
 
@@ -157,7 +157,7 @@ def test_overload_rejects_exactly_the_excess_at_once_and_health_still_answers(mi
 def test_a_running_batch_whose_callers_all_left_is_stopped(strict_server):
     """RunOptions.terminate: a long embedding call is cut short when its only caller's deadline passes."""
     before = baseline(strict_server)
-    batcher = strict_server.server.core.registry.models["minilm"].batcher
+    batcher = strict_server.engine_core.registry.models["minilm"].batcher
     long = pb.EmbedRequest(inputs=[f"{i} " + "many words in a long text " * 50 for i in range(32)])
     started = time.perf_counter()
     stub = strict_server.stub()
@@ -206,7 +206,7 @@ def test_cancelling_10_of_100_streams_leaves_the_others_exact(strict_server):
 
 def test_runner_faults_fail_only_their_batch_then_flip_health_until_a_probe_passes(strict_server):
     before = baseline(strict_server)
-    model = strict_server.server.core.registry.models["minilm"]
+    model = strict_server.engine_core.registry.models["minilm"]
     real = model.runner.session
     health = health_pb2_grpc.HealthStub(strict_server.channel())
 

@@ -131,7 +131,7 @@ def test_the_raw_message_carries_shapes_and_little_endian_float32(attention_serv
 
 
 def test_the_model_thread_runs_the_graph_and_metrics_count_it(attention_server):
-    registry = attention_server.server.core.registry
+    registry = attention_server.engine_core.registry
     before = registry.models["minilm"].attention.calls
     metrics = attention_server.server.metrics.registry
     labels = {"model": "minilm", "stage": "attention"}
@@ -198,7 +198,7 @@ def long_sentence(tokens: int) -> str:
     ],
 )
 def test_bad_requests_are_refused_before_any_model_work(attention_server, request_, message):
-    models = attention_server.server.core.registry.models
+    models = attention_server.engine_core.registry.models
     work = (models["minilm"].attention.calls, models["numbers"].attention.calls, models["numbers"].scheduler.steps_run)
     code, details = status_of(lambda: attention_server.stub().Attention(request_))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details, details

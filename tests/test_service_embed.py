@@ -35,7 +35,7 @@ def code_and_details(call):
 
 
 def batcher(served):
-    return served.server.core.registry.models["minilm"].batcher
+    return served.engine_core.registry.models["minilm"].batcher
 
 
 def test_embeddings_match_the_reference(served):
@@ -181,7 +181,7 @@ def test_a_full_queue_answers_resource_exhausted_at_once(minilm_dir):
         stub = server.stub()
         # Two of these three form a batch, which waits for the held model thread; one stays queued.
         waiting = stub.Embed.future(pb.EmbedRequest(inputs=["a", "b", "c"]))
-        queued = server.server.core.registry.models["minilm"].batcher
+        queued = server.engine_core.registry.models["minilm"].batcher
         wait_until(lambda: server.call_and_wait(lambda: queued.queue_depth) == 1, what="one text stays queued")
         # At once: waiting for room would wait for the held model thread (the timeout).
         code, details = code_and_details(lambda: stub.Embed(pb.EmbedRequest(inputs=["d", "e", "f", "g"]), timeout=30))

@@ -26,7 +26,7 @@ NUMBERS_FULL = (
 
 
 def scheduler(server):
-    return server.server.core.registry.models["numbers"].scheduler
+    return server.engine_core.registry.models["numbers"].scheduler
 
 
 def generate(stub, text: str, **params) -> pb.GenerateResponse:
@@ -84,7 +84,7 @@ def test_stream_carries_the_same_tokens_and_ends_with_the_reason(served):
 
 def test_a_caller_that_is_behind_takes_what_came_since_its_last_event_in_one(served):
     """The scheduler's events wait in the sequence: read one, let the rest be generated, read again."""
-    model = served.server.core.registry.models["numbers"]
+    model = served.engine_core.registry.models["numbers"]
     prompt = model.tokenizer.encode(["999999999"])[0].ids
     before = scheduler(served).steps_run
 
@@ -325,7 +325,7 @@ def test_a_deadline_ends_the_call_and_frees_its_row(served):
 
 def test_a_unary_call_with_stop_sequences_gets_one_event(served):
     """Stop sequences are looked for token by token, but the caller is woken once, at the end."""
-    model = served.server.core.registry.models["numbers"]
+    model = served.engine_core.registry.models["numbers"]
     prompt = model.tokenizer.encode(["999999999"])[0].ids
     params = GenerationParams(max_new_tokens=40, stream=False, stop=("thousand",))
 
@@ -354,7 +354,7 @@ def test_a_stream_s_messages_are_budget_apart_and_never_more_than_a_quarter_seco
     """By default the budget is the device's: 1,000 a second on the CPU (this server's), none on a GPU;
     spread over the streams open, up to a quarter second apart."""
     generation = served.server.core.generation
-    model = served.server.core.registry.get("numbers", "seq2seq", "test")
+    model = served.engine_core.registry.get("numbers", "seq2seq", "test")
     assert generation.stream_messages == -1 and model.provider == "CPUExecutionProvider"
     assert generation.budget(model) == 1000.0
     assert generation.budget(SimpleNamespace(provider="CUDAExecutionProvider")) == 0.0

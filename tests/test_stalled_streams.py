@@ -55,7 +55,7 @@ def stalled(streaming_server, rpc: str) -> float:
 
 def released(streaming_server) -> dict:
     """What stalled streams could hold: calls admitted or running, sequences waiting or holding rows."""
-    scheduler = streaming_server.server.core.registry.models["numbers"].scheduler
+    scheduler = streaming_server.engine_core.registry.models["numbers"].scheduler
 
     def state() -> dict:
         return {

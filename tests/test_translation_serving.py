@@ -139,7 +139,7 @@ def test_alternatives_are_the_next_best_beams(stub):
 
 
 def test_a_sentence_longer_than_the_model_takes_is_cut_never_truncated(stub, translating):
-    limit = translating.server.core.registry.models[MULTILINGUAL].max_input_tokens
+    limit = translating.engine_core.registry.models[MULTILINGUAL].max_input_tokens
     long_line = " ".join(["7"] * limit)  # one "sentence" of about twice the tokens the model takes
     (t,) = translate(stub, [long_line], "eng_Latn", source=DIGITS, sentence_splitting=pb.SENTENCE_SPLITTING_NONE)
     assert t.sentences >= 2
@@ -225,7 +225,7 @@ def test_alignments_need_the_attention_graphs(stub, multilingual_numbers_dir):
     assert aligned.text == "cinq" and list(aligned.alignments[0].target_words) == ["cinq"]
     server = ServerThread([multilingual_numbers_dir], tag_alignment=False)
     try:
-        assert server.server.core.registry.models[MULTILINGUAL].attention is None
+        assert server.engine_core.registry.models[MULTILINGUAL].attention is None
         bare = server.stub()
         code, details = refusal(lambda: translate(bare, ["5"], "fr", source="zxx", return_alignment=True))
         assert code == grpc.StatusCode.FAILED_PRECONDITION

@@ -34,7 +34,7 @@ def recordings(tmp_path_factory) -> list[Path]:
 
 
 def transcribed(server, path: Path, options: DecodeOptions) -> list:
-    model = server.server.core.registry.models[MODEL]
+    model = server.engine_core.registry.models[MODEL]
 
     async def segments():
         audio = decode_audio(path.read_bytes(), LIMITS)

@@ -81,7 +81,7 @@ def test_words_on_real_speech_are_openais(server, whisper_tiny_en, recordings):
     server and by openai-whisper's add_word_timestamps on the same window and segments."""
     from testing.openai_whisper_reference import openai_model, words_by_openai
 
-    model = server.server.core.registry.models[MODEL]
+    model = server.engine_core.registry.models[MODEL]
     reference = openai_model(whisper_tiny_en)
     begin = model.whisper.timestamp_begin_id
     compared, windows = 0, 0

@@ -2,7 +2,9 @@
 service/core/transcription/): an object a sequence carries in its parameters, which the token choice hands
 each step's logits of each of the sequence's rows before it chooses. Whisper's rules see a beam search's
 logits before the log-softmax, as openai-whisper applies them; rules with `on_log_probs` (transformers'
-processors: repetition_rules.py) see its log-probabilities after it, as transformers applies them."""
+processors: repetition_rules.py) see its log-probabilities after it, as transformers applies them. In a
+split server the engine runs a copy of the object; what the copy reads comes back into the caller's when
+the sequence ends (split/remote_models.py)."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ class EngineHost:
                 async for event in self._model(name).scheduler.generate(prompt, params, features):
                     outbox.put((call_id, EVENT, event))
                     await outbox.writer.drain()  # a slow API process: the scheduler merges its tokens meanwhile
-                reply = (call_id, END, None)
+                reply = (call_id, END, params.rules)  # what they read (Whisper's no-speech probability) goes back
             else:
                 reply = (call_id, OK, await getattr(self, f"_{kind}")(*args))
         except (asyncio.CancelledError, ConnectionError):

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 
 from ..engine.sequence import Event
 from ..errors import Unavailable
-from .wire import ERROR, EVENT, HEALTH, OK, Outbox, read_frame
+from .wire import END, ERROR, EVENT, HEALTH, OK, Outbox, read_frame
 
 log = logging.getLogger("attnserve.api")
 
@@ -72,8 +72,9 @@ class EngineLink:
         finally:
             self.pending.pop(call_id, None)
 
-    async def stream(self, kind: str, *args) -> AsyncIterator[Event]:
-        """The events of one generation, several merged into one where the caller is behind."""
+    async def stream(self, kind: str, *args, on_end: Callable[[object], None] | None = None) -> AsyncIterator[Event]:
+        """The events of one generation, several merged into one where the caller is behind; on_end(what the
+        engine sent with its end), before the last event is given."""
         if self.closed.is_set():
             raise GONE
         call_id = next(self.ids)
@@ -89,6 +90,8 @@ class EngineLink:
                 stream.events.clear()
                 ended = items[-1][0] != EVENT  # END, or ERROR
                 events = [value for tag, value in items if tag == EVENT]
+                if ended and items[-1][0] == END and on_end is not None:
+                    on_end(items[-1][1])
                 if events:
                     yield merged(events)
                 if ended:

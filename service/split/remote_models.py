@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -45,21 +46,33 @@ class RemoteScheduler:
 
     def generate(self, prompt: list[int], params: GenerationParams, features: np.ndarray | None = None):
         if params.stop or params.beams:  # stop sequences are looked for in the text; a search ranks its texts
-            return self.link.stream("generate", self.name, prompt, params, features)
+            return self._stream(prompt, params, features)
         return self._decoded(prompt, params, features)
+
+    def _stream(self, prompt: list[int], params: GenerationParams, features: np.ndarray | None):
+        """The engine's events; the sequence's logit rules (a copy ran there) given what they read there."""
+        on_end = functools.partial(_read_back, params.rules) if params.rules is not None else None
+        return self.link.stream("generate", self.name, prompt, params, features, on_end=on_end)
 
     async def _decoded(self, prompt: list[int], params: GenerationParams, features: np.ndarray | None):
         """The events of ids alone, with their text: token by token as the engine's stream decoder gives it
         (streamed), or the whole text at once (one event at the end)."""
         ids_only = dataclasses.replace(params, text=False)
         decoder = self.detokenizer.stream_decoder() if params.stream else None
-        async for event in self.link.stream("generate", self.name, prompt, ids_only, features):
+        async for event in self._stream(prompt, ids_only, features):
             if decoder is None:
                 text = self.detokenizer.decode(event.token_ids)
             else:
                 text = "".join([decoder.step(token) for token in event.token_ids])
                 text += decoder.flush() if event.finish_reason is not None else ""
             yield dataclasses.replace(event, text=text)
+
+
+def _read_back(rules, ran) -> None:
+    """The caller's logit rules take the state of their copy that ran in the engine (what they read there,
+    such as Whisper's no-speech probability, which the caller ranks a window's results by)."""
+    if ran is not None:
+        vars(rules).update(vars(ran))
 
 
 class RemoteSideGraph:
