@@ -43,8 +43,8 @@ class LinkedEngine:
         server = Server(self.config, self.models.open)
         port = await server.start()
         server.core.on_readiness_change(self.models.link.tell_readiness)
-        registry = summed(self.metrics.registry, server.metrics.registry)
-        server.metrics_server = MetricsServer(registry, server.config.host, self.config.metrics_port, self.ready)
+        self.registry = summed(self.metrics.registry, server.metrics.registry)
+        server.metrics_server = MetricsServer(self.registry, server.config.host, self.config.metrics_port, self.ready)
         return server, port
 
     def ready(self) -> bool:

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import grpc
+from prometheus_client import CollectorRegistry
 
 from service.core.serving import ServingCore
 from service.grpc_api.pb import inference_pb2_grpc as pb_grpc
@@ -52,6 +53,11 @@ class ServerThread:
     def engine_core(self) -> ServingCore:
         """The core that runs the models: the server's own, or, split, the engine side's."""
         return self.linked.core if self.linked else self.server.core
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """What the metrics port serves: the server's metrics, or, split, both sides' summed."""
+        return self.linked.registry if self.linked else self.server.metrics.registry
 
     def load(self) -> None:
         self.run(self.linked.load(self.server) if self.linked else self.server.load_models())

@@ -112,7 +112,7 @@ def scalar(base: str, expression: str) -> float | None:
 
 def test_prometheus_sees_rates_latencies_and_cache_usage_move(served, prometheus):
     # The session's server has answered other tests' calls: the load's are counted from here.
-    registry = served.server.metrics.registry
+    registry = served.metrics_registry
     embeds_before = (
         registry.get_sample_value("attnserve_requests_total", {"rpc": "Embed", "model": "minilm", "code": "OK"}) or 0
     )
@@ -233,8 +233,8 @@ def test_health_endpoints_follow_the_server(numbers_dir):
         assert http_get(f"{base}/readyz")[0] == 503
         server.load()
         assert http_get(f"{base}/readyz") == (200, "ready\n")
-        server.server.core.admission.draining = True
-        assert http_get(f"{base}/readyz")[0] == 503
+        server.call_and_wait(server.server.core.start_draining)
+        wait_until(lambda: http_get(f"{base}/readyz")[0] == 503, what="not ready while draining")
         assert http_get(f"{base}/nothing")[0] == 404
     finally:
         server.close()

@@ -243,9 +243,9 @@ def test_health_reflection_and_metrics_cover_the_service(served, stub):
     (answer,) = reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
     assert "inference.GRPCInferenceService" in {s.name for s in answer.list_services_response.service}
     sample = {"rpc": "ModelInfer", "model": "minilm", "code": "OK"}
-    before = served.server.metrics.registry.get_sample_value("attnserve_requests_total", sample) or 0
+    before = served.metrics_registry.get_sample_value("attnserve_requests_total", sample) or 0
     stub.ModelInfer(text_request("minilm", [b"counted"], raw=True))
-    assert served.server.metrics.registry.get_sample_value("attnserve_requests_total", sample) == before + 1
+    assert served.metrics_registry.get_sample_value("attnserve_requests_total", sample) == before + 1
 
 
 def test_draining_turns_inference_away_and_readiness_false(minilm_dir):
@@ -282,7 +282,7 @@ def test_perf_analyzer_drives_model_infer(served, tmp_path):
     measurement: any throughput counts as stable (-s 1000)."""
     assert PERF_ANALYZER.exists()
     sample = {"rpc": "ModelInfer", "model": "minilm", "code": "OK"}
-    before = served.server.metrics.registry.get_sample_value("attnserve_requests_total", sample) or 0
+    before = served.metrics_registry.get_sample_value("attnserve_requests_total", sample) or 0
     report = tmp_path / "report.csv"
     command = [
         str(PERF_ANALYZER),
@@ -313,5 +313,5 @@ def test_perf_analyzer_drives_model_infer(served, tmp_path):
     figures = dict(zip(header.split(","), row.split(",")))
     assert figures["Concurrency"] == "2" and float(figures["Inferences/Second"]) > 0
     assert int(figures["p99 latency"]) >= int(figures["p50 latency"]) > 0
-    served_now = served.server.metrics.registry.get_sample_value("attnserve_requests_total", sample)
+    served_now = served.metrics_registry.get_sample_value("attnserve_requests_total", sample)
     assert served_now - before >= 3 * 40  # at least three windows of 40 requests

@@ -166,7 +166,7 @@ def test_bearer_tokens_with_health_exempt(minilm_dir, tmp_path):
                 assert "Bearer" in error.value.details()
         health = health_pb2_grpc.HealthStub(server.channel())
         assert health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
-        counted = server.server.metrics.registry.get_sample_value(
+        counted = server.metrics_registry.get_sample_value(
             "attnserve_requests_total", {"rpc": "Embed", "model": "", "code": "UNAUTHENTICATED"}
         )
         assert counted == 4

@@ -133,7 +133,7 @@ def test_the_raw_message_carries_shapes_and_little_endian_float32(attention_serv
 def test_the_model_thread_runs_the_graph_and_metrics_count_it(attention_server):
     registry = attention_server.engine_core.registry
     before = registry.models["minilm"].attention.calls
-    metrics = attention_server.server.metrics.registry
+    metrics = attention_server.metrics_registry
     labels = {"model": "minilm", "stage": "attention"}
     count = metrics.get_sample_value("attnserve_inference_duration_seconds_count", labels)
     release = attention_server.hold_model_thread()

@@ -46,7 +46,7 @@ def streaming_server(numbers_dir):
 
 
 def sample(streaming_server, name: str, **labels) -> float:
-    return streaming_server.server.metrics.registry.get_sample_value(name, labels) or 0.0
+    return streaming_server.metrics_registry.get_sample_value(name, labels) or 0.0
 
 
 def stalled(streaming_server, rpc: str) -> float:

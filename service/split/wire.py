@@ -8,7 +8,7 @@ import asyncio
 import pickle
 import struct
 
-from ..errors import Internal, ServiceError
+from ..errors import ServiceError
 
 HEADER = struct.Struct("!I")  # a frame's length, in bytes
 # Replies and pushes, by the kind in their second place.
@@ -46,9 +46,14 @@ class Outbox:
             self.writer.write(frame(messages))
 
 
+class EngineFailed(Exception):
+    """What the engine raised that is not a domain error: the API process's call fails as on any unexpected
+    error (logged there, its caller told only "internal error"), as a single process's would."""
+
+
 def portable(error: BaseException) -> BaseException:
     """An error as the other process can raise it: a domain error as itself (its field too), anything
-    else as Internal, whose message names what failed (the engine's log has the rest)."""
+    else as EngineFailed, whose message names what failed (the engine's log has the rest)."""
     if isinstance(error, ServiceError):
         return error
-    return Internal(f"the engine failed: {type(error).__name__}: {error}")
+    return EngineFailed(f"the engine failed: {type(error).__name__}: {error}")
