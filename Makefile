@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MODELS := build/models
 
-.PHONY: run test test-fast test-deps models proto peers pylate whisper-reference perf-analyzer device-kit clean
+.PHONY: run test test-split test-fast test-deps models proto peers pylate whisper-reference perf-analyzer device-kit clean
 
 # Stamps record which extra is installed; they are remade when pyproject.toml changes.
 $(VENV)/.export: pyproject.toml
@@ -39,8 +39,19 @@ test-deps:
 	  { apt-get install -y -qq --no-install-recommends prometheus espeak-ng >/dev/null 2>&1 || \
 	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus espeak-ng; }; }
 
+# Every door's tests again with the server split (--api-processes 2; the servers the tests run in a thread
+# are linked: testing/linked_server.py): 4 minutes. `make test-split` runs the whole suite so (36 minutes).
+SPLIT_TESTS := tests/test_http_openai.py tests/test_service_generate.py tests/test_service_embed.py \
+  tests/test_audio_api.py tests/test_glossaries.py tests/test_documents_api.py tests/test_reliability.py \
+  tests/test_metrics.py tests/test_stalled_streams.py tests/test_tei_api.py tests/test_kserve_rest.py \
+  tests/test_cohere_api.py tests/test_translation_apis.py tests/test_open_inference.py
+
 test: $(VENV)/.dev test-deps perf-analyzer pylate whisper-reference
 	$(BIN)/python -m pytest
+	ATTNSERVE_API_PROCESSES=2 $(BIN)/python -m pytest -q $(SPLIT_TESTS)
+
+test-split: $(VENV)/.dev test-deps perf-analyzer pylate whisper-reference
+	ATTNSERVE_API_PROCESSES=2 $(BIN)/python -m pytest
 
 # For local work: the tests that export no model and start no server (tests/conftest.py marks the others
 # slow). `make test`, and CI, run everything.
