@@ -10,6 +10,8 @@ import os
 import shutil
 import tempfile
 
+from prometheus_client import CollectorRegistry
+
 from service.core.serving import ServingCore
 from service.ops.config import ServerConfig
 from service.ops.metrics import Metrics
@@ -32,6 +34,7 @@ class LinkedEngine:
         self.core = ServingCore(core_settings(dataclasses.replace(config, data_dir="")), self.metrics)
         self.host = EngineHost(self.core, os.path.join(self.workdir, "engine.sock"))
         self.models: EngineModels | None = None
+        self.registry: CollectorRegistry | None = None  # what the metrics port serves, once the API side starts
 
     async def api_server(self) -> tuple[Server, int]:
         """The API side started (its models not loaded yet), serving the engine's metrics port as its own

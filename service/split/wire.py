@@ -1,6 +1,6 @@
 """The engine link's frames: the messages of one turn of the event loop (each a tuple), pickled together
 behind their length, over a local (Unix) socket between processes of one server; errors travel as the
-domain errors they are."""
+domain errors they are, any other as EngineFailed."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ async def read_frame(reader: asyncio.StreamReader) -> list[tuple]:
 
 class Outbox:
     """The messages to one peer, sent as one frame once the loop's turn ends: a decoding step's token
-    events for hundreds of streams cost one pickle and one write, where a frame each cost ~55 us a token
-    (docs/benchmarks.md, "The doors on every core")."""
+    events for hundreds of streams cost one pickle and one write, not one each (docs/benchmarks.md,
+    "The doors on every core")."""
 
     def __init__(self, writer: asyncio.StreamWriter):
         self.writer = writer
