@@ -40,7 +40,7 @@ test-deps:
 	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus espeak-ng; }; }
 
 # Every door's tests again with the server split (--api-processes 2; the servers the tests run in a thread
-# are linked: testing/linked_server.py): 4 minutes. `make test-split` runs the whole suite so (36 minutes).
+# are linked: testing/linked_server.py): 3 minutes. `make test-split` runs the whole suite so (36 minutes).
 SPLIT_TESTS := tests/test_http_openai.py tests/test_service_generate.py tests/test_service_embed.py \
   tests/test_audio_api.py tests/test_glossaries.py tests/test_documents_api.py tests/test_reliability.py \
   tests/test_metrics.py tests/test_stalled_streams.py tests/test_tei_api.py tests/test_kserve_rest.py \
