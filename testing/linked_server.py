@@ -12,15 +12,14 @@ import tempfile
 
 from prometheus_client import CollectorRegistry
 
-from service.core.serving import ServingCore
 from service.ops.config import ServerConfig
 from service.ops.metrics import Metrics
 from service.ops.metrics_http import MetricsServer
 from service.ops.metrics_processes import summed
-from service.server import Server, core_settings
+from service.server import Server
 from service.split.api_process import EngineModels
 from service.split.engine_host import EngineHost
-from service.split.engine_process import shared_data
+from service.split.engine_process import engine_core, shared_data
 
 
 class LinkedEngine:
@@ -31,7 +30,7 @@ class LinkedEngine:
         data_dir, self.documents = shared_data(config, self.workdir)  # the jobs a stop cut off queued again
         self.config = dataclasses.replace(config, data_dir=str(data_dir))
         self.metrics = Metrics()
-        self.core = ServingCore(core_settings(dataclasses.replace(config, data_dir="")), self.metrics)
+        self.core = engine_core(config, self.metrics)
         self.host = EngineHost(self.core, os.path.join(self.workdir, "engine.sock"))
         self.models: EngineModels | None = None
         self.registry: CollectorRegistry | None = None  # what the metrics port serves, once the API side starts

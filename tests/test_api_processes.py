@@ -33,11 +33,6 @@ REFERENCE = [0.00677752, 0.05905368, 0.04631271, 0.06658518, 0.05197431]
 ACCESS = re.compile(r"\[(api-\d)\] attnserve\.access")
 
 
-def children(pid: int) -> list[int]:
-    """The processes the server started: its API processes."""
-    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
 def command_line(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
@@ -94,7 +89,7 @@ def split(minilm_dir, numbers_dir, multilingual_numbers_dir):
 
 
 def test_two_api_processes_share_the_ports_and_both_answer(split):
-    api = children(split.pid)
+    api = split.children()
     assert len(api) == 2 and all("service.split.api_process" in command_line(pid) for pid in api)
     for _ in range(24):
         assert np.allclose(embed_on_new_connection("localhost:50051", SENTENCE)[:5], REFERENCE, atol=1e-5)
@@ -170,22 +165,22 @@ def test_a_glossary_and_a_document_job_made_through_one_process_are_served_by_bo
 
 
 def test_a_dead_api_process_is_replaced_while_the_other_serves(split):
-    first, second = children(split.pid)
+    first, second = split.children()
     os.kill(first, signal.SIGKILL)
     # Once it is gone (connections it had not taken yet are reset, and a gRPC client retries them), the other
     # serves every new connection, and its replacement takes none before it can serve it.
-    wait_until(lambda: first not in children(split.pid), what="the killed process reaped")
+    wait_until(lambda: first not in split.children(), what="the killed process reaped")
     for _ in range(6):
         assert np.allclose(embed_on_new_connection("127.0.0.1:50051", SENTENCE)[:5], REFERENCE, atol=1e-5)
-    replaced = wait_until(lambda: len(children(split.pid)) == 2 and first not in children(split.pid))
-    assert replaced and second in children(split.pid)
+    replaced = wait_until(lambda: len(split.children()) == 2 and first not in split.children())
+    assert replaced and second in split.children()
     wait_until(split.ready, what="the replacement serves")
     assert np.allclose(embed_on_new_connection("127.0.0.1:50051", SENTENCE)[:5], REFERENCE, atol=1e-5)
 
 
 def test_sigterm_lets_a_running_stream_finish_then_every_process_exits(numbers_dir):
     server = ServerProcess("--api-processes", "2", "--http-port", "-1", models=(str(numbers_dir),))
-    api = children(server.pid)
+    api = server.children()
     params = dict(max_new_tokens=60, ignore_eos=True)
     with Client(server.target) as client:
         whole = client.generate("1 2 3", model="numbers", **params)
@@ -208,9 +203,9 @@ def test_the_document_job_of_a_dead_api_process_is_translated_by_its_replacement
         store = DocumentStore(tmp_path)
         owner = store.get(handle["document_id"]).owner
         store.close()
-        assert owner in children(server.pid)
+        assert owner in server.children()
         os.kill(owner, signal.SIGKILL)
-        wait_until(lambda: len(children(server.pid)) == 2 and owner not in children(server.pid), what="a replacement")
+        wait_until(lambda: len(server.children()) == 2 and owner not in server.children(), what="a replacement")
         wait_until(lambda: job_status(server.http_port, handle) == "done", what="the job translated again")
         result = document_call(server.http_port, handle, result=True)
         french = deepl_on_new_connection(server.http_port).translate_text(

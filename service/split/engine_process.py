@@ -53,6 +53,12 @@ def shared_data(config: ServerConfig, workdir: str) -> tuple[Path, DocumentStore
     return data_dir, documents
 
 
+def engine_core(config: ServerConfig, metrics: Metrics) -> ServingCore:
+    """The engine process's core: the models and their loops; the glossaries and document jobs are the API
+    processes' (shared_data)."""
+    return ServingCore(core_settings(dataclasses.replace(config, data_dir="")), metrics)
+
+
 def door_addresses(doors: ServerConfig) -> str:
     """The ports the API processes share, as the single process's start line names them."""
     dual = " (IPv4 and IPv6)" if doors.host == "[::]" else ""
@@ -72,7 +78,7 @@ async def serve_split(config: ServerConfig) -> int:
     data_dir, documents = shared_data(config, workdir)
     doors = dataclasses.replace(doors, data_dir=str(data_dir))
     metrics = Metrics()
-    core = ServingCore(core_settings(dataclasses.replace(config, data_dir="")), metrics)  # its doors are theirs
+    core = engine_core(config, metrics)
     host = EngineHost(core, os.path.join(workdir, "engine.sock"))
     await host.start()
     core.on_readiness_change(lambda ready: host.health_changed())
