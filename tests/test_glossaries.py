@@ -5,6 +5,8 @@ missed it), on the bundled multilingual numbers model."""
 
 from __future__ import annotations
 
+import threading
+
 import deepl
 import grpc
 import pytest
@@ -53,6 +55,39 @@ def test_the_store_outlives_a_restart(tmp_path):
     with pytest.raises(NotFound, match="glossary_id: no glossary"):
         GlossaryStore(tmp_path / "data").get(made.glossary_id)
     assert GlossaryStore(None).durable is False
+
+
+def test_merges_from_two_processes_stores_at_once_all_land(tmp_path):
+    """What two API processes do with one glossary (each its own store on the shared data directory): every
+    PATCH's terms are kept, none lost to the other's write of what it had read."""
+    made = GlossaryStore(tmp_path).create("g", (Dictionary("en", "zxx", (Term("start", "0"),)),))
+    stores, rounds = [GlossaryStore(tmp_path) for _ in range(2)], 200
+    start = threading.Barrier(2)
+
+    def merge(store: GlossaryStore, name: str) -> None:
+        start.wait()
+        for i in range(rounds):
+            store.update(made.glossary_id, None, (Dictionary("en", "zxx", (Term(f"{name}{i}", str(i)),)),))
+
+    threads = [threading.Thread(target=merge, args=(store, name)) for store, name in zip(stores, "ab")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    kept = {term.source for term in GlossaryStore(tmp_path).get(made.glossary_id).only.entries}
+    assert kept == {"start"} | {f"{name}{i}" for name in "ab" for i in range(rounds)}
+
+
+def test_a_glossary_another_process_deleted_takes_no_merge(tmp_path):
+    first, second = GlossaryStore(tmp_path), GlossaryStore(tmp_path)
+    made = first.create("g", (Dictionary("en", "zxx", (Term("a", "b"),)),))
+    second.delete(made.glossary_id)
+    for change in (
+        lambda: first.update(made.glossary_id, "new", (Dictionary("en", "zxx", (Term("c", "d"),)),)),
+        lambda: first.replace(made.glossary_id, Dictionary("en", "zxx", (Term("c", "d"),))),
+    ):
+        with pytest.raises(NotFound, match="glossary_id: no glossary"):
+            change()
 
 
 @pytest.fixture(scope="module")

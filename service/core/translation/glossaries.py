@@ -172,12 +172,15 @@ class GlossaryStore:
 
     def get(self, glossary_id: str, field: str = "glossary_id") -> Glossary:
         with self._lock:
-            row = self._db.execute("select * from glossary where id = ?", (glossary_id,)).fetchone()
-            rows = self._db.execute(
-                "select source_lang, target_lang, entries from dictionary where glossary_id = ? "
-                "order by source_lang, target_lang",
-                (glossary_id,),
-            ).fetchall()
+            return self._read(glossary_id, field)
+
+    def _read(self, glossary_id: str, field: str = "glossary_id") -> Glossary:
+        row = self._db.execute("select * from glossary where id = ?", (glossary_id,)).fetchone()
+        rows = self._db.execute(
+            "select source_lang, target_lang, entries from dictionary where glossary_id = ? "
+            "order by source_lang, target_lang",
+            (glossary_id,),
+        ).fetchall()
         if row is None:
             raise NotFound(f"{field}: no glossary {glossary_id!r} on this server", field)
         dictionaries = tuple(
@@ -218,9 +221,9 @@ class GlossaryStore:
         pairs = [(d.source_lang, d.target_lang) for d in dictionaries]
         if len(set(pairs)) != len(pairs):
             raise invalid("dictionaries", "a language pair listed twice")
-        glossary = self.get(glossary_id)
-        have = {(d.source_lang, d.target_lang): d for d in glossary.dictionaries}
         with self._lock, self._db:
+            self._db.execute("begin immediate")  # read and write as one: another process's merge waits
+            have = {(d.source_lang, d.target_lang): d for d in self._read(glossary_id).dictionaries}
             if name is not None:
                 self._db.execute("update glossary set name = ? where id = ?", (name, glossary_id))
             for d in dictionaries:
@@ -232,8 +235,9 @@ class GlossaryStore:
 
     def replace(self, glossary_id: str, dictionary: Dictionary) -> Dictionary:
         """DeepL's PUT of a dictionary: its pair's entries replaced (the pair added where not there)."""
-        self.get(glossary_id)
         with self._lock, self._db:
+            self._db.execute("begin immediate")  # not deleted between the look and the write
+            self._read(glossary_id)
             self._put(glossary_id, dictionary)
         return dictionary
 
