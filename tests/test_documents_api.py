@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import sqlite3
+import time
 
 import deepl
 import docx
@@ -18,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from service.core.translation.document_jobs import DocumentJobs
 from service.core.translation.document_store import DONE, QUEUED, TRANSLATING, DocumentStore, new_job
 from service.core.translation.files.formats import FORMATS
 from testing.server_thread import ServerThread
@@ -331,7 +333,27 @@ def test_processes_sharing_a_store_claim_each_job_once_and_requeue_a_dead_ones(t
     assert first.requeue_interrupted() == 0 and first.get(jobs[2].document_id).status == QUEUED
 
 
-def test_a_store_of_an_earlier_release_gains_its_owner_column(tmp_path):
+def test_a_jobs_progress_is_kept_in_the_store_so_either_process_tells_the_time_left(tmp_path):
+    """The process translating a job writes its progress; a status call that lands on another process
+    reads it from the store (a job not yet begun, or queued again, has no estimate)."""
+    running, other = DocumentStore(tmp_path), DocumentStore(tmp_path)
+    order = dict(filename="n.txt", format="txt", target_language="fr", source_language="zxx", glossary_id=None)
+    job = running.add(new_job(characters=1000, **order), b"12")
+    assert running.claim(job.document_id)
+    assert DocumentJobs.seconds_remaining(other.get(job.document_id)) is None  # nothing translated yet
+    with running._lock, running._db:  # claimed 1,000 s ago
+        running._db.execute("update jobs set started = ? where document_id = ?", (time.time() - 1000, job.document_id))
+    running.advance(job.document_id, 200)
+    running.advance(job.document_id, 50)
+    seen = other.get(job.document_id)
+    assert seen.characters_done == 250
+    assert 3000 <= DocumentJobs.seconds_remaining(seen) <= 3100  # 750 left at 0.25 a second (slower as time goes)
+    assert running.requeue_interrupted() == 1
+    again = other.get(job.document_id)
+    assert (again.started, again.characters_done, DocumentJobs.seconds_remaining(again)) == (None, 0, None)
+
+
+def test_a_store_of_an_earlier_release_gains_the_columns_added_since(tmp_path):
     with sqlite3.connect(tmp_path / "documents.sqlite3") as db:
         db.execute(
             "create table jobs (document_id text primary key, document_key text not null, status text not null, "
@@ -341,3 +363,5 @@ def test_a_store_of_an_earlier_release_gains_its_owner_column(tmp_path):
         db.execute("insert into jobs values ('A', 'K', 'translating', 'n.txt', 'txt', 'fr', 'zxx', null, 2, null, 0)")
     store = DocumentStore(tmp_path)
     assert store.get("A").owner is None and store.requeue_interrupted() == 1 and store.claim("A")
+    store.advance("A", 2)
+    assert store.get("A").characters_done == 2 and store.get("A").started > 0

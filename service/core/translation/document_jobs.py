@@ -57,12 +57,6 @@ class DocumentLimits:
     chunk_characters: int  # characters of one translation call (translation_max_characters)
 
 
-@dataclass(frozen=True)
-class JobProgress:
-    started: float
-    characters_done: int
-
-
 # What a job calls: a translation (through the core, as one recorded call), the language a sample of text
 # is in (None: unknown), and a glossary's terms for a pair (refused where it does not serve the pair).
 Translate = Callable[[TranslateRequest, str], Awaitable[list]]
@@ -76,7 +70,6 @@ class DocumentJobs:
         process of a split server, whose engine process did that before it started them."""
         self.store, self.limits = DocumentStore(data_dir), limits
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._progress: dict[str, JobProgress] = {}
         self._finished: dict[str, asyncio.Event] = {}  # jobs run here that someone waits for, until they end
         self._reading = asyncio.Semaphore(READS_AT_ONCE)
         if resume:
@@ -113,13 +106,14 @@ class DocumentJobs:
         self._queue.put_nowait(job.document_id)
         return job
 
-    def seconds_remaining(self, job: Job) -> int | None:
-        """While a job is translated: its characters left at the pace of those done so far."""
-        progress = self._progress.get(job.document_id)
-        if job.status != TRANSLATING or progress is None or not progress.characters_done:
+    @staticmethod
+    def seconds_remaining(job: Job) -> int | None:
+        """While a job is translated: its characters left at the pace of those done so far (kept in the
+        store by the process translating it, whichever process asks)."""
+        if job.status != TRANSLATING or job.started is None or not job.characters_done:
             return None
-        pace = progress.characters_done / max(time.monotonic() - progress.started, 1e-3)
-        return round((job.characters - progress.characters_done) / pace)
+        pace = job.characters_done / max(time.time() - job.started, 1e-3)
+        return round((job.characters - job.characters_done) / pace)
 
     async def take_result(self, document_id: str, document_key: str) -> tuple[Job, bytes]:
         """A finished job's translated document, once: the job is marked downloaded before its file is
@@ -165,7 +159,6 @@ class DocumentJobs:
             self.store.upload(document_id).unlink(missing_ok=True)
         except Exception:  # the worker goes on with the next job whatever the store says
             log.exception("document %s: could not record its end (%s)", document_id, status)
-        self._progress.pop(document_id, None)
         if document_id in self._finished:
             self._finished.pop(document_id).set()
 
@@ -182,7 +175,6 @@ class DocumentJobs:
         return job
 
     async def _translate(self, job: Job, translate: Translate, detect: Detect, glossary_terms: GlossaryTerms):
-        self._progress[job.document_id] = JobProgress(time.monotonic(), 0)
         data = await asyncio.to_thread(self.store.upload(job.document_id).read_bytes)
         document = await asyncio.to_thread(read_document, job.format, data)
         source = job.source_language
@@ -211,9 +203,8 @@ class DocumentJobs:
                 texts = await self._translate_chunk(job, [document.pieces[i] for i in indices], request, translate)
             for i, text in zip(indices, texts):
                 translations[i] = text
-            done = self._progress[job.document_id]
             characters = sum(document.pieces[i].characters for i in indices)
-            self._progress[job.document_id] = replace(done, characters_done=done.characters_done + characters)
+            await asyncio.to_thread(self.store.advance, job.document_id, characters)
 
         tasks = [asyncio.ensure_future(chunk(indices)) for indices in chunks]
         try:

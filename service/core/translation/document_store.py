@@ -1,7 +1,8 @@
 """Document jobs kept: each job's row in SQLite (the standard library's) and its uploaded and translated
 files, named by the job's id alone, under the data directory's documents/ (so that a job outlives a
 restart); in a temporary directory, removed at exit, where the server has no data directory. The API
-processes of a split server share one directory: a job is claimed by the process that translates it."""
+processes of a split server share one directory: a job is claimed by the process that translates it, which
+keeps its progress there for any of them to answer a status call with."""
 
 from __future__ import annotations
 
@@ -25,9 +26,12 @@ _SCHEMA = """
 create table if not exists jobs (
     document_id text primary key, document_key text not null, status text not null, filename text not null,
     format text not null, target_language text not null, source_language text, glossary_id text,
-    characters integer not null, error text, created real not null, owner integer
+    characters integer not null, error text, created real not null, owner integer, started real,
+    characters_done integer not null default 0
 )
 """
+# Columns later releases added, each with its type: a store of an earlier release gains them.
+_ADDED = {"owner": "integer", "started": "real", "characters_done": "integer not null default 0"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class Job:
     error: str | None
     created: float  # seconds since the epoch
     owner: int | None = None  # while translating: the process (its id) that claimed it
+    started: float | None = None  # while translating: when it was claimed (seconds since the epoch)
+    characters_done: int = 0  # while translating: of its characters, those translated
 
 
 class DocumentStore:
@@ -59,8 +65,9 @@ class DocumentStore:
         with self._lock, self._db:
             self._db.execute(_SCHEMA)
             columns = [row[1] for row in self._db.execute("pragma table_info(jobs)")]
-            if "owner" not in columns:  # a store of a release before the split server
-                self._db.execute("alter table jobs add column owner integer")
+            for name, kind in _ADDED.items():
+                if name not in columns:
+                    self._db.execute(f"alter table jobs add column {name} {kind}")
 
     def add(self, job: Job, data: bytes) -> Job:
         self.upload(job.document_id).write_bytes(data)
@@ -99,10 +106,18 @@ class DocumentStore:
         """The job marked translating by this process, if it is still queued (no other process took it)."""
         with self._lock, self._db:
             taken = self._db.execute(
-                "update jobs set status = ?, owner = ? where document_id = ? and status = ?",
-                (TRANSLATING, os.getpid(), document_id, QUEUED),
+                "update jobs set status = ?, owner = ?, started = ?, characters_done = 0 "
+                "where document_id = ? and status = ?",
+                (TRANSLATING, os.getpid(), time.time(), document_id, QUEUED),
             )
         return taken.rowcount == 1
+
+    def advance(self, document_id: str, characters: int) -> None:
+        """`characters` more of a translating job's text translated."""
+        with self._lock, self._db:
+            self._db.execute(
+                "update jobs set characters_done = characters_done + ? where document_id = ?", (characters, document_id)
+            )
 
     def requeue_interrupted(self, owner: int | None = None) -> int:
         """Jobs left translating queued again: all of them (the server stopped), or those of a process
@@ -111,7 +126,10 @@ class DocumentStore:
             ("status = ?", (TRANSLATING,)) if owner is None else ("status = ? and owner = ?", (TRANSLATING, owner))
         )
         with self._lock, self._db:
-            moved = self._db.execute(f"update jobs set status = ?, owner = null where {where}", (QUEUED, *values))
+            moved = self._db.execute(
+                f"update jobs set status = ?, owner = null, started = null, characters_done = 0 where {where}",
+                (QUEUED, *values),
+            )
         return moved.rowcount
 
     def queued(self) -> list[str]:
