@@ -92,7 +92,11 @@ class ServerProcess:
     def cpu_seconds(self) -> float:
         """CPU time of the whole server (user + system, every thread), its API processes' included when it
         runs them (--api-processes)."""
-        return sum(_cpu_seconds(Path(f"/proc/{pid}/stat")) for pid in [self.pid, *self.children()])
+        return _cpu_seconds(Path(f"/proc/{self.pid}/stat")) + self.children_cpu_seconds()
+
+    def children_cpu_seconds(self) -> float:
+        """CPU time of its child processes (a split server's API processes), summed."""
+        return sum(_cpu_seconds(Path(f"/proc/{pid}/stat")) for pid in self.children())
 
     def children(self) -> list[int]:
         """The pids of the server's child processes (a split server's API processes)."""

@@ -1,6 +1,6 @@
 """A server split across processes (--api-processes 2), started as users start it: two API processes share
 the default ports and both answer, the engine process runs the models for both, the metrics port sums
-their counts, a client that leaves frees its rows in the engine, glossaries and document jobs are shared
+their counts and reports each one's CPU and memory, a client that leaves frees its rows in the engine, glossaries and document jobs are shared
 by both, a dead API process is replaced (its document jobs translated by its replacement), and SIGTERM
 drains them all."""
 
@@ -142,6 +142,20 @@ def test_the_metrics_port_sums_both_processes(split):
     checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     problems = [line for line in checked.stdout.splitlines() + checked.stderr.splitlines() if "vllm:" not in line]
     assert not problems, problems  # promtool asks only that vLLM's names (the picker reads them) lose their ':'
+
+
+def test_the_metrics_port_reports_each_api_processs_cpu_and_memory(split):
+    for _ in range(10):
+        embed_on_new_connection("127.0.0.1:50051", "a short text")
+    wait_until(lambda: len(split.children()) == 2, what="both API processes running")
+    before = split.children_cpu_seconds()  # read from /proc here, as the engine reads it
+    text = urllib.request.urlopen("http://127.0.0.1:9464/metrics", timeout=5).read().decode()
+    after = split.children_cpu_seconds()
+    cpu = dict(re.findall(r'^attnserve_api_process_cpu_seconds_total\{process="(\d)"\} (\S+)$', text, re.M))
+    memory = dict(re.findall(r'^attnserve_api_process_resident_memory_bytes\{process="(\d)"\} (\S+)$', text, re.M))
+    assert set(cpu) == set(memory) == {"1", "2"}
+    assert 0 < before - 1e-6 <= sum(float(v) for v in cpu.values()) <= after + 1e-6
+    assert all(50e6 < float(v) < 4e9 for v in memory.values())  # an API process holds the doors and tokenizers
 
 
 def test_a_glossary_and_a_document_job_made_through_one_process_are_served_by_both(split):

@@ -1,10 +1,14 @@
 """The metrics of a server split across processes (--api-processes N), exposed as one: the engine process's
 own registry and the API processes' series, which prometheus-client's multiprocess mode writes to files in
-a shared directory, summed where both have a series."""
+a shared directory, summed where both have a series; and each API process's CPU time and memory."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.samples import Sample
 
@@ -58,3 +62,33 @@ def summed(*sources) -> CollectorRegistry:
 def process_gone(pid: int, directory: str) -> None:
     """An API process has exited: its live gauges (calls running) leave the sums."""
     mark_process_dead(pid, directory)
+
+
+class ApiProcessUsage:
+    """Each API process's CPU time and resident memory, read from /proc when scraped (the process_* series are
+    the engine process's own, as prometheus-client's ProcessCollector gives them): for sizing --api-processes.
+    A process started again counts from 0 under its number, as a restarted server's counters do."""
+
+    def __init__(self, processes: Callable[[], list[tuple[int, int]]], proc: str = "/proc"):
+        """processes: the running API processes, (number from 1, pid) each."""
+        self.processes, self.proc = processes, proc
+        self.ticks = os.sysconf("SC_CLK_TCK")
+        self.page = os.sysconf("SC_PAGE_SIZE")
+
+    def collect(self):
+        cpu = CounterMetricFamily(
+            "attnserve_api_process_cpu_seconds", "CPU time (user and system) of an API process.", labels=["process"]
+        )
+        memory = GaugeMetricFamily(
+            "attnserve_api_process_resident_memory_bytes", "Resident memory of an API process.", labels=["process"]
+        )
+        for number, pid in self.processes():
+            try:
+                with open(f"{self.proc}/{pid}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()  # after the command's name, which may hold spaces
+            except OSError:  # gone between the list and the read: its watcher is starting another
+                continue
+            cpu.add_metric([str(number)], (int(fields[11]) + int(fields[12])) / self.ticks)  # utime, stime
+            memory.add_metric([str(number)], int(fields[21]) * self.page)  # rss, in pages
+        yield cpu
+        yield memory

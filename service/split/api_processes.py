@@ -74,6 +74,10 @@ class ApiProcesses:
             log.error("API process %d (pid %d) exited with status %d: starting another", index, process.pid, status)
             self.processes[index] = await self._spawn(index)
 
+    def running(self) -> list[tuple[int, int]]:
+        """(number from 1, pid) of each API process running now: what the metrics port reports their usage by."""
+        return [(index + 1, p.pid) for index, p in enumerate(self.processes) if p.returncode is None]
+
     async def drain(self, seconds: float) -> None:
         """SIGTERM to each: it drains its calls (for up to `seconds`) and exits; one still running after
         that and a margin is killed."""

@@ -22,7 +22,7 @@ from ..ops.listen import listening_host, listening_sockets
 from ..ops.logs import configure as configure_logs
 from ..ops.metrics import Metrics
 from ..ops.metrics_http import MetricsServer
-from ..ops.metrics_processes import summed_registry
+from ..ops.metrics_processes import ApiProcessUsage, summed_registry
 from ..server import core_settings
 from .api_processes import ApiProcesses
 from .engine_host import EngineHost
@@ -90,6 +90,7 @@ async def serve_split(config: ServerConfig) -> int:
     metrics_server = MetricsServer(registry, config.host, config.metrics_port, ready)
     stop = asyncio.Event()
     fleet = ApiProcesses(doors, host, metrics_dir, stop, documents)
+    registry.register(ApiProcessUsage(fleet.running))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
