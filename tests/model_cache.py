@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Callable
 from importlib.metadata import version
@@ -60,7 +61,8 @@ def built(name: str, build: Callable[[Path], object], extra_sources: tuple[str, 
     if _intact(target):
         return target
     for old in CACHE.glob(f"{name}-*"):
-        shutil.rmtree(old, ignore_errors=True)
+        if re.fullmatch(f"{re.escape(name)}-[0-9a-f]{{16}}", old.name):  # not another model's: numbers-t5-...
+            shutil.rmtree(old, ignore_errors=True)
     # Built in place (a model directory may name its own path), the stamp last: a build that stopped
     # half-way has none, and is built again.
     target.mkdir(parents=True)

@@ -57,3 +57,15 @@ def test_other_sources_make_another_key(cache, monkeypatch):
     second = model_cache.built("m", build)
     model_cache.sources_hash.cache_clear()
     assert second != first and not first.exists() and len(builds) == 2
+
+
+def test_a_new_build_removes_its_own_older_builds_only(cache):
+    """numbers' new key leaves numbers-t5's build alone (their names share a prefix) and removes numbers'
+    build of an older key."""
+    build, builds = cache
+    other = model_cache.built("numbers-t5", build)
+    older = model_cache.CACHE / "numbers-0123456789abcdef"
+    older.mkdir()
+    model_cache.built("numbers", build)
+    assert other.is_dir() and model_cache.built("numbers-t5", build) == other and len(builds) == 2
+    assert not older.exists()
