@@ -4,8 +4,8 @@ the ports, the models in one engine process behind a Unix socket).
 
 Each round starts a fresh server of each setting in turn, the settings' order turned round each round;
 the callers run in a process of their own (host_bench's --caller mode). Throughput, and the server's CPU
-per call or token summed over all its processes, medians of --rounds, with each setting's ratio to the
-first's.
+per call or token summed over all its processes and the engine process's alone (the one that cannot be
+multiplied), medians of --rounds, with each setting's ratio to the first's.
 
     .venv/bin/python -m benchmarks.api_processes_bench [--rounds 3] [--processes 1,2] [--cases ...]
 """
@@ -26,6 +26,15 @@ from .machine import describe, print_machine
 
 CASES = ("embed-1", "grpc-stream", "openai-stream")
 STREAMS = 256
+SHOWN = (  # the figures in the table
+    "calls/s",
+    "tokens/s",
+    "CPU us/call",
+    "CPU us/token",
+    "engine CPU us/call",
+    "engine CPU us/token",
+    "tokens/message",
+)
 
 
 def main() -> None:
@@ -48,7 +57,10 @@ def main() -> None:
                 assert server.api_processes == n, f"asked for {n} API processes, the server runs {server.api_processes}"
                 run_case(server, "grpc-unary", 32)  # warm: first calls allocate
                 for case, concurrent in cases if round_ % 2 == 0 else cases[::-1]:
-                    result = figures(case, run_case(server, case, concurrent))
+                    run = run_case(server, case, concurrent)
+                    result = figures(case, run)
+                    each = "token" if "tokens/s" in result else "call"
+                    result[f"engine CPU us/{each}"] = run["engine_cpu"] / run[f"{each}s"] * 1e6
                     runs[n].setdefault(f"{case} x{concurrent}", []).append(result)
             finally:
                 server.stop()
@@ -64,12 +76,12 @@ def main() -> None:
             cells = [
                 f"{v:,.1f} {k}" + (f" ({v / baseline[name][k]:.2f}x)" if n != settings[0] else "")
                 for k, v in values.items()
-                if k in ("calls/s", "tokens/s", "CPU us/call", "CPU us/token", "tokens/message")
+                if k in SHOWN
             ]
-            rows.append([f"{n} API process{'es' if n > 1 else ''}", name, *cells, *[""] * (3 - len(cells))])
+            rows.append([f"{n} API process{'es' if n > 1 else ''}", name, *cells, *[""] * (4 - len(cells))])
     print_table(
         f"--api-processes {args.processes}, medians of {args.rounds} rounds; (x): against {settings[0]}",
-        ["setting", "case", "throughput", "server CPU (all processes)", "tokens a message"],
+        ["setting", "case", "throughput", "server CPU (all processes)", "the engine process's", "tokens a message"],
         rows,
     )
     write_results("api_processes_bench", {"machine": machine, "medians": medians, "runs": runs, "rows": rows})

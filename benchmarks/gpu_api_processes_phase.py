@@ -1,7 +1,8 @@
 """The GPU check's api-processes phase: the doors in sizes.api_processes processes (8 on the device) against
-one, on the same device and models in one run: small Embed calls (one sentence a call) and the Marian
-model's streams at the moonshot's count, with the server's CPU summed over its processes, and the split
-server's vectors against the CPU references."""
+one, on the same device in one run: small Embed calls (one sentence a call) and the Marian model's streams
+at the moonshot's count, with the server's CPU summed over its processes, and the split server's vectors
+against the CPU references. One process is the check's own server (it runs one), whose streams the
+moonshot phase has just measured: only the split server is started."""
 
 from __future__ import annotations
 
@@ -13,26 +14,32 @@ import numpy as np
 
 from service.grpc_api.client import Client
 
-from .gpu_phases import Utilization, run_json
+from .gpu_phases import Utilization, marian_streams
 
 
 def api_processes(ctx) -> dict:
-    sizes = ctx.sizes
+    sizes, one = ctx.sizes, ctx.server
+    moonshot = ctx.results["phases"].get("moonshot", {})
+    out = {
+        "1": {
+            "embed": small_embeds(one, sizes),
+            # The moonshot's streams where it has run: the same load on a server of the same settings.
+            "streams": moonshot["marian"] if moonshot.get("ok") else marian_streams(one, sizes),
+        }
+    }
+    n = sizes.api_processes
     models = [ctx.kit / "models" / name for name in ("minilm", "marian")]
-    out: dict = {}
-    for n in (1, sizes.api_processes):
-        server = ctx.start_server(models, ctx.out / f"server-api-processes-{n}.log", "--api-processes", str(n))
-        try:
-            if server.api_processes != n:
-                raise RuntimeError(f"asked for {n} API processes, the server runs {server.api_processes}")
-            out[str(n)] = {"embed": small_embeds(server, sizes), "streams": streams(server, sizes)}
-            if n > 1:
-                out["min_cosine_split"] = min_cosine(server, ctx.references["minilm"])
-        finally:
-            server.stop()
-    one, many = out["1"], out[str(sizes.api_processes)]
-    out["embed_calls_vs_1"] = many["embed"]["calls_per_second"] / one["embed"]["calls_per_second"]
-    out["stream_tokens_vs_1"] = many["streams"]["tokens_per_second"] / one["streams"]["tokens_per_second"]
+    server = ctx.start_server(models, ctx.out / f"server-api-processes-{n}.log", "--api-processes", str(n))
+    try:
+        if server.api_processes != n:
+            raise RuntimeError(f"asked for {n} API processes, the server runs {server.api_processes}")
+        out[str(n)] = {"embed": small_embeds(server, sizes), "streams": marian_streams(server, sizes)}
+        out["min_cosine_split"] = min_cosine(server, ctx.references["minilm"])
+    finally:
+        server.stop()
+    many = out[str(n)]
+    out["embed_calls_vs_1"] = many["embed"]["calls_per_second"] / out["1"]["embed"]["calls_per_second"]
+    out["stream_tokens_vs_1"] = many["streams"]["tokens_per_second"] / out["1"]["streams"]["tokens_per_second"]
     return out
 
 
@@ -52,21 +59,6 @@ def small_embeds(server, sizes) -> dict:
     return {
         "calls_per_second": calls / wall,
         "server_cpu_ms_per_call": (server.cpu_seconds() - cpu) / calls * 1e3,
-        **busy.figures(),
-    }
-
-
-def streams(server, sizes) -> dict:
-    """The Marian model's moonshot_streams streams at once: tokens/s, inter-token latency, the server's CPU."""
-    cpu = server.cpu_seconds()
-    with Utilization() as busy:
-        command = ["-m", "benchmarks.stream_clients", "--target", server.target, "--model", "marian"]
-        result = run_json(*command, "--streams", str(sizes.moonshot_streams), "--new-tokens", str(sizes.new_tokens))
-    return {
-        "tokens_per_second": result["tokens"] / result["wall"],
-        "server_cpu_ms_per_token": (server.cpu_seconds() - cpu) / result["tokens"] * 1e3,
-        "itl_p50": float(np.median(result["itl"] or [0])),
-        "itl_p99": float(np.percentile(result["itl"] or [0], 99)),
         **busy.figures(),
     }
 

@@ -26,7 +26,8 @@ PHASES = {  # phase -> seconds it is estimated to take on the device, in order o
     "memory": 1,
     "t5": 90,  # not yet run on a device: guessed from generation's
     "moonshot": 25,  # 35 with 32,768 sentences
-    "api-processes": 45,  # not yet run on a device: two servers, each a moonshot's streams and 4,096 calls
+    "api-processes": 30,  # not yet run on a device: 4,096 calls to the check's server, then a split server's
+    # start, its 4,096 calls and a moonshot's streams (the check's server's streams are the moonshot's)
     "cuda-graphs": 80,
     "speech": 110,  # one file, the long file cut at its silences (35 s), the calls within their 60 s budget
 }

@@ -64,8 +64,8 @@ class Sizes:
         return asdict(self)
 
 
-# The lease's plan (gpu_plan.py) ends by its 11th minute with 1,000 numbers each way (2,000/2,000 were exact
-# on the first lease) and 4,096 sentences (the rate was steady long before 8,192).
+# The lease's plan (gpu_plan.py) counts 1,000 numbers each way (2,000/2,000 were exact on the first lease) and
+# 4,096 sentences (the rate was steady long before 8,192).
 FULL = Sizes(1000, 100, 64, 4096, 64, 16, 256, 64, 64, 256, MARIAN_BASE, t5=T5_SMALL_FLAN)
 SMALL = Sizes(
     25,

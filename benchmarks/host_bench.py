@@ -186,11 +186,12 @@ def run_case(server: ServerProcess, case: str, concurrent: int) -> dict:
     """One case against the server: its callers' wall time, and the server's CPU, model run time, tokens
     and calls over it."""
 
-    def totals() -> tuple[float, float, float]:
+    def totals() -> tuple[float, float, float, float]:
         return (
             server.cpu_seconds(),
             server.metric("attnserve_inference_duration_seconds_sum"),
             server.metric("attnserve_generated_tokens_total"),
+            server.children_cpu_seconds(),
         )
 
     before = totals()
@@ -212,10 +213,11 @@ def run_case(server: ServerProcess, case: str, concurrent: int) -> dict:
         raise RuntimeError(f"{case} x{concurrent}: {out.stderr[-2000:]}")
     callers = json.loads(out.stdout.strip().splitlines()[-1])
     after = totals()
-    cpu, runs, tokens = (a - b for a, b in zip(after, before))
+    cpu, runs, tokens, api_cpu = (a - b for a, b in zip(after, before))
     return {
         "wall": callers["wall"],
         "cpu": cpu,
+        "engine_cpu": cpu - api_cpu,  # the server's own process: with --api-processes over 1, the engine alone
         "runs": runs,
         "tokens": tokens,
         "calls": calls_for(case, concurrent),

@@ -213,6 +213,9 @@ def test_the_staged_check_runs_every_phase_goes_on_after_a_failure_and_reruns_wh
     assert (
         every["moonshot"]["marian"]["tokens_per_second"] > 0 and every["moonshot"]["minilm"]["sentences_per_second"] > 0
     )
+    # The split server against the check's own, whose streams the moonshot measured just before.
+    assert every["api-processes"]["1"]["streams"] == every["moonshot"]["marian"], every["api-processes"]
+    assert every["moonshot"]["marian"]["server_cpu_ms_per_token"] > 0 and every["moonshot"]["marian"]["itl_p99"] > 0
     t5 = every["t5"]  # float16 graphs on the CPU against the float32 ones; one with an overflowing stream
     assert t5["t5"]["prompts"] == t5["t5-overflowing"]["prompts"] == 10, t5
     assert t5["t5"]["share"] >= 0.7 and t5["t5-overflowing"]["share"] >= 0.7, t5
