@@ -1,8 +1,8 @@
 """A server split across processes (--api-processes 2), started as users start it: two API processes share
 the default ports and both answer, the engine process runs the models for both, the metrics port sums
-their counts and reports each one's CPU and memory, a client that leaves frees its rows in the engine, glossaries and document jobs are shared
-by both, a dead API process is replaced (its document jobs translated by its replacement), and SIGTERM
-drains them all."""
+their counts and reports each one's CPU and memory, a client that leaves frees its rows in the engine,
+glossaries and document jobs are shared by both, a dead API process is replaced (its document jobs
+translated by its replacement), and SIGTERM drains them all."""
 
 from __future__ import annotations
 
