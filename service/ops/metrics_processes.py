@@ -69,9 +69,9 @@ class ApiProcessUsage:
     the engine process's own, as prometheus-client's ProcessCollector gives them): for sizing --api-processes.
     A process started again counts from 0 under its number, as a restarted server's counters do."""
 
-    def __init__(self, processes: Callable[[], list[tuple[int, int]]], proc: str = "/proc"):
+    def __init__(self, processes: Callable[[], list[tuple[int, int]]]):
         """processes: the running API processes, (number from 1, pid) each."""
-        self.processes, self.proc = processes, proc
+        self.processes = processes
         self.ticks = os.sysconf("SC_CLK_TCK")
         self.page = os.sysconf("SC_PAGE_SIZE")
 
@@ -84,7 +84,7 @@ class ApiProcessUsage:
         )
         for number, pid in self.processes():
             try:
-                with open(f"{self.proc}/{pid}/stat", "rb") as stat:
+                with open(f"/proc/{pid}/stat", "rb") as stat:
                     fields = stat.read().rsplit(b")", 1)[1].split()  # after the command's name, which may hold spaces
             except OSError:  # gone between the list and the read: its watcher is starting another
                 continue
