@@ -144,6 +144,10 @@ def machine(device: str) -> dict:
     return info
 
 
+# A record's entries that results.md leaves to results.json: its state, and what is too long for a table's cell.
+NOT_FIGURES = ("ok", "seconds", "error", "traceback", "server_log", "tokens")
+
+
 def markdown(results: dict) -> str:
     """One row per phase: its state, time and key figures."""
     lines = [
@@ -153,7 +157,7 @@ def markdown(results: dict) -> str:
         "| --- | --- | --- | --- |",
     ]
     for name, record in results["phases"].items():
-        figures = {k: v for k, v in record.items() if k not in ("ok", "seconds", "error", "traceback", "server_log")}
+        figures = {k: v for k, v in record.items() if k not in NOT_FIGURES}
         shown = record["error"] if not record["ok"] else json.dumps(figures, default=str)
         lines.append(f"| {name} | {'ok' if record['ok'] else 'failed'} | {record['seconds']} | {shown[:1500]} |")
     return "\n".join(lines) + "\n"

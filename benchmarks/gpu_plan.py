@@ -12,7 +12,9 @@ from pathlib import Path
 # Measured on the first lease (2026-12-04, docs/benchmarks.md "GPU: the first run"): a machine started
 # in 30 s, a call carrying a part took 3-6 s between replies, unpacking group a 7 s (its wheels installed)
 # and b 1.4 s; the phases' times are that run's, rounded up, less what the counts cut since then take
-# (gpu_sizes.py FULL: half the numbers and the sentences; speech's calls within a budget of 60 s).
+# (gpu_sizes.py FULL: half the numbers and the sentences, 64 Marian prompts of the 100 at 1 stream's 274
+# tokens/s; speech's calls within a budget of 60 s, its long file half as long; generate_loads' one caller
+# 16 sentences of 32; the cuda-graphs phase takes its eager tokens from parity-marian's).
 COLD_START_S = 30
 CALL_S = 3
 TRANSFER_BYTES_PER_S = 50e6
@@ -20,16 +22,17 @@ UNPACK_S = {"a": 8, "b": 2}
 PHASES = {  # phase -> seconds it is estimated to take on the device, in order of value
     "preflight": 25,  # the first lease's 15, and the sampling graph's check (gpu_sampling_check.py)
     "parity": 50,  # 65 with 2,000 numbers each way
-    "parity-marian": 40,
+    "parity-marian": 32,  # 40 with 100 prompts
     "embeddings": 55,  # 70 with 8,192 sentences
-    "generation": 75,
+    "generation": 66,  # 75 with 32 sentences at one caller (ours 7.5 s, transformers' 10)
     "memory": 1,
-    "t5": 90,  # not yet run on a device: guessed from generation's
+    "t5": 70,  # not yet run on a device: generation's, and its 64 + 64 prompts each alone
     "moonshot": 25,  # 35 with 32,768 sentences
     "api-processes": 30,  # not yet run on a device: 4,096 calls to the check's server, then a split server's
     # start, its 4,096 calls and a moonshot's streams (the check's server's streams are the moonshot's)
-    "cuda-graphs": 80,
-    "speech": 110,  # one file, the long file cut at its silences (35 s), the calls within their 60 s budget
+    "cuda-graphs": 50,  # 80 with 100 prompts served eagerly again and 32 sentences at one caller
+    "speech": 94,  # one file, the long file (4 recordings, about 200 s; 33 s for 392 on the first lease) cut
+    # at its silences, the calls within their 60 s budget
 }
 # The phases each call runs: the last call of group a (the first results), of group b, then one of its own.
 CALL_PHASES = (

@@ -1,10 +1,10 @@
 """The GPU check's Whisper phase: tiny.en's float16 graphs transcribe the kit's espeak-ng recordings, first
-one alone (its real-time factor), then all of them joined into one long file cut at its silences (its pieces
-decoded at once: the long file's real-time factor), then speech_calls of them at once over gRPC Transcribe
-(audio seconds per second, latency p50/p99, the GPU's utilisation), within speech_budget_s: the calls not
-answered by then are cancelled and counted, so that the phase's time is known when the lease is planned
-(gpu_plan.py; 26 of 64 were answered in 161 s on the first lease). Each transcript is set beside the
-float32 CPU one the kit was built with."""
+one alone (its real-time factor), then speech_long_file of them joined into one long file cut at its
+silences (its pieces decoded at once: the long file's real-time factor), then speech_calls of them at once
+over gRPC Transcribe (audio seconds per second, latency p50/p99, the GPU's utilisation), within
+speech_budget_s: the calls not answered by then are cancelled and counted, so that the phase's time is
+known when the lease is planned (gpu_plan.py; 26 of 64 were answered in 161 s on the first lease). Each
+transcript is set beside the float32 CPU one the kit was built with."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def speech(ctx) -> dict:
         started = time.perf_counter()
         alone = client.transcribe(recordings[0], model=MODEL)
         alone_seconds = time.perf_counter() - started
-        long_file = joined(recordings)
+        long_file = joined(recordings[: ctx.sizes.speech_long_file])
         started = time.perf_counter()
         # Streamed in pieces: the long file is larger than one message may be (max_message_bytes).
         stream = list(client.transcribe_stream(long_file, model=MODEL, chunking_strategy=pb.SilenceCuts()))

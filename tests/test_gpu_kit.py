@@ -178,6 +178,7 @@ def test_the_preflight_and_the_torch_free_phases_dry_run_there(device, tmp_path)
     assert results["phases"]["parity"]["minilm"]["min_cosine"] > 0.999
     assert all(d["exact"] == d["total"] == 25 for d in results["phases"]["parity"]["numbers"].values())
     assert results["phases"]["parity-marian"]["same"] >= 8
+    assert len(results["phases"]["parity-marian"]["tokens"]) == 10  # the cuda-graphs phase's eager tokens
     split = results["phases"]["api-processes"]  # the image's prometheus-client sums the API processes' metrics
     assert split["min_cosine_split"] > 0.999 and split["2"]["embed"]["calls_per_second"] > 0, split
     assert split["2"]["streams"]["tokens_per_second"] > 0 and split["2"]["embed"]["server_cpu_ms_per_call"] > 0, split
