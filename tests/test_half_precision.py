@@ -10,6 +10,7 @@ import io
 import json
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -87,6 +88,16 @@ def test_random_seq2seq_fp16_greedy_agrees_with_fp32(tmp_path, name):
     ).numpy()
     assert logits.dtype == np.float32 and np.abs(logits - expected).max() <= LOGITS_BOUND
     assert manifest["fp16"]["parity"]["decoder_logits_max_abs_diff"] <= LOGITS_BOUND
+    # A tied output layer reads the token table in the float16 decoder (a GPU holds it once); float32 keeps
+    # the exporter's transposed copy (the CPU packs the weight apart anyway).
+    tables = {precision: vocabulary_tables(model_dir, precision, config.vocab_size) for precision in ("fp32", "fp16")}
+    assert tables == {"fp32": 2, "fp16": 1 if config.tie_output else 2}, tables
+
+
+def vocabulary_tables(model_dir, precision: str, vocab_size: int) -> int:
+    """The decoder's initializers of a vocabulary's rows or columns: its token table, its output layer's."""
+    decoder = onnx.load(str(open_model_dir(model_dir, precision=precision).decoder))
+    return sum(len(t.dims) == 2 and vocab_size in t.dims for t in decoder.graph.initializer)
 
 
 def test_fp16_graphs_serve_through_the_device_buffer_runner(minilm_dir, numbers_dir):

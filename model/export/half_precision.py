@@ -12,6 +12,13 @@ norms (T5's family) what writes or reads that stream stays float32, as transform
 (its `wo` kept float32, so the residual sums promote to float32): the residual adds, the norms and the
 feed-forward's output projection; and the relative positions' buckets, computed in float32 as T5 does.
 The attention and the feed-forward's other matrices run in float16.
+
+A decoder whose output layer is its token table (tie_output) holds that table once: the exporter writes
+the layer's weight as a transposed copy (torch folds the transpose), which on a GPU is as large again in
+device memory (NLLB-200 1.3B: 0.5 GB in float16). The float32 and int8 graphs, the CPU's, keep the copy:
+ONNX Runtime packs a MatMul's or Gemm's weight ahead of the runs on the CPU, so a shared table is held
+twice there anyway (measured: an M2M100-418M-shaped fp32 decoder's session 1,733 MiB shared against 1,233),
+and dynamic quantization takes MatMul, not Gemm.
 """
 
 from __future__ import annotations
@@ -150,10 +157,41 @@ def half_encoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
     return _with_metadata(optimized.model, onnx.load(str(path), load_external_data=False))
 
 
-def half_decoder(path: Path, config: ModelConfig) -> onnx.ModelProto:
-    """The decoder step in float16 (T5's residual stream float32); next_token (int64) and the logits stay as
-    they are read."""
-    return _converted(path, ["logits"], config)
+def half_decoder(path: Path, config: ModelConfig, table_once: bool = True) -> onnx.ModelProto:
+    """The decoder step in float16 (T5's residual stream float32), a tied output layer reading the token
+    table (table_once; benchmarks/decoder_tables.py measures the other way); next_token (int64) and the
+    logits stay as they are read."""
+    half = _converted(path, ["logits"], config)
+    return output_layer_reads_the_table(half) if config.tie_output and table_once else half
+
+
+def output_layer_reads_the_table(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The MatMul whose weight is a token table's transposed copy, as a Gemm reading the table itself
+    (transB), the copy dropped. The decoder's step takes the logits of each row's last position: the
+    layer's input is (rows, d_model), the two dimensions Gemm takes."""
+    initializers = {tensor.name: tensor for tensor in model.graph.initializer}
+    tables = {node.input[0] for node in model.graph.node if node.op_type == "Gather" and node.input[0] in initializers}
+    readers = [name for node in model.graph.node for name in node.input]
+    for index, node in enumerate(model.graph.node):
+        weight = initializers.get(node.input[1]) if node.op_type == "MatMul" else None
+        if weight is None or readers.count(weight.name) != 1:
+            continue
+        table = next((initializers[name] for name in tables if _transposed(initializers[name], weight)), None)
+        if table is None:
+            continue
+        gemm = onnx.helper.make_node("Gemm", [node.input[0], table.name], list(node.output), node.name, transB=1)
+        model.graph.node.remove(node)
+        model.graph.node.insert(index, gemm)
+        model.graph.initializer.remove(weight)
+        return model
+    raise ValueError("tie_output: no MatMul in the decoder reads a transposed copy of a token table")
+
+
+def _transposed(table: onnx.TensorProto, weight: onnx.TensorProto) -> bool:
+    """Whether weight holds table's values transposed (its shape first: most pairs differ there)."""
+    if table.data_type != weight.data_type or list(table.dims) != list(weight.dims)[::-1]:
+        return False
+    return np.array_equal(onnx.numpy_helper.to_array(table).T, onnx.numpy_helper.to_array(weight))
 
 
 def _with_metadata(half: onnx.ModelProto, original: onnx.ModelProto) -> onnx.ModelProto:

@@ -66,8 +66,9 @@ from modeldir.files import (
 REDUCED_PRECISIONS = ("fp16", "int8")  # written beside the float32 graphs when asked for
 # Raised when the exporter starts writing something optional that an earlier export lacks and the server
 # still serves without (1: the int8 ranges of embedding types; 2: a speech model's word-alignment graph;
-# 3: its voice activity detector): `attnserve build` exports such a model again.
-EXPORT_REVISION = 3
+# 3: its voice activity detector; 4: a float16 decoder's tied output layer reading the token table, held
+# once): `attnserve build` exports such a model again.
+EXPORT_REVISION = 4
 
 
 class Progress:
