@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import time
 
@@ -65,10 +64,12 @@ def ort_embed(args) -> dict:
     batches of --batch sorted by length, as sentence-transformers sorts all its texts first; online:
     batches of 16 in the texts' own order, each cut into calls of similar lengths as the server's batcher
     cuts them (with 32 callers of one sentence each, about 16 wait while a batch runs)."""
+    import numpy as np
+
     from modeldir.files import open_model_dir
     from modeldir.tokenizer import TextTokenizer, pad_batch
     from service.engine.batcher import split_by_length
-    from service.ops.config import ServerConfig
+    from service.engine.call_price import measure_call_price
     from service.runner.sessions import CPU, CUDA, SessionSettings, create_session
 
     files = open_model_dir(args.model, precision=args.precision)
@@ -79,7 +80,12 @@ def ort_embed(args) -> dict:
     if args.grouping == "sorted":
         groups = chunks(sorted(encoded, key=len), args.batch)
     else:
-        cost = next(f.default for f in dataclasses.fields(ServerConfig) if f.name == "split_cost_tokens")
+
+        def run(tokens: int) -> None:  # the server's default price: measured at warm-up, so here too
+            ids = np.array([encoded[0][:1] * tokens], np.int64)
+            session.run(["embedding"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+
+        cost = measure_call_price(run, files.config.max_input_tokens)
         groups = [g for batch in chunks(encoded, 16) for g in split_by_length(batch, cost, len)]
     batches = [pad_batch(group, files.config.pad_id) for group in groups]
     session.run(["embedding"], {"input_ids": batches[-1][0], "attention_mask": batches[-1][1]})  # warm-up

@@ -21,6 +21,7 @@ from .core.models.opening import CacheSettings, LoadSettings
 from .core.serving import CoreSettings, OpenRegistry, ServingCore
 from .core.transcription.audio_decoding import AudioLimits
 from .engine.batcher import BatchLimits
+from .engine.call_price import MEASURED
 from .grpc_api.server import GrpcServer
 from .http_api.server import HttpServer
 from .ops.config import ServerConfig, input_caps
@@ -34,6 +35,7 @@ log = logging.getLogger("attnserve.server")
 
 def core_settings(config: ServerConfig) -> CoreSettings:
     """The core's share of the configuration."""
+    measured = config.split_cost_tokens == MEASURED
     load = LoadSettings(
         sessions=SessionSettings(
             device=config.device,
@@ -49,8 +51,10 @@ def core_settings(config: ServerConfig) -> CoreSettings:
             max_batch_size=config.max_batch_size,
             max_delay=config.max_delay_seconds,
             max_queue=config.max_queue_inputs,
-            split_cost_tokens=config.split_cost_tokens,
+            # until measured, where it is (measure_split_cost): the price MiniLM's batches were tuned by
+            split_cost_tokens=BatchLimits.split_cost_tokens if measured else config.split_cost_tokens,
         ),
+        measure_split_cost=measured,
         cache=CacheSettings(
             max_new_tokens=config.max_new_tokens,
             cache_bytes=config.kv_cache_bytes,

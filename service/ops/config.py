@@ -97,9 +97,10 @@ class ServerConfig:
     max_batch_size: int = _setting(32, "most texts in one embedding batch")
     max_delay_ms: float = _setting(2.0, "longest wait for more texts before a batch that is not full runs")
     split_cost_tokens: int = _setting(
-        64,
+        -1,
         "what one more model call costs, in padded tokens: a batch is cut into calls of similar lengths "
-        "where that saves more padding than this per extra call (0 cuts the most, a large value never)",
+        "where that saves more padding than this per extra call (0 cuts the most, a large value never); "
+        "-1: each model's, measured at warm-up (its encoder's call of 1 token against one of 32)",
     )
     max_queue_inputs: int = _setting(2048, "texts waiting for a batch, over all calls; beyond: RESOURCE_EXHAUSTED")
     max_client_batch_size: int = _setting(32, "most inputs in one Embed or Tokenize call")
@@ -255,6 +256,8 @@ class ServerConfig:
         problems = [f"{name} must be > 0, not {getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
         if not 0.0 <= self.access_log_share <= 1.0:
             problems.append(f"access_log_share must be from 0 to 1, not {self.access_log_share}")
+        if self.split_cost_tokens < 0 and self.split_cost_tokens != -1:
+            problems.append(f"split_cost_tokens must be >= 0, or -1 (measured), not {self.split_cost_tokens}")
         if self.stream_messages_per_second < 0 and self.stream_messages_per_second != -1:
             problems.append(
                 f"stream_messages_per_second must be >= 0, or -1 (by device), not {self.stream_messages_per_second}"
@@ -263,7 +266,6 @@ class ServerConfig:
             "intra_op_threads",
             "max_delay_ms",
             "drain_seconds",
-            "split_cost_tokens",
             "kv_cache_tokens",
             "kv_cache_bytes",
             "gpu_mem_limit",

@@ -124,6 +124,7 @@ class LoadSettings:
     sessions: SessionSettings
     precision: str  # auto | fp32 | fp16 | int8: auto is fp16 on CUDA, fp32 on the CPU
     batching: BatchLimits
+    measure_split_cost: bool = False  # each model's split_cost_tokens measured at warm-up (engine/call_price.py)
     cache: CacheSettings
     attention_maps: bool  # load each model's attention-map graph
     tag_alignment: bool = False  # load each seq2seq model's attention-map graph where it has one

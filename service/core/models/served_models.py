@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -19,6 +19,7 @@ from modeldir.tokenizer import MarianTokenizer, TextTokenizer, pad_batch
 from modeldir.whisper_tokens import WhisperSettings
 
 from ...engine.batcher import EmbeddingBatcher
+from ...engine.call_price import measure_call_price
 from ...engine.repetition_rules import RepetitionRules
 from ...engine.scheduler import Scheduler
 from ...engine.sequence import GenerationParams
@@ -111,6 +112,17 @@ class ServedModel:
     def warm_up(self) -> None:
         """First calls allocate and plan: make them before the first request does (in the model thread)."""
 
+    def measure_split_cost(self) -> int | None:
+        """Measure what one more call of its encoder costs in padded tokens and cut its batches by that
+        (engine/call_price.py; in the model thread, before start). -> the price; None where its calls are
+        never cut by length."""
+        return None
+
+    def probe_ids(self, tokens: int) -> np.ndarray:
+        """(1, tokens) ids of real text, for calls that time the model."""
+        (encoded,) = self.tokenizer.encode(["warm up " * tokens])
+        return np.array([encoded.ids[:tokens]], np.int64)
+
     def start(self) -> None:
         """Start the model's loop (on the event loop that serves it)."""
         raise NotImplementedError
@@ -161,6 +173,15 @@ class ServedEmbeddingModel(ServedModel):
         self.run_encoder(["warm up"])
         self.run_encoder(["warm up " * self.max_input_tokens] * 2)
 
+    def measure_split_cost(self) -> int:
+        def run(tokens: int) -> None:
+            ids = self.probe_ids(tokens)
+            self.runner.run(ids, np.ones_like(ids))
+
+        price = measure_call_price(run, self.max_input_tokens)
+        self.batcher.limits = replace(self.batcher.limits, split_cost_tokens=price)
+        return price
+
     def start(self) -> None:
         self.batcher.start()
 
@@ -194,6 +215,15 @@ class ServedSeq2SeqModel(ServedModel):
     limits: GenerationLimits
 
     task: ClassVar[str] = "seq2seq"
+
+    def measure_split_cost(self) -> int:
+        def run(tokens: int) -> None:
+            ids = self.probe_ids(tokens)
+            self.runner.encode(ids, np.ones_like(ids))
+
+        price = measure_call_price(run, self.max_input_tokens)
+        self.scheduler.settings = replace(self.scheduler.settings, encode_split_cost=price)
+        return price
 
     def start(self) -> None:
         self.scheduler.start()
@@ -239,6 +269,10 @@ class ServedSpeechModel(ServedSeq2SeqModel):
     voice_activity: VoiceActivityRunner | None  # its voice activity detector: recordings cut at their silences
 
     task: ClassVar[str] = "transcription"
+
+    def measure_split_cost(self) -> None:
+        """Its sources are windows of one length: nothing to cut."""
+        return None
 
     async def probe(self, executor: Executor) -> None:
         """One window of silence, its language and task forced, through the scheduler (counted nowhere)."""
