@@ -120,6 +120,7 @@ def embeddings(ctx) -> dict:
             count,
         )
     out = {"attnserve": sizes.embed_count / service["wall"], **busy.figures()}
+    out["split_cost_tokens"] = ctx.server.metric("attnserve_split_cost_tokens", model="minilm")  # as measured
     out["sentence-transformers"] = run_json(
         "-m",
         "benchmarks.engines",
@@ -236,6 +237,7 @@ def generation(ctx, model: str = "marian", checkpoint: Path | None = None) -> di
             **ours,
         }
     high, one = out[str(sizes.concurrency)], out["1"]
+    out["split_cost_tokens"] = server.metric("attnserve_split_cost_tokens", model=model)  # its encoder's, measured
     out["tokens_per_second_vs_hf"] = high["attnserve_tokens_per_second"] / high["transformers_tokens_per_second"]
     out["latency_1_vs_hf"] = one["attnserve_seconds_per_token"] / one["transformers_seconds_per_token"]
     return out

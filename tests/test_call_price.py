@@ -66,25 +66,32 @@ def test_a_model_of_one_token_inputs_is_not_timed():
 
 
 def test_the_server_measures_each_model_unless_told(minilm_dir, numbers_dir, caplog):
-    """By default each model's price is measured at warm-up and its batches cut by it (the log says it);
-    a price given by the operator is used as given, nothing measured."""
+    """By default each model's price is measured at warm-up and its batches cut by it; a price given by the
+    operator is used as given. The log and /metrics say which, and the price."""
+
+    def prices(server, how: str) -> dict[str, int]:
+        logged = re.findall(rf"model (\S+): one more encoder call costs (\d+) padded tokens \({how}\)", caplog.text)
+        models, registry = server.engine_core.registry.models, server.metrics_registry
+        assert models["minilm"].batcher.limits.split_cost_tokens == models["minilm"].split_cost
+        assert models["numbers"].scheduler.settings.encode_split_cost == models["numbers"].split_cost
+        for name, price in logged:
+            assert registry.get_sample_value("attnserve_split_cost_tokens", {"model": name}) == int(price)
+            assert models[name].split_cost == int(price)
+        return {name: int(price) for name, price in logged}
+
     caplog.set_level(logging.INFO, logger="attnserve.loader")
     server = ServerThread([minilm_dir, numbers_dir])
     try:
-        measured = dict(re.findall(r"model (\S+): one more encoder call costs (\d+) padded", caplog.text))
-        models = server.engine_core.registry.models
-        assert int(measured["minilm"]) == models["minilm"].batcher.limits.split_cost_tokens
-        assert int(measured["numbers"]) == models["numbers"].scheduler.settings.encode_split_cost
-        assert all(1 <= int(price) <= MAX_PRICE for price in measured.values())
+        measured = prices(server, "measured")
+        assert sorted(measured) == ["minilm", "numbers"]
+        assert all(1 <= price <= MAX_PRICE for price in measured.values())
     finally:
         server.close()
     caplog.clear()
     server = ServerThread([minilm_dir, numbers_dir], split_cost_tokens=0)
     try:
-        models = server.engine_core.registry.models
-        assert models["minilm"].batcher.limits.split_cost_tokens == 0
-        assert models["numbers"].scheduler.settings.encode_split_cost == 0
-        assert "one more encoder call costs" not in caplog.text
+        assert prices(server, "--split-cost-tokens") == {"minilm": 0, "numbers": 0}
+        assert "(measured)" not in caplog.text
     finally:
         server.close()
 

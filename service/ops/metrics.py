@@ -176,6 +176,13 @@ class Metrics:
         ProcessCollector(namespace="attnserve", registry=registry)
         gauges = {source: getattr(self, source) for _, source in NAMES.values()}
         registry.register(InferenceExtensionNames(gauges))
+        self.split_cost = Gauge(
+            "attnserve_split_cost_tokens",
+            "What one more model call costs in padded tokens, by which batches are cut into calls of similar "
+            "lengths (measured at warm-up, or --split-cost-tokens).",
+            ["model"],
+            registry=registry,
+        )
         self.model_info = Gauge(
             "attnserve_model_info",
             "A served model (always 1).",

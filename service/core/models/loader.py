@@ -232,10 +232,12 @@ async def load_models(
     registry = ModelRegistry([_build(o, settings, executor, metrics, on_health_change) for o in opened])
     for model in registry.models.values():
         await loop.run_in_executor(executor, _warm_up_in_thread, model)
-        if settings.measure_split_cost:
-            price = await loop.run_in_executor(executor, model.measure_split_cost)
-            if price is not None:
-                log.info("model %s: one more encoder call costs %d padded tokens (measured)", model.name, price)
+        if model.split_cost is not None:
+            if settings.measure_split_cost:
+                await loop.run_in_executor(executor, model.measure_split_cost)
+            how = "measured" if settings.measure_split_cost else "--split-cost-tokens"
+            log.info("model %s: one more encoder call costs %d padded tokens (%s)", model.name, model.split_cost, how)
+            metrics.split_cost.labels(model.name).set(model.split_cost)
         model.start()
         await model.probe(executor)  # a first call through the serving path
     return registry

@@ -112,11 +112,15 @@ class ServedModel:
     def warm_up(self) -> None:
         """First calls allocate and plan: make them before the first request does (in the model thread)."""
 
-    def measure_split_cost(self) -> int | None:
-        """Measure what one more call of its encoder costs in padded tokens and cut its batches by that
-        (engine/call_price.py; in the model thread, before start). -> the price; None where its calls are
-        never cut by length."""
+    @property
+    def split_cost(self) -> int | None:
+        """What one more call of its encoder costs in padded tokens, by which its batches are cut (None where
+        they are never cut by length)."""
         return None
+
+    def measure_split_cost(self) -> None:
+        """Measure split_cost and cut its batches by that (engine/call_price.py; in the model thread, before
+        start)."""
 
     def probe_ids(self, tokens: int) -> np.ndarray:
         """(1, tokens) ids of real text, for calls that time the model."""
@@ -173,14 +177,17 @@ class ServedEmbeddingModel(ServedModel):
         self.run_encoder(["warm up"])
         self.run_encoder(["warm up " * self.max_input_tokens] * 2)
 
-    def measure_split_cost(self) -> int:
+    @property
+    def split_cost(self) -> int:
+        return self.batcher.limits.split_cost_tokens
+
+    def measure_split_cost(self) -> None:
         def run(tokens: int) -> None:
             ids = self.probe_ids(tokens)
             self.runner.run(ids, np.ones_like(ids))
 
         price = measure_call_price(run, self.max_input_tokens)
         self.batcher.limits = replace(self.batcher.limits, split_cost_tokens=price)
-        return price
 
     def start(self) -> None:
         self.batcher.start()
@@ -216,14 +223,17 @@ class ServedSeq2SeqModel(ServedModel):
 
     task: ClassVar[str] = "seq2seq"
 
-    def measure_split_cost(self) -> int:
+    @property
+    def split_cost(self) -> int:
+        return self.scheduler.settings.encode_split_cost
+
+    def measure_split_cost(self) -> None:
         def run(tokens: int) -> None:
             ids = self.probe_ids(tokens)
             self.runner.encode(ids, np.ones_like(ids))
 
         price = measure_call_price(run, self.max_input_tokens)
         self.scheduler.settings = replace(self.scheduler.settings, encode_split_cost=price)
-        return price
 
     def start(self) -> None:
         self.scheduler.start()
@@ -270,9 +280,13 @@ class ServedSpeechModel(ServedSeq2SeqModel):
 
     task: ClassVar[str] = "transcription"
 
-    def measure_split_cost(self) -> None:
+    @property
+    def split_cost(self) -> None:
         """Its sources are windows of one length: nothing to cut."""
         return None
+
+    def measure_split_cost(self) -> None:
+        pass
 
     async def probe(self, executor: Executor) -> None:
         """One window of silence, its language and task forced, through the scheduler (counted nowhere)."""
