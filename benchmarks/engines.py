@@ -69,7 +69,7 @@ def ort_embed(args) -> dict:
     from modeldir.files import open_model_dir
     from modeldir.tokenizer import TextTokenizer, pad_batch
     from service.engine.batcher import split_by_length
-    from service.engine.call_price import measure_call_price
+    from service.engine.call_price import PROBE_TOKENS, measure_call_price
     from service.runner.sessions import CPU, CUDA, SessionSettings, create_session
 
     files = open_model_dir(args.model, precision=args.precision)
@@ -85,7 +85,7 @@ def ort_embed(args) -> dict:
             ids = np.array([encoded[0][:1] * tokens], np.int64)
             session.run(["embedding"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})
 
-        cost = measure_call_price(run, files.config.max_input_tokens)
+        cost = measure_call_price(run, min(PROBE_TOKENS, files.config.max_input_tokens))
         groups = [g for batch in chunks(encoded, 16) for g in split_by_length(batch, cost, len)]
     batches = [pad_batch(group, files.config.pad_id) for group in groups]
     session.run(["embedding"], {"input_ids": batches[-1][0], "attention_mask": batches[-1][1]})  # warm-up

@@ -21,7 +21,7 @@ from .core.models.opening import CacheSettings, LoadSettings
 from .core.serving import CoreSettings, OpenRegistry, ServingCore
 from .core.transcription.audio_decoding import AudioLimits
 from .engine.batcher import BatchLimits
-from .engine.call_price import MEASURED
+from .engine.call_price import MEASURED, UNMEASURED_PRICE
 from .grpc_api.server import GrpcServer
 from .http_api.server import HttpServer
 from .ops.config import ServerConfig, input_caps
@@ -51,8 +51,7 @@ def core_settings(config: ServerConfig) -> CoreSettings:
             max_batch_size=config.max_batch_size,
             max_delay=config.max_delay_seconds,
             max_queue=config.max_queue_inputs,
-            # until measured, where it is (measure_split_cost): the price MiniLM's batches were tuned by
-            split_cost_tokens=BatchLimits.split_cost_tokens if measured else config.split_cost_tokens,
+            split_cost_tokens=UNMEASURED_PRICE if measured else config.split_cost_tokens,  # measured at warm-up
         ),
         measure_split_cost=measured,
         cache=CacheSettings(

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.engine.call_price import MAX_PRICE, PROBE_ROUNDS, PROBE_TOKENS, measure_call_price
+from service.core.models import served_models
+from service.engine.call_price import MAX_PRICE, PROBE_ROUNDS, PROBE_TOKENS, UNMEASURED_PRICE, measure_call_price
 from testing.server_thread import ServerThread
 
 
@@ -33,65 +34,76 @@ class ModelClock:
 @given(
     fixed=st.floats(min_value=0.0, max_value=0.1),
     per_token=st.floats(min_value=1e-6, max_value=1e-2),
-    max_tokens=st.integers(min_value=2, max_value=8192),
+    longer=st.integers(min_value=2, max_value=PROBE_TOKENS),
 )
-def test_the_price_is_the_fixed_part_in_tokens(fixed, per_token, max_tokens):
+def test_the_price_is_the_fixed_part_in_tokens(fixed, per_token, longer):
     clock = ModelClock(fixed, per_token)
-    price = measure_call_price(clock.run, max_tokens, clock)
+    price = measure_call_price(clock.run, longer, clock)
     # 1 token takes fixed + per_token: fixed / per_token + 1 tokens' worth, one of them the token's own
     assert abs(price - max(1, min(MAX_PRICE, round(fixed / per_token)))) <= 1  # (floating-point rounding)
-    longer = min(PROBE_TOKENS, max_tokens)
     assert clock.calls == [1, longer] + [1, longer] * PROBE_ROUNDS  # a first call of each shape, untimed
 
 
 def test_a_few_slow_calls_do_not_move_the_price():
     """A machine busy for a moment: the medians keep the price (10 ms fixed, 1 ms a token: 10)."""
     clock = ModelClock(0.010, 0.001)
-    assert measure_call_price(clock.run, 512, clock) == 10
+    assert measure_call_price(clock.run, PROBE_TOKENS, clock) == 10
     clock = ModelClock(0.010, 0.001, slow=(2, 5), extra=0.5)  # the first timed short and a long call
-    assert measure_call_price(clock.run, 512, clock) == 10
+    assert measure_call_price(clock.run, PROBE_TOKENS, clock) == 10
 
 
 def test_calls_whose_time_does_not_grow_with_tokens_are_cut_only_to_save_a_great_deal():
     """A GPU's short calls are launch-bound: a call of 32 tokens takes no longer than one of 1."""
     clock = ModelClock(0.001, 0.0)
-    assert measure_call_price(clock.run, 512, clock) == MAX_PRICE
+    assert measure_call_price(clock.run, PROBE_TOKENS, clock) == MAX_PRICE
     clock = ModelClock(0.001, 1e-4, slow=(2, 4, 6), extra=0.01)  # shorter calls timed slower than longer
-    assert measure_call_price(clock.run, 512, clock) == MAX_PRICE
+    assert measure_call_price(clock.run, PROBE_TOKENS, clock) == MAX_PRICE
 
 
 def test_a_model_of_one_token_inputs_is_not_timed():
     clock = ModelClock(0.01, 0.001)
-    assert measure_call_price(clock.run, 1, clock) == MAX_PRICE and clock.calls == []
+    assert measure_call_price(clock.run, 1, clock) == UNMEASURED_PRICE and clock.calls == []
 
 
-def test_the_server_measures_each_model_unless_told(minilm_dir, numbers_dir, caplog):
-    """By default each model's price is measured at warm-up and its batches cut by it; a price given by the
-    operator is used as given. The log and /metrics say which, and the price."""
+def test_the_server_measures_each_model_unless_told(minilm_dir, numbers_dir, caplog, monkeypatch):
+    """By default each model's encoder calls are timed at warm-up on real text (the measurement is the
+    tests above'; here it answers 7 after calling the model) and its batches cut at the price; a price the
+    operator gives is used as given. The log and /metrics say which, and the price."""
+    timed = {}
 
-    def prices(server, how: str) -> dict[str, int]:
+    def measure(run, longer):
+        run(1), run(longer)  # the model's own encoder, on inputs of 1 and `longer` tokens
+        timed[len(timed)] = longer
+        return 7
+
+    def said(server, how: str) -> dict[str, int]:
         logged = re.findall(rf"model (\S+): one more encoder call costs (\d+) padded tokens \({how}\)", caplog.text)
-        models, registry = server.engine_core.registry.models, server.metrics_registry
-        assert models["minilm"].batcher.limits.split_cost_tokens == models["minilm"].split_cost
-        assert models["numbers"].scheduler.settings.encode_split_cost == models["numbers"].split_cost
         for name, price in logged:
-            assert registry.get_sample_value("attnserve_split_cost_tokens", {"model": name}) == int(price)
-            assert models[name].split_cost == int(price)
+            assert server.metrics_registry.get_sample_value("attnserve_split_cost_tokens", {"model": name}) == int(
+                price
+            )
         return {name: int(price) for name, price in logged}
 
     caplog.set_level(logging.INFO, logger="attnserve.loader")
+    monkeypatch.setattr(served_models, "measure_call_price", measure)
     server = ServerThread([minilm_dir, numbers_dir])
     try:
-        measured = prices(server, "measured")
-        assert sorted(measured) == ["minilm", "numbers"]
-        assert all(1 <= price <= MAX_PRICE for price in measured.values())
+        models = server.engine_core.registry.models
+        assert models["minilm"].batcher.limits.split_cost_tokens == 7
+        assert models["numbers"].scheduler.settings.encode_split_cost == 7
+        assert said(server, "measured") == {"minilm": 7, "numbers": 7}
+        assert timed[0] == PROBE_TOKENS  # MiniLM's: 32 tokens of "warm up"
+        assert 2 <= timed[1] <= PROBE_TOKENS  # the numbers model's, as many as its inputs take
     finally:
         server.close()
     caplog.clear()
     server = ServerThread([minilm_dir, numbers_dir], split_cost_tokens=0)
     try:
-        assert prices(server, "--split-cost-tokens") == {"minilm": 0, "numbers": 0}
-        assert "(measured)" not in caplog.text
+        models = server.engine_core.registry.models
+        assert models["minilm"].batcher.limits.split_cost_tokens == 0
+        assert models["numbers"].scheduler.settings.encode_split_cost == 0
+        assert said(server, "--split-cost-tokens") == {"minilm": 0, "numbers": 0}
+        assert "(measured)" not in caplog.text and len(timed) == 2
     finally:
         server.close()
 

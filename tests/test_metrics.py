@@ -167,7 +167,7 @@ def test_prometheus_sees_rates_latencies_and_cache_usage_move(served, prometheus
     assert cache_seen > 0, "cache usage never rose above 0 while generations ran"
     assert scalar(prometheus, 'attnserve_kv_cache_usage_ratio{model="numbers"}') == 0  # all rows freed
     assert scalar(prometheus, 'attnserve_kv_cache_capacity_tokens{model="numbers"}') == 64 * (64 + 32)
-    assert 1 <= scalar(prometheus, 'attnserve_split_cost_tokens{model="minilm"}') <= MAX_PRICE  # measured
+    assert 1 <= scalar(prometheus, 'attnserve_split_cost_tokens{model="minilm"}') <= MAX_PRICE  # exported, scraped
     assert scalar(prometheus, embed_ok) - embeds_before == embed_calls > 5  # every call counted, once
     since_load = math.ceil(time.time() - load_end)  # the rate over the load's last 10 s
     assert scalar(prometheus, f'sum(rate(attnserve_requests_total{{code="OK"}}[10s] offset {since_load}s))') > 1

@@ -234,7 +234,10 @@ async def load_models(
         await loop.run_in_executor(executor, _warm_up_in_thread, model)
         if model.split_cost is not None:
             if settings.measure_split_cost:
-                await loop.run_in_executor(executor, model.measure_split_cost)
+                try:
+                    await loop.run_in_executor(executor, model.measure_split_cost)
+                except Exception as error:
+                    raise RuntimeError(f"model {model.name}: timing its encoder's calls failed: {error}") from error
             how = "measured" if settings.measure_split_cost else "--split-cost-tokens"
             log.info("model %s: one more encoder call costs %d padded tokens (%s)", model.name, model.split_cost, how)
             metrics.split_cost.labels(model.name).set(model.split_cost)

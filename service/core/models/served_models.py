@@ -19,7 +19,7 @@ from modeldir.tokenizer import MarianTokenizer, TextTokenizer, pad_batch
 from modeldir.whisper_tokens import WhisperSettings
 
 from ...engine.batcher import EmbeddingBatcher
-from ...engine.call_price import measure_call_price
+from ...engine.call_price import PROBE_TOKENS, measure_call_price
 from ...engine.repetition_rules import RepetitionRules
 from ...engine.scheduler import Scheduler
 from ...engine.sequence import GenerationParams
@@ -122,10 +122,13 @@ class ServedModel:
         """Measure split_cost and cut its batches by that (engine/call_price.py; in the model thread, before
         start)."""
 
-    def probe_ids(self, tokens: int) -> np.ndarray:
-        """(1, tokens) ids of real text, for calls that time the model."""
-        (encoded,) = self.tokenizer.encode(["warm up " * tokens])
-        return np.array([encoded.ids[:tokens]], np.int64)
+    def price_calls(self, call) -> int:
+        """The price of one more call(ids, mask), on (1, n) inputs of real text made before the timing: n
+        1 and up to PROBE_TOKENS (fewer where the model's inputs or its tokenizer give fewer)."""
+        (encoded,) = self.tokenizer.encode(["warm up " * PROBE_TOKENS])
+        ids = np.array([encoded.ids[:PROBE_TOKENS]], np.int64)
+        inputs = {n: (np.ascontiguousarray(ids[:, :n]), np.ones((1, n), np.int64)) for n in (1, ids.shape[1])}
+        return measure_call_price(lambda n: call(*inputs[n]), ids.shape[1])
 
     def start(self) -> None:
         """Start the model's loop (on the event loop that serves it)."""
@@ -182,11 +185,7 @@ class ServedEmbeddingModel(ServedModel):
         return self.batcher.limits.split_cost_tokens
 
     def measure_split_cost(self) -> None:
-        def run(tokens: int) -> None:
-            ids = self.probe_ids(tokens)
-            self.runner.run(ids, np.ones_like(ids))
-
-        price = measure_call_price(run, self.max_input_tokens)
+        price = self.price_calls(self.runner.run)
         self.batcher.limits = replace(self.batcher.limits, split_cost_tokens=price)
 
     def start(self) -> None:
@@ -228,11 +227,7 @@ class ServedSeq2SeqModel(ServedModel):
         return self.scheduler.settings.encode_split_cost
 
     def measure_split_cost(self) -> None:
-        def run(tokens: int) -> None:
-            ids = self.probe_ids(tokens)
-            self.runner.encode(ids, np.ones_like(ids))
-
-        price = measure_call_price(run, self.max_input_tokens)
+        price = self.price_calls(self.runner.encode)
         self.scheduler.settings = replace(self.scheduler.settings, encode_split_cost=price)
 
     def start(self) -> None:
