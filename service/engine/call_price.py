@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 MEASURED = -1  # the split_cost_tokens setting that asks for the measurement (the default)
-UNMEASURED_PRICE = 64  # until measured, and where a model cannot be: the price MiniLM was tuned by by hand
+UNMEASURED_PRICE = 64  # until measured, and where a model cannot be: MiniLM's hand-tuned price
 PROBE_TOKENS = 32  # the longer probe call's length (capped by the model's inputs): a sentence's
 PROBE_ROUNDS = 5  # medians of this many calls of each length, taken in turns
 MAX_PRICE = 4096  # where a longer call costs no more than a short one (a GPU): cut only to save a great deal
