@@ -23,14 +23,13 @@ import numpy as np
 from modeldir.files import open_model_dir
 from modeldir.tokenizer import TextTokenizer, pad_batch
 from service.engine.batcher import split_by_length
-from service.engine.call_price import PROBE_TOKENS, measure_call_price
+from service.engine.call_price import PROBE_TOKENS, UNMEASURED_PRICE, measure_call_price
 from service.runner.sessions import SessionSettings, create_session
 
 from .common import print_table, write_results
 from .engines import chunks, embed_texts
 from .machine import describe, print_machine
 
-FIXED_PRICE = 64  # the default before prices were measured
 UNCUT = 1 << 30  # a price no cut saves
 
 
@@ -97,7 +96,7 @@ def main() -> None:
                 run(np.full((1, tokens), 5, np.int64), np.ones((1, tokens), np.int64))
 
             measured = measure_call_price(one_source, min(PROBE_TOKENS, max_tokens))
-            prices = {"measured": measured, "fixed 64": FIXED_PRICE, "uncut": UNCUT}
+            prices = {"measured": measured, "fixed 64": UNMEASURED_PRICE, "uncut": UNCUT}
             prices.update({f"fixed {price}": price for price in args.also})
             timed_pass(run, batches, measured)  # every shape planned once
             times = {name: [] for name in prices}

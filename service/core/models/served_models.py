@@ -280,9 +280,6 @@ class ServedSpeechModel(ServedSeq2SeqModel):
         """Its sources are windows of one length: nothing to cut."""
         return None
 
-    def measure_split_cost(self) -> None:
-        pass
-
     async def probe(self, executor: Executor) -> None:
         """One window of silence, its language and task forced, through the scheduler (counted nowhere)."""
         s = self.whisper
