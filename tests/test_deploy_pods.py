@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .test_deploy import (
+from .deploy_files import (
     ROOT,
     env_of,
     image_env,

@@ -3,7 +3,6 @@ that imports inside functions count too."""
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 import sys
@@ -11,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from . import source_reading
+from .source_reading import ROOT, imports_of, module_name, python_files, uses, violations
+
 FRONT_DOOR_LIBRARIES = (
     "grpc",
     "grpc_health",
@@ -54,43 +55,10 @@ RULES = [
 ONNXRUNTIME_ALLOWED = ("service/runner",)
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imports_of(path: Path) -> set[str]:
-    """Every module the file imports, relative imports made absolute."""
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
-
-
-def python_files(where: str) -> list[Path]:
-    target = ROOT / where
-    if target.is_file():
-        return [target]
-    return sorted(p for p in target.rglob("*.py") if "pb" not in p.relative_to(ROOT).parts)
-
-
-def violations(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
-    out = []
-    for path in files:
-        for name in sorted(imports_of(path)):
-            if any(name == f or name.startswith(f + ".") for f in forbidden):
-                out.append(f"{path.relative_to(ROOT)} imports {name}")
-    return out
+def rooted_at(root: Path, monkeypatch) -> None:
+    """The checkers read a tree of the test's own."""
+    for module in (sys.modules[__name__], source_reading):
+        monkeypatch.setattr(module, "ROOT", root)
 
 
 @pytest.mark.parametrize("where, forbidden, why", RULES, ids=[f"{r[0]}-{i}" for i, r in enumerate(RULES)])
@@ -155,7 +123,7 @@ def test_no_import_circle():
 
 
 def test_the_circle_check_finds_a_circle_through_type_checking(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    rooted_at(tmp_path, monkeypatch)
     core = tmp_path / "service" / "core"
     core.mkdir(parents=True)
     (core / "a.py").write_text("from .b import B\n")
@@ -164,102 +132,18 @@ def test_the_circle_check_finds_a_circle_through_type_checking(tmp_path, monkeyp
     assert cycles(import_graph(("service",))) == [["service.core.a", "service.core.b", "service.core.c"]]
 
 
-# Dataclasses that carry what a caller asks for or sets: read by name at every call site.
-KEYWORD_ONLY = ("Request", "Options", "Settings", "Limits", "Params")
-MAX_POSITIONAL = 6
-
-
-def dataclass_keywords(node: ast.ClassDef) -> dict[str, bool] | None:
-    for decorator in node.decorator_list:
-        call = decorator if isinstance(decorator, ast.Call) else None
-        name = ast.unparse(call.func if call else decorator)
-        if name.endswith("dataclass"):
-            return {k.arg: ast.literal_eval(k.value) for k in (call.keywords if call else [])}
-    return None
-
-
-def test_requests_options_and_settings_take_keywords_only():
-    found = []
-    for path in [*python_files("service"), *python_files("modeldir")]:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ClassDef) and node.name.endswith(KEYWORD_ONLY):
-                keywords = dataclass_keywords(node)
-                if keywords is not None and not keywords.get("kw_only"):
-                    found.append(f"{path.relative_to(ROOT)}: {node.name}")
-    assert found == []
-
-
-def test_no_function_takes_more_than_six_positional_parameters():
-    """Past six, a call site cannot be read without the signature beside it: the rest go after `*`. (The
-    build side's graph modules are left out: torch passes a graph's inputs to forward() by position.)"""
-    found = []
-    for path in [*python_files("service"), *python_files("modeldir"), *python_files("cli")]:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                positional = [a for a in [*node.args.posonlyargs, *node.args.args] if a.arg not in ("self", "cls")]
-                if len(positional) > MAX_POSITIONAL:
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {len(positional)}")
-    assert found == []
-
-
-def test_one_name_per_class():
-    """Where two classes share a name, one of them is misnamed (the serving side's served models are
-    Served*, the build side's are the Transformer's own)."""
-    defined: dict[str, list[str]] = {}
-    for path in [*python_files("service"), *python_files("model"), *python_files("modeldir"), *python_files("cli")]:
-        for node in ast.parse(path.read_text(), str(path)).body:
-            if isinstance(node, ast.ClassDef):
-                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
-    assert {name: paths for name, paths in defined.items() if len(paths) > 1} == {}
-
-
-def uses(path: Path) -> tuple[set[str], set[str]]:
-    """(names called, attributes read) in a file."""
-    called, attributes = set(), set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            called.add(node.func.id)
-        elif isinstance(node, ast.Attribute):
-            attributes.add(node.attr)
-    return called, attributes
-
-
-def test_one_call_lifecycle():
-    """A call's record is opened and admission asked in one place (core/calls/lifecycle.py): no door makes a
-    CallRecord, counts a request in the metrics itself, or touches admission."""
-    found = []
-    for path in python_files("service"):
-        where = str(path.relative_to(ROOT))
-        called, attributes = uses(path)
-        if "CallRecord" in called and where != "service/core/calls/lifecycle.py":
-            found.append(f"{where} makes a CallRecord")
-        if where.startswith(("service/grpc_api", "service/http_api")):
-            found += [f"{where} reads .{name}" for name in ("admission", "requests") if name in attributes]
-    assert found == []
-
-
-def test_one_schema_for_a_models_config_and_one_for_its_cache():
-    """ModelConfig is the model directory's (modeldir/config.py), read typed: nothing serving reads a
-    config as a dict; the cache's geometry and element types are said once (runner/cache_memory.py)."""
-    defined = {}
-    for path in [*python_files("service"), *python_files("modeldir"), *python_files("model")]:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ClassDef) and node.name in ("ModelConfig", "CacheGeometry", "CacheShape"):
-                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
-    assert defined == {"ModelConfig": ["modeldir/config.py"], "CacheGeometry": ["service/runner/cache_memory.py"]}
-    dict_reads = []
-    for path in python_files("service"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            target = node.value if isinstance(node, ast.Subscript) else None
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
-                target = node.func.value
-            if isinstance(target, ast.Attribute) and target.attr == "config":
-                dict_reads.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert dict_reads == []
-
-
 # The device kit lives in benchmarks/ and runs on the device; its test is the one that imports it.
 KIT_TEST = "tests/test_gpu_kit.py"
+
+
+def imported_test_modules(path: Path) -> list[str]:
+    """The test modules (tests/test_*.py) a file imports, by name or relatively: a prefix, so not violations()'s
+    rule of whole names."""
+    return [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for name in sorted(imports_of(path))
+        if name.startswith("tests.test_")
+    ]
 
 
 def test_no_test_module_imports_another_or_the_benchmarks():
@@ -267,10 +151,23 @@ def test_no_test_module_imports_another_or_the_benchmarks():
     benchmarks are no library of the tests."""
     found = []
     for path in sorted((ROOT / "tests").glob("test_*.py")):
-        where = str(path.relative_to(ROOT))
-        forbidden = ("tests.test_",) if where == KIT_TEST else ("tests.test_", "benchmarks")
-        found += violations([path], forbidden)
+        found += imported_test_modules(path)
+        if str(path.relative_to(ROOT)) != KIT_TEST:
+            found += violations([path], ("benchmarks",))
     assert found == []
+
+
+def test_the_checker_finds_a_test_module_importing_another(tmp_path, monkeypatch):
+    rooted_at(tmp_path, monkeypatch)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_b.py").write_text(
+        "from .test_a import helper\nimport tests.test_c\nfrom . import waits\n"
+    )
+    assert imported_test_modules(tmp_path / "tests" / "test_b.py") == [
+        "tests/test_b.py imports tests.test_a",
+        "tests/test_b.py imports tests.test_a.helper",
+        "tests/test_b.py imports tests.test_c",
+    ]
 
 
 def test_one_served_fixture():
@@ -304,7 +201,7 @@ def test_only_the_runner_imports_onnxruntime():
 
 def test_the_checker_finds_imports_of_every_kind(tmp_path, monkeypatch):
     """A rule that could never fire would prove nothing: plain, from, relative and function-level imports."""
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    rooted_at(tmp_path, monkeypatch)
     core = tmp_path / "service" / "core"
     core.mkdir(parents=True)
     (core / "sneaky.py").write_text(
@@ -342,54 +239,3 @@ def test_serving_loads_neither_torch_nor_the_build_side():
     )
     assert result.returncode == 0 and "--stream-write-timeout" in result.stdout, result.stderr
     assert result.stdout.splitlines()[-1] == "build side: []"
-
-
-def test_no_serving_module_is_longer_than_350_lines():
-    long = {
-        str(p.relative_to(ROOT)): n for p in python_files("service") if (n := len(p.read_text().splitlines())) > 350
-    }
-    assert long == {}
-
-
-def test_architecture_doc_names_only_files_that_exist():
-    """docs/architecture.md must match the code: every file it names is there."""
-    text = (ROOT / "docs" / "architecture.md").read_text()
-    named = set(re.findall(r"\b((?:service|model|modeldir|checkpoints|cli|tests)/[\w/]+\.py)\b", text))
-    short = set(re.findall(r"`((?:grpc_api|http_api|core|engine|runner|ops)/\w+\.py)`", text))
-    assert len(named) > 10 and len(short) > 10
-    missing = sorted(p for p in named if not (ROOT / p).is_file())
-    missing += sorted(p for p in short if not (ROOT / "service" / p).is_file())
-    assert missing == []
-
-
-def names_something(dotted: str) -> bool:
-    """A module, or a module and the names inside it: service.grpc_api.client.Client.attention."""
-    import importlib
-
-    parts = dotted.split(".")
-    for split in range(len(parts), 0, -1):
-        try:
-            thing = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        return all((thing := getattr(thing, name, None)) is not None for name in parts[split:])
-    return False
-
-
-def test_docs_name_only_modules_and_files_that_exist():
-    """README.md and docs/ must match the code: every dotted module they name imports (with the class or
-    function after it), and every file path they name is there."""
-    texts = [(ROOT / "README.md").read_text(), *(p.read_text() for p in (ROOT / "docs").glob("*.md"))]
-    missing = []
-    for text in texts:
-        for dotted in set(re.findall(r"`((?:service|modeldir|cli|benchmarks)(?:\.\w+)+)", text)):
-            missing += [] if names_something(dotted.removesuffix(".py")) else [dotted]
-        for path in set(
-            re.findall(
-                r"\b((?:service|model|modeldir|checkpoints|cli|tests|benchmarks|deploy|protos)/[\w/.-]+\.\w+)\b",
-                text,
-            )
-        ):
-            if not (ROOT / path).exists():
-                missing.append(path)
-    assert sorted(missing) == []

@@ -17,8 +17,8 @@ from kserve_storage import Storage
 from modeldir.storage import model_directories
 from testing.server_process import LOCAL_PORTS, ServerProcess
 
+from .deploy_files import env_of, kserve_huggingface, runtime_container
 from .http_client import http
-from .test_deploy import env_of, kserve_huggingface, runtime_container
 
 
 def served_models(server: ServerProcess) -> list[str]:
