@@ -17,6 +17,7 @@ from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
 from .http_client import http
+from .json_values import JSON
 from .waits import wait_until
 
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill."]
@@ -254,15 +255,6 @@ def test_health_and_openapi(base_url):
     assert {"/v1/embeddings", "/v1/completions", "/v1/models"} <= set(paths)
 
 
-JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**40), 2**40)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12,
-)
 FIELDS = st.sampled_from(
     [
         "input",

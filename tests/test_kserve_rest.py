@@ -19,6 +19,7 @@ from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
 from .http_client import http
+from .json_values import JSON
 
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill."]
 
@@ -198,15 +199,6 @@ def test_probes_are_open_and_the_rest_wants_a_token(minilm_dir, tmp_path):
         server.close()
 
 
-JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**40), 2**40)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12,
-)
 TENSOR = st.fixed_dictionaries(
     {
         "name": st.sampled_from(["text", "x"]),

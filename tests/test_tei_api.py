@@ -25,6 +25,7 @@ from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_thread import ServerThread
 
 from .http_client import http
+from .json_values import JSON
 from .model_cache import built
 
 TEXTS = ["The delivery truck blocked the narrow street.", "A cat sleeps on the warm windowsill."]
@@ -227,15 +228,6 @@ def test_a_body_over_the_limit_is_413_in_teis_shape(url):
     assert post(url, "/embed", {"inputs": "still serving"}).status_code == 200
 
 
-JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**40), 2**40)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12,
-)
 FIELDS = st.sampled_from(
     [
         "inputs",

@@ -24,6 +24,7 @@ from .documented_types import DIMENSIONS, NULL, STRICT, TEXT, TEXTS, Integer, Te
 from .documented_types import DOCUMENTS as LIMITED_DOCUMENTS
 from .openapi_document import FILL, answers, request_body
 from .request_fields import json_fields
+from .rerank_api import ranked_documents
 from .schema_shapes import INTEGER, NUMBER, OBJECT, STRING, array, obj
 
 COHERE = HttpApi("cohere", BEARER_STATUSES, lambda refusal: {"message": refusal.message}, MessageError)
@@ -239,12 +240,7 @@ def add_cohere_routes(app: FastAPI, core: ServingCore) -> None:
                 return_documents=body.return_documents,
             )
             result = await core.cross_encoding.rerank(ranked, call.record)
-            results = []
-            for r in result.results:
-                entry = {"index": r.index, "relevance_score": r.score}
-                if r.document is not None:
-                    entry["document"] = {"text": r.document}
-                results.append(entry)
+            results = ranked_documents(result)
             meta = {**META, "billed_units": {"search_units": 1}}
             return FastJSONResponse({"id": str(uuid.uuid4()), "results": results, "meta": meta})
 

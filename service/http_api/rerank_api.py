@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse, Response
 
 from ..core.calls.lifecycle import Call
-from ..core.ranking.cross_encoding import TRUNCATIONS, RerankRequest
+from ..core.ranking.cross_encoding import TRUNCATIONS, RerankRequest, RerankResult
 from ..core.serving import ServingCore
 from ..errors import invalid
 from .call_handling import OPENAI, handle
@@ -60,6 +60,18 @@ class RerankBody(BaseModel):
     )
 
 
+def ranked_documents(result: RerankResult) -> list[dict]:
+    """The results in the form Cohere's and Jina's rerank answers share: index, relevance_score, and the
+    document's text where it was asked for."""
+    entries = []
+    for r in result.results:
+        entry = {"index": r.index, "relevance_score": r.score}
+        if r.document is not None:
+            entry["document"] = {"text": r.document}
+        entries.append(entry)
+    return entries
+
+
 def add_rerank_routes(app: FastAPI, core: ServingCore) -> None:
     @app.post("/v1/rerank", responses=answers(OPENAI, RERANKED))
     async def rerank(body: RerankBody, request: Request) -> Response:
@@ -77,12 +89,7 @@ def add_rerank_routes(app: FastAPI, core: ServingCore) -> None:
                 truncation=body.truncation,
             )
             result = await core.cross_encoding.rerank(ranked, call.record)
-            results = []
-            for r in result.results:
-                entry = {"index": r.index, "relevance_score": r.score}
-                if r.document is not None:
-                    entry["document"] = {"text": r.document}
-                results.append(entry)
+            results = ranked_documents(result)
             usage = {"total_tokens": result.prompt_tokens}
             return JSONResponse(
                 {"id": f"rerank-{uuid.uuid4().hex}", "model": result.model, "results": results, "usage": usage}
