@@ -1,102 +1,16 @@
-"""The generation cache: its books, and its rows in device memory (CPU OrtValues here, moved by the
-model's cache graphs, as on CUDA)."""
+"""The generation cache: its books, and its rows in device memory as they are admitted, released, grown and
+shrunk (cache_rows.py's CPU cache)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
-import onnxruntime as ort
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model.export.cache_graphs import CACHE_GRAPHS
-from service.engine.generation_cache import MIN_SOURCE_CAPACITY, TARGET_STEP, CacheFull, GenerationCache
-from service.runner.cache_memory import CacheGeometry, CacheMemory, CrossLayout, filled_positions, one_buffer_resize
+from service.engine.generation_cache import MIN_SOURCE_CAPACITY, TARGET_STEP, CacheFull
 
-GEOMETRY = CacheGeometry(n_layers=2, n_heads=2, d_head=8, target_tokens=10, source_tokens=40)
-SESSIONS = {
-    precision: {
-        role: ort.InferenceSession(
-            (one_buffer_resize if role == "cache_resize" else bytes)(
-                make(GEOMETRY.n_layers, precision).SerializeToString()
-            ),
-            providers=["CPUExecutionProvider"],
-        )
-        for role, make in CACHE_GRAPHS.items()
-    }
-    for precision in ("fp32", "fp16")
-}
-
-
-class Holder:
-    """What holds a row: the cache keeps its `row` up to date. marker: what its K/V hold; cross_marker:
-    what its source's cross K/V hold (another holder's, when it shares that holder's group)."""
-
-    def __init__(self, marker: float = 0.0):
-        self.marker, self.cross_marker, self.row = marker, marker, None
-
-
-def new_cache(rows: int, precision: str = "fp32", cross_tokens: int = 0) -> GenerationCache:
-    """cross_tokens: the cross buffers' source positions (0: each row room for the longest source)."""
-    g = dataclasses.replace(GEOMETRY, precision=precision)
-    return GenerationCache(
-        CacheMemory(g, rows, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY, cross_tokens=cross_tokens)
-    )
-
-
-def answers_cache(rows: int = 6, self_tokens: int = 200, precision: str = "fp32") -> GenerationCache:
-    """A cache of answers up to 99 new tokens (100 positions: TARGET_STEP's 32, 64 and 96, then 100), whose
-    self-attention buffers hold `self_tokens` positions: 6 rows of 32, 3 of 64, 2 of 96 or 100."""
-    g = dataclasses.replace(GEOMETRY, target_tokens=100, precision=precision)
-    return GenerationCache(
-        CacheMemory(
-            g, rows, "cpu", SESSIONS[precision], MIN_SOURCE_CAPACITY, cross_tokens=rows * 40, self_tokens=self_tokens
-        )
-    )
-
-
-def views(cache: GenerationCache) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The buffers as numpy views (CPU OrtValues only): self-attention, cross-attention."""
-    m = cache.memory
-    return [v.numpy() for v in m.self_buffers], [v.numpy() for v in m.cross_buffers]
-
-
-def encoded(markers: list[float], length: int, dtype=np.float32) -> list[ort.OrtValue]:
-    """An encoder output for a batch of sources, each item filled with its marker: (B, H, length, Dh)."""
-    g = GEOMETRY
-    batch = np.stack([np.full((g.n_heads, length, g.d_head), m, dtype) for m in markers])
-    return [ort.OrtValue.ortvalue_from_numpy(batch.copy()) for _ in range(2 * g.n_layers)]
-
-
-def admit(
-    cache: GenerationCache, holder: Holder, source: int, steps: int = 0, shares: Holder | None = None, new: int = 5
-) -> None:
-    """A sequence's row, of up to `new` steps: its cross K/V written (its marker) unless it shares the group
-    of `shares` (whose source it has), and `steps` decode steps' K/V (its marker)."""
-    cache.allocate(holder, source, new, shares=shares)
-    if shares is None:
-        cache.write_cross(encoded([holder.marker], source, cache.memory.dtype), [(holder.row, 0)])
-    else:
-        holder.cross_marker = shares.cross_marker
-    self_views, _ = views(cache)
-    for buffer in self_views:  # as a decode step writes: at the row's filled length
-        buffer[holder.row, :, cache.lengths[holder.row] : cache.lengths[holder.row] + steps] = holder.marker
-    cache.lengths[holder.row] += steps
-
-
-def assert_holds(cache: GenerationCache, holder: Holder) -> None:
-    """The holder's row has its own K/V at the filled positions, and its group's cross row its source's
-    (beyond the source's length, the row holds what the encoder gave for padding, which the decoder masks)."""
-    self_views, cross_views = views(cache)
-    row, filled, source = holder.row, cache.lengths[holder.row], cache.source_length(holder.row)
-    group = cache.group_of[row]
-    assert group < cache.groups
-    for buffer in self_views:
-        assert (buffer[row, :, :filled] == holder.marker).all()
-    for buffer in cross_views:
-        assert (buffer[group, :, :source] == holder.cross_marker).all()
+from .cache_rows import GEOMETRY, Holder, admit, answers_cache, assert_holds, encoded, new_cache, views
 
 
 def test_rows_are_allocated_then_refused_when_full():
@@ -258,77 +172,6 @@ def test_every_row_keeps_its_data_as_the_rows_grow_and_shrink(operations):
             2,
             cache.target_capacity,
         )
-
-
-def test_beams_share_one_copy_of_their_source():
-    cache = new_cache(rows=4)
-    beams = [Holder(5.0), Holder(5.0), Holder(5.0)]
-    for beam in beams:
-        cache.allocate(beam, 6, 5, shares=beams[0] if beam is not beams[0] else None)
-    other = Holder(4.0)
-    cache.allocate(other, 9, 5)
-    assert cache.groups == 2 and list(cache.group_of[:4]) == [0, 0, 0, 1] and list(cache.members[:2]) == [3, 1]
-    # One encoder call for two sources: the beams take item 1, the other sequence item 0.
-    cache.write_cross(encoded([4.0, 5.0], 9), [(b.row, 1) for b in beams] + [(other.row, 0)])
-    for holder in beams + [other]:
-        assert_holds(cache, holder)
-    layout = cache.cross_layout(4)  # 2 groups of 3 query slots: the beams', and the other's with 2 spare
-    assert list(layout.source_lengths) == [6, 9] and list(layout.row_slots) == [0, 1, 2, 3]
-    assert list(layout.query_slots) == [0, 1, 2, 3, 0, 0]
-    cache.release(beams[0])  # the last row (the other) moves in; the beams' group stays
-    assert cache.groups == 2 and other.row == 0 and cache.group_of[0] == 1
-    cache.release(beams[1])
-    cache.release(beams[2])  # the beams' group closes; the other's moves into cross row 0
-    assert cache.groups == 1 and other.row == 0 and cache.group_of[0] == 0
-    assert_holds(cache, other)
-
-
-@given(groups=st.lists(st.integers(0, 5), min_size=1, max_size=40))
-def test_a_layout_puts_each_row_s_query_in_its_group_s_block(groups):
-    """Any rows in any groups (renumbered 0..G-1 by first appearance): each row's slot lies in its group's
-    block of W slots, no two rows share a slot, and query_slots reads each row back from its slot."""
-    first_seen = {g: i for i, g in reversed(list(enumerate(dict.fromkeys(groups))))}
-    group_of = np.array([first_seen[g] for g in groups], np.int32)
-    count = len(first_seen)
-    layout = CrossLayout.of_rows(group_of, np.arange(1, count + 1, dtype=np.int32))
-    width = int(np.bincount(group_of).max())
-    assert layout.groups == count and len(layout.query_slots) == count * width
-    assert (layout.row_slots // width == group_of).all() and len(set(layout.row_slots.tolist())) == len(groups)
-    assert (layout.query_slots[layout.row_slots] == np.arange(len(groups))).all()
-    assert ((layout.query_slots >= 0) & (layout.query_slots < len(groups))).all()
-
-
-def test_beam_rows_follow_their_parents_copying_rows_on_the_device():
-    cache = new_cache(rows=3)
-    beams = [Holder(float(i + 1)) for i in range(3)]
-    for beam in beams:
-        admit(cache, beam, 4, steps=3)
-    for buffer in views(cache)[0]:
-        buffer[2, :, 3:] = 99.0  # past row 2's filled positions: what a copy must leave behind
-    ordered = cache.follow_parents(beams, [1, 2, 2])  # beam 0 died; beam 2 has two children
-    assert [b.row for b in ordered] == [1, 2, 0]  # the second child of beam 2 takes row 0, with a copy
-    self_views, cross_views = views(cache)
-    for buffer in self_views:
-        assert (buffer[0, :, :3] == 3.0).all() and (buffer[1, :, :3] == 2.0).all() and (buffer[2, :, :3] == 3.0).all()
-        assert (buffer[0, :, 3:] == 0.0).all()  # only the 3 filled positions were copied
-    for buffer in cross_views:  # cross rows are the sequence's source: never moved for beams
-        assert (buffer[0, :, :4] == 1.0).all()
-
-
-@given(
-    moves=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 6)), max_size=5),
-    heads=st.integers(1, 3),
-)
-def test_a_move_copies_each_head_s_filled_positions(moves, heads):
-    sources, targets = filled_positions(moves, heads)
-    expected = [
-        ((source, head, position), (target, head, position))
-        for source, target, filled in moves
-        for head in range(heads)
-        for position in range(filled)
-    ]
-    assert sources.dtype == targets.dtype == np.int64 and sources.shape == targets.shape == (len(expected), 3)
-    assert list(zip(map(tuple, sources.tolist()), map(tuple, targets.tolist()))) == expected
 
 
 @given(
