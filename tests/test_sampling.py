@@ -74,6 +74,17 @@ def test_penalties_move_the_tokens_already_generated(kind):
 
 
 @KINDS
+def test_temperatures_past_float32_s_range_keep_their_meaning(kind):
+    """A client may send any positive float: 1e-197 is 0 in float32 (every logit -inf or NaN, and the step
+    failed for every sequence in it), 1e300 is inf (a token a logit rule masked, NaN)."""
+    assert set(draws(kind, SamplingParams(temperature=1e-197, min_p=0.5))) == {0}
+    tied = np.array([1.0, 3.0, 3.0, -np.inf], np.float32)
+    assert set(draws(kind, SamplingParams(temperature=1e-197), tied)) == {1, 2}
+    counts = draws(kind, SamplingParams(temperature=1e300), np.array([5.0, -5.0, 0.0, -np.inf], np.float32))
+    assert set(counts) == {0, 1, 2} and all(abs(n / 4000 - 1 / 3) < 0.03 for n in counts.values()), counts
+
+
+@KINDS
 def test_the_drawn_tokens_follow_the_reference_distribution(kind):
     """A chi-square test of 20,000 draws of a 300-token distribution with every rule on (its statistic, 19
     degrees of freedom once small classes are pooled, is under 43.8 with probability 0.999)."""

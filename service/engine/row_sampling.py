@@ -180,7 +180,7 @@ class RowSampler:
         chosen = np.empty(len(params), np.int64)
         for i, row_params in enumerate(params):
             penalized(logits[i], generated[i], row_params)
-            row = Row(logits[i], logits[i].max(), np.float32(row_params.temperature))
+            row = Row(logits[i], logits[i].max(), row_params.float32_temperature)
             # Rows without top_k need every token's weight: exp over the vocabulary, summed by block.
             sums = self.block_sums(row) if row_params.top_k <= 0 else None
             chosen[i] = draw(row, sums, kept_tokens(row, sums, row_params), rngs[i].random())

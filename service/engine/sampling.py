@@ -6,6 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+# The samplers divide float32 logits by the temperature in float32. A client's temperature may be any
+# positive float (JSON's 1e-197, say), which float32 makes 0 (or a denormal a device may flush to 0): every
+# logit -inf or NaN, and the decode step failed for every sequence in it. One beyond float32's largest makes
+# it inf, and a token a logit rule masked (-inf) NaN. Kept within float32's normal range, a temperature keeps
+# its meaning: the limit, the most probable tokens only, or every token alike.
+FLOAT32_TEMPERATURES = (float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max))
+
 
 @dataclass(frozen=True, kw_only=True)
 class SamplingParams:
@@ -20,3 +29,9 @@ class SamplingParams:
     @property
     def penalizes(self) -> bool:
         return self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+
+    @property
+    def float32_temperature(self) -> np.float32:
+        """The temperature the samplers divide by, within float32's normal range (FLOAT32_TEMPERATURES)."""
+        low, high = FLOAT32_TEMPERATURES
+        return np.float32(min(max(self.temperature, low), high))

@@ -254,7 +254,7 @@ def graph_feeds(vocab: int, generated: list, params: list, uniforms: np.ndarray)
         "repetition": np.array([[p.repetition_penalty] for p in params], np.float32),
         "frequency": np.array([[p.frequency_penalty] for p in params], np.float32),
         "presence": np.array([[p.presence_penalty] for p in params], np.float32),
-        "temperature": np.array([[p.temperature] for p in params], np.float32),
+        "temperature": np.array([[p.float32_temperature] for p in params], np.float32),
         "top_k": top_k,
         "min_log_p": min_log_p(params),
         "top_p": np.array([[p.top_p] for p in params], np.float32),
