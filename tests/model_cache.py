@@ -13,6 +13,8 @@ from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
+from filelock import FileLock
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / "test-models"
 # What a test model is made from: the build side, the contract, the checkpoints, the references and shapes.
@@ -58,14 +60,16 @@ def built(name: str, build: Callable[[Path], object], extra_sources: tuple[str, 
     anew (older builds of `name` removed). extra_sources: files the build also reads (a test module's
     shapes)."""
     target = CACHE / f"{name}-{sources_hash(tuple(extra_sources))}"
-    if _intact(target):
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(CACHE / f"{name}.lock"):  # the suite runs in several processes: one builds, the others wait
+        if _intact(target):
+            return target
+        for old in CACHE.glob(f"{name}-*"):
+            if re.fullmatch(f"{re.escape(name)}-[0-9a-f]{{16}}", old.name):  # not another model's: numbers-t5-...
+                shutil.rmtree(old, ignore_errors=True)
+        # Built in place (a model directory may name its own path), the stamp last: a build that stopped
+        # half-way has none, and is built again.
+        target.mkdir(parents=True)
+        build(target)
+        (target / STAMP).write_text(json.dumps({"files": _digest(_files(target), target)}))
         return target
-    for old in CACHE.glob(f"{name}-*"):
-        if re.fullmatch(f"{re.escape(name)}-[0-9a-f]{{16}}", old.name):  # not another model's: numbers-t5-...
-            shutil.rmtree(old, ignore_errors=True)
-    # Built in place (a model directory may name its own path), the stamp last: a build that stopped
-    # half-way has none, and is built again.
-    target.mkdir(parents=True)
-    build(target)
-    (target / STAMP).write_text(json.dumps({"files": _digest(_files(target), target)}))
-    return target

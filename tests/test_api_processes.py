@@ -25,6 +25,7 @@ from service.grpc_api.client import Client
 from service.grpc_api.pb import inference_pb2 as pb
 from testing.server_process import ServerProcess
 
+from .default_ports import default_ports
 from .waits import wait_until
 
 # all-MiniLM-L6-v2's embedding of this sentence starts so (sentence-transformers; design notes)
@@ -83,9 +84,10 @@ def job_status(port: int, handle: dict) -> str:
 def split(minilm_dir, numbers_dir, multilingual_numbers_dir):
     """`attnserve serve --api-processes 2` on the default host and ports."""
     models = (str(minilm_dir), str(numbers_dir), str(multilingual_numbers_dir))
-    server = ServerProcess("--api-processes", "2", models=models, listen=())
-    yield server
-    assert server.stop() == 0, server.output()
+    with default_ports():
+        server = ServerProcess("--api-processes", "2", models=models, listen=())
+        yield server
+        assert server.stop() == 0, server.output()
 
 
 def test_two_api_processes_share_the_ports_and_both_answer(split):

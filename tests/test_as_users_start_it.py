@@ -20,13 +20,13 @@ import openai
 import pytest
 
 from service.grpc_api.client import Client
-from service.ops.config import ServerConfig
 from service.ops.listen import listening_host, listening_sockets
 from testing.server_process import ServerProcess
 from testing.server_thread import ServerThread
 
+from .default_ports import default_ports
+
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = ServerConfig()
 # `attnserve serve` as its console script runs it, that lists at exit what it loaded of the build side.
 PROBE = (
     "import atexit, sys;"
@@ -50,18 +50,13 @@ def ipv6_loopback() -> bool:
 def server(minilm_dir, numbers_dir, multilingual_numbers_dir, number_rankers, whisper_tiny_en):
     """`attnserve serve --models minilm numbers numbers-multilingual numbers-reranker numbers-language
     whisper-tiny.en`: nothing else, as `make run` serves them after its build."""
-    taken = []
-    for port in (DEFAULT.port, DEFAULT.http_port, DEFAULT.metrics_port):
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                taken.append(port)
-    assert not taken, f"ports {taken} are taken: this test starts a server on the default ports"
     models = (str(minilm_dir), str(numbers_dir), str(multilingual_numbers_dir), *map(str, number_rankers.values()))
     models += (str(whisper_tiny_en),)
-    process = ServerProcess(models=models, listen=(), launcher=(sys.executable, "-c", PROBE))
-    yield process
-    if process.process.poll() is None:
-        process.stop()
+    with default_ports():
+        process = ServerProcess(models=models, listen=(), launcher=(sys.executable, "-c", PROBE))
+        yield process
+        if process.process.poll() is None:
+            process.stop()
 
 
 def test_it_listens_on_the_default_ports_of_every_address(server):

@@ -234,7 +234,8 @@ def test_health_endpoints_follow_the_server(numbers_dir):
         assert http_get(f"{base}/healthz") == (200, "ok\n")
         assert http_get(f"{base}/readyz")[0] == 503
         server.load()
-        assert http_get(f"{base}/readyz") == (200, "ready\n")
+        # Split, the API side tells the engine it serves over their link: ready once that message is read.
+        wait_until(lambda: http_get(f"{base}/readyz") == (200, "ready\n"), what="ready once loaded")
         server.call_and_wait(server.server.core.start_draining)
         wait_until(lambda: http_get(f"{base}/readyz")[0] == 503, what="not ready while draining")
         assert http_get(f"{base}/nothing")[0] == 404

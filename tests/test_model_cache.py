@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from filelock import FileLock, Timeout
 
 from . import model_cache
 
@@ -69,3 +70,23 @@ def test_a_new_build_removes_its_own_older_builds_only(cache):
     model_cache.built("numbers", build)
     assert other.is_dir() and model_cache.built("numbers-t5", build) == other and len(builds) == 2
     assert not older.exists()
+
+
+def test_a_model_is_built_holding_its_lock(cache):
+    """`make test` runs the suite in several processes: while one builds a model, another that asks for it
+    waits for the lock, then finds the build intact instead of building it again beside the first."""
+    build, builds = cache
+    held = []
+
+    def build_and_look(root):
+        try:
+            FileLock(model_cache.CACHE / "m.lock").acquire(timeout=0)  # as the other process would
+            held.append(False)
+        except Timeout:
+            held.append(True)
+        build(root)
+
+    model_cache.built("m", build_and_look)
+    assert held == [True] and len(builds) == 1
+    with FileLock(model_cache.CACHE / "m.lock").acquire(timeout=0):  # and let go after
+        pass

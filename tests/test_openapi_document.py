@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from service.http_api.server import api_of
 from service.http_api.tei_api import TEI
 from service.ops.config import ServerConfig
 from testing.server_process import ServerProcess
+from tests.default_ports import default_ports
 from tests.http_client import http
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,15 +40,12 @@ OWN_SHAPES = {"/health", "/v2/health/live", "/v2/health/ready"}
 @pytest.fixture(scope="module")
 def server(minilm_dir, numbers_dir, multilingual_numbers_dir, number_rankers, whisper_tiny_en):
     """`attnserve serve` on the default ports with `make run`'s models."""
-    default = ServerConfig()
-    for port in (default.port, default.http_port, default.metrics_port):
-        with socket.socket() as probe:
-            assert probe.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is taken: this test needs it"
     models = (str(minilm_dir), str(numbers_dir), str(multilingual_numbers_dir), *map(str, number_rankers.values()))
     models += (str(whisper_tiny_en),)
-    process = ServerProcess(models=models, listen=())
-    yield process
-    process.stop()
+    with default_ports():
+        process = ServerProcess(models=models, listen=())
+        yield process
+        process.stop()
 
 
 @pytest.fixture(scope="module")
