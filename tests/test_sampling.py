@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from service.core.calls.validation import MIN_REPETITION_PENALTY
 from service.engine.row_sampling import RowSampler
 from service.engine.sampling import SamplingParams
 from service.runner.sampling_graph import SamplingGraph, sampling_graph
@@ -142,6 +143,42 @@ def test_each_row_draws_the_reference_token(kind, seed, vocab, temperature, top_
     plain = [np.random.default_rng([seed, row]) for row in range(rows)]
     compared_draws(kind, logits, generated, params, served, plain)  # asserts each token it compares
     assert all(a.random() == b.random() for a, b in zip(served, plain))
+
+
+@KINDS
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    temperature=st.floats(0.0, exclude_min=True, allow_infinity=False),  # any a door accepts (JSON's doubles)
+    top_k=st.integers(0, 2**64 - 1),
+    top_p=st.floats(0.0, 1.0, exclude_min=True),
+    min_p=st.floats(0.0, 1.0, exclude_max=True),
+    repetition=st.floats(MIN_REPETITION_PENALTY, 1 / MIN_REPETITION_PENALTY),
+    frequency=st.floats(-2.0, 2.0),
+    presence=st.floats(-2.0, 2.0),
+)
+def test_any_parameters_the_doors_take_draw_a_token_no_rule_masked(
+    kind, seed, temperature, top_k, top_p, min_p, repetition, frequency, presence
+):
+    """What validation lets through (service/core/calls/validation.py) draws a token of the vocabulary and
+    never one a logit rule masked (-inf): a decode step that raised would fail every sequence in it."""
+    values = np.random.default_rng(seed)
+    logits = (values.standard_normal((3, 50)) * values.choice([0.1, 8.0, 1e4])).astype(np.float32)
+    masked = values.choice(50, 10, replace=False)
+    logits[:, masked] = -np.inf
+    params = SamplingParams(
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        repetition_penalty=repetition,
+        frequency_penalty=frequency,
+        presence_penalty=presence,
+    )
+    generated = [values.integers(0, 50, 4).tolist() for _ in range(3)]
+    rngs = [np.random.default_rng([seed, row]) for row in range(3)]
+    tokens = sample_rows(kind, logits, generated, [params] * 3, rngs)
+    assert all(0 <= t < 50 and t not in masked for t in tokens.tolist()), (tokens, params)
 
 
 def compared_draws(kind: str, logits, generated, params, served, plain, steps: int = 10) -> int:
