@@ -47,7 +47,7 @@ SPLIT_TESTS := tests/test_http_openai.py tests/test_service_generate.py tests/te
   tests/test_cohere_api.py tests/test_translation_apis.py tests/test_open_inference.py
 
 # The suite runs in TEST_PROCESSES processes (pytest-xdist), a test file's tests in one of them: with one
-# process the two cores were idle 44% of the time (the tests' own Python, servers' event loops, waits).
+# process the two cores were idle a third of the time (the tests' own Python, servers' event loops, waits).
 TEST_PROCESSES ?= 2
 PYTEST := $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile
 

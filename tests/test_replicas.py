@@ -1,6 +1,6 @@
 """Two replicas (`attnserve serve` processes) under steady load, restarted one after the other with SIGTERM:
-a gRPC channel balancing over both with a retry policy for UNAVAILABLE, and HTTP callers that retry 503 on
-the other replica, lose no call, and both replicas take traffic before and after."""
+a gRPC channel balancing over both, watching their health, with a retry policy for UNAVAILABLE, and HTTP
+callers that retry 503 on the other replica, lose no call, and both replicas take traffic before and after."""
 
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ from .waits import wait_until
 
 SERVICE_CONFIG = {  # as the README tells clients to connect
     "loadBalancingConfig": [{"round_robin": {}}],
+    "healthCheckConfig": {"serviceName": ""},
     "methodConfig": [
         {
             "name": [{"service": "attnserve.v1.Inference"}, {"service": "inference.GRPCInferenceService"}],
             "retryPolicy": {
-                "maxAttempts": 5,
+                "maxAttempts": 4,
                 "initialBackoff": "0.1s",
-                "maxBackoff": "1s",
+                "maxBackoff": "2s",
                 "backoffMultiplier": 2,
                 "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"],
             },
@@ -113,6 +114,8 @@ def test_rolling_restart_of_two_replicas_loses_no_call(minilm_dir):
         wait_until(
             lambda: answered_ok(replicas[0]) >= 40 and answered_ok(replicas[1]) >= 20, what="traffic on both after"
         )
+        # The channel watches health: no gRPC call reached a restarted replica before its models were warm.
+        assert [r.metric("attnserve_requests_total", code="UNAVAILABLE") for r in replicas] == [0, 0]
     finally:
         load.stop()
         for replica in replicas:
