@@ -24,7 +24,8 @@ def reference_probabilities(logits, generated, params: SamplingParams) -> tuple[
         counts = counts.astype(np.float32)
         values = values - np.float32(params.frequency_penalty) * counts - np.float32(params.presence_penalty)
         logits[seen] = values
-    scaled = (logits - logits.max()) / params.float32_temperature
+    with np.errstate(over="ignore"):  # a tiny temperature sends the others to -inf
+        scaled = (logits - logits.max()) / params.float32_temperature
     keep = np.ones(scaled.shape[0], np.bool_)
     if 0 < params.top_k < scaled.shape[0]:
         keep &= scaled >= np.sort(scaled)[-params.top_k]

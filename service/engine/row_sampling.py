@@ -51,7 +51,8 @@ class Row:
 
     def scaled(self, tokens=slice(None)) -> np.ndarray:
         """(logit - max) / temperature of some tokens, float32: the same values whichever tokens are asked."""
-        return (self.logits[tokens] - self.top) / self.temperature
+        with np.errstate(over="ignore"):  # a tiny temperature sends the others to -inf: exp() makes them 0
+            return (self.logits[tokens] - self.top) / self.temperature
 
     def group_maxima(self) -> np.ndarray:
         """The maximum logit of each group of tokens spaced vocab // 64 apart (token t in group t mod
@@ -168,7 +169,8 @@ class RowSampler:
         if self.work.shape[0] != vocab:
             self.work = np.empty(vocab, np.float32)
         np.subtract(row.logits, row.top, out=self.work)
-        np.divide(self.work, row.temperature, out=self.work)
+        with np.errstate(over="ignore"):  # as in Row.scaled: -inf is what a tiny temperature means
+            np.divide(self.work, row.temperature, out=self.work)
         np.exp(self.work, out=self.work)
         return np.add.reduceat(self.work, np.arange(0, vocab, BLOCK))
 
