@@ -1,5 +1,6 @@
 """The generation scheduler (engine/scheduler.py) over a fake model (fake_seq2seq.py), where requests part from
-plain greedy rows: beam searches beside greedy rows, callers that leave, and model calls that fail."""
+plain greedy rows: beam searches beside greedy rows, callers that leave, model calls that fail, and sequences
+whose own token choice fails."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 import pytest
 
 from service.engine.beam_search import BeamSettings, log_softmax
+from service.engine.sampling import SamplingParams
 from service.engine.sequence import EOS as EOS_REASON
 from service.engine.sequence import LENGTH, GenerationParams
 
@@ -145,6 +147,69 @@ def test_a_failing_model_call_fails_its_callers_reports_it_and_the_loop_goes_on(
             before = ["failed"] if stage == "encode" else ["succeeded", "failed"]  # the decoder's first step passed
             calls = served.health.calls
             assert calls[: len(before)] == before and set(calls[len(before) :]) == {"succeeded"}, calls
+            assert_idle(served)
+            assert_answer(await generate(served.scheduler, [3, 4], greedy(5)), [3, 4], 5)
+
+    run(main)
+
+
+class RaisingRules:
+    """A sequence's own logit rules (logit_rules.py's protocol) that raise once it has `after` tokens: a
+    fault in rules the server made from what one client sent (a glossary's term forcing, Whisper's)."""
+
+    def __init__(self, after: int):
+        self.after = after
+
+    def apply(self, logits, tokens) -> None:
+        if len(tokens) >= self.after:
+            raise ValueError("fake rules fault")
+
+
+HOT = SamplingParams(temperature=1.0)
+# A sequence whose own token choice raises, and what it raises: rules of each row kind, and sampling
+# parameters no door would pass (the doors' ranges are tested in test_sampling.py), drawn and greedy.
+FAILING = {
+    "rules, greedy": (GenerationParams(max_new_tokens=6, rules=RaisingRules(after=2)), ValueError),
+    "rules, sampled": (
+        GenerationParams(max_new_tokens=6, rules=RaisingRules(after=2), sampling=HOT, seed=5),
+        ValueError,
+    ),
+    "rules, beams": (
+        GenerationParams(max_new_tokens=6, rules=RaisingRules(after=2), beams=BeamSettings(num_beams=2)),
+        ValueError,
+    ),
+    "sampling, drawn": (
+        GenerationParams(max_new_tokens=6, sampling=SamplingParams(temperature=1.0, top_k=None)),
+        TypeError,
+    ),
+    "sampling, penalized": (
+        GenerationParams(max_new_tokens=6, sampling=SamplingParams(frequency_penalty="fault")),
+        ValueError,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(FAILING))
+def test_a_sequence_whose_own_token_choice_raises_fails_alone(kind):
+    """Its rules or sampling raise in a step it shares: it fails with that error, the others finish as they
+    would alone (a seeded sampled row draws the same tokens), every step is the model's success (health),
+    and the failed sequence's rows are freed."""
+    failing, error_type = FAILING[kind]
+    sampled = GenerationParams(max_new_tokens=8, sampling=HOT, seed=7)
+
+    async def main():
+        async with serving(rows=4) as served:
+            alone = await generate(served.scheduler, [9, 10], sampled)
+            results = await asyncio.gather(
+                generate(served.scheduler, [5, 6], failing),
+                generate(served.scheduler, [7, 8], greedy(8)),
+                generate(served.scheduler, [9, 10], sampled),
+                return_exceptions=True,
+            )
+            assert type(results[0]) is error_type, results[0]
+            assert_answer(results[1], [7, 8], 8)
+            assert results[2].ids == alone.ids and len(alone.ids) > 2, (results[2].ids, alone.ids)
+            assert set(served.health.calls) == {"succeeded"}, served.health.calls
             assert_idle(served)
             assert_answer(await generate(served.scheduler, [3, 4], greedy(5)), [3, 4], 5)
 

@@ -174,16 +174,30 @@ class RowSampler:
         np.exp(self.work, out=self.work)
         return np.add.reduceat(self.work, np.arange(0, vocab, BLOCK))
 
-    def sample(self, logits: np.ndarray, generated: list, params: list[SamplingParams], rngs: list) -> np.ndarray:
+    def sample(
+        self,
+        logits: np.ndarray,
+        generated: list,
+        params: list[SamplingParams],
+        rngs: list,
+        failures: dict[int, Exception] | None = None,
+    ) -> np.ndarray:
         """(rows, vocab) float32 logits (changed in place by the penalties), each row's tokens so far,
         sampling parameters (temperature > 0) and generator -> each row's token. A row's token depends on
-        its own logits, parameters and generator only, whatever else shares the step."""
+        its own logits, parameters and generator only, whatever else shares the step. failures: where
+        given, a row that raises has its error there (by its index in these lists) and the token -1, and
+        the others are drawn as they would be without it; else the error is raised."""
         logits = np.asarray(logits, np.float32)  # the rules are float32 (the server's logits are already)
         chosen = np.empty(len(params), np.int64)
         for i, row_params in enumerate(params):
-            penalized(logits[i], generated[i], row_params)
-            row = Row(logits[i], logits[i].max(), row_params.float32_temperature)
-            # Rows without top_k need every token's weight: exp over the vocabulary, summed by block.
-            sums = self.block_sums(row) if row_params.top_k <= 0 else None
-            chosen[i] = draw(row, sums, kept_tokens(row, sums, row_params), rngs[i].random())
+            try:
+                penalized(logits[i], generated[i], row_params)
+                row = Row(logits[i], logits[i].max(), row_params.float32_temperature)
+                # Rows without top_k need every token's weight: exp over the vocabulary, summed by block.
+                sums = self.block_sums(row) if row_params.top_k <= 0 else None
+                chosen[i] = draw(row, sums, kept_tokens(row, sums, row_params), rngs[i].random())
+            except Exception as error:
+                if failures is None:
+                    raise
+                failures[i], chosen[i] = error, -1
         return chosen

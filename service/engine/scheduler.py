@@ -4,7 +4,8 @@ turn of the loop has three parts:
   admitted while the cache has room for them (a beam search takes one row per beam, all at once);
 - execute, in the model thread: the sources admitted this turn go through the encoder together, then
   one decoder step runs for every running row at once, and each row's next token is chosen
-  (token_choice.py); beam searches step, and their rows follow their parents (the cache moves them);
+  (token_choice.py); beam searches step, and their rows follow their parents (the cache moves them).
+  A failed model call fails the step's sequences; a sequence whose own rules or sampling raise fails alone;
 - update, on the event loop: tokens become text (held back where a stop sequence might begin), events
   go to the callers, and finished sequences leave at once.
 """
@@ -32,6 +33,7 @@ from .source_encoding import encode_sources
 from .steps import HealthReport, ModelCall, SchedulerSettings, StepPlan, StepResult
 from .text_stream import NO_TEXT, Detokenizer, TextStream
 from .token_choice import TokenChoice
+from .token_counts import count_tokens
 
 log = logging.getLogger("attnserve.scheduler")
 
@@ -228,16 +230,21 @@ class Scheduler:
         else:
             step = self.runner.step(last, lengths, layout, logit_rows, cache.memory, rows, logits_on_device=on_device)
         cache.advance(rows)
-        tokens = self.choice.choose(step, state, holders)
+        failures: dict[int, Exception] = {}  # by row: a sequence whose own rules or numbers raise fails alone
+        tokens = self.choice.choose(step, state, holders, failures)
         for sequence in {id(h.sequence): h.sequence for h in holders if isinstance(h, BeamRow)}.values():
-            parents = self.choice.beam_step(sequence, step)
+            try:
+                parents = self.choice.beam_step(sequence, step)
+            except Exception as error:
+                failures.update((beam.row, error) for beam in sequence.beam_rows)
+                continue
             if parents is not None:
                 sequence.beam_rows = cache.follow_parents(sequence.beam_rows, parents)
                 for beam, holder in enumerate(sequence.beam_rows):
                     holder.beam = beam
                 state.follow_beams(sequence)
         calls.append(ModelCall("decode", rows, rows, time.perf_counter() - started, step.sent, step.fetched))
-        return StepResult(tokens, calls)
+        return StepResult(tokens, calls, failures)
 
     # update
 
@@ -247,6 +254,12 @@ class Scheduler:
         target language's code) goes into the books only: no news, not timed, not counted."""
         now = time.perf_counter()
         count, holders, state, tokens = plan.rows, plan.holders, self.rows, result.tokens
+        for i, error in result.failures.items():
+            sequence = owner(holders[i])
+            if not sequence.gone:  # once, for a search whose beams all failed
+                log.error("model %s: a sequence's token choice failed; it fails alone", self.name, exc_info=error)
+                sequence.fail(error)
+                sequence.gone = True  # it leaves at the start of the next turn, as a caller that left does
         chosen = None if state.beams == 0 else state.kind[:count] != BEAM  # None: every row
         forced = state.forced_now(count)  # before the counts grow
         ended = tokens == self.eos_id  # never a beam row's: its token is BEAM_ROW
@@ -261,11 +274,18 @@ class Scheduler:
         news = ended | at_limit
         news[grown] |= state.per_token[grown]
         if forced is None:
-            self._count_tokens(holders, chosen, grown, now)
+            count_tokens(state, self.metrics, holders, chosen, grown, now)
         else:
             state.forcing -= state.forcing_ends(forced)
             news &= ~forced
-            self._count_tokens(holders, ~forced if chosen is None else chosen & ~forced, grown[~forced[grown]], now)
+            count_tokens(
+                state,
+                self.metrics,
+                holders,
+                ~forced if chosen is None else chosen & ~forced,
+                grown[~forced[grown]],
+                now,
+            )
         for i in news.nonzero()[0].tolist():
             sequence = holders[i]
             if not sequence.gone:  # gone: leaves at the start of the next turn
@@ -307,34 +327,6 @@ class Scheduler:
             self._leave(sequence)
         else:
             sequence.send(text)
-
-    def _count_tokens(self, holders: list, chosen: np.ndarray | None, grown: np.ndarray, now: float) -> None:
-        """Each chosen row's (`chosen` None: every row's) time to its first token (once a sequence) or since
-        its last one, and the tokens the step added (`grown`: their rows)."""
-        state, count = self.rows, len(holders)
-        last_time = state.last_time[:count]
-        first = None
-        if state.awaiting_first:
-            first = last_time == 0.0
-            if chosen is not None:
-                first &= chosen
-            for i in first.nonzero()[0].tolist():
-                sequence = holders[i]
-                sequence.first_token = now
-                state.awaiting_first -= 1
-                if self.metrics and state.counted[i]:
-                    self.metrics.first_token(now - sequence.arrived)
-        if self.metrics:
-            counted = state.counted[:count]
-            self.metrics.generated(int(np.count_nonzero(counted[grown])))
-            timed = counted if first is None else counted & ~first
-            if chosen is not None:
-                timed = timed & chosen
-            self.metrics.between_tokens_all(now - last_time[timed])
-        if chosen is None:
-            last_time[:] = now
-        else:
-            last_time[chosen] = now
 
     def _finish_search(self, sequence: Sequence, now: float) -> None:
         """A beam search ends with one event: the best hypothesis, whole, and the n best."""

@@ -60,8 +60,9 @@ class ModelCall:
 
 @dataclass(frozen=True)
 class StepResult:
-    """What execute leaves for update: each row's next token (BEAM_ROW for a beam search's rows), and the
-    model calls it made."""
+    """What execute leaves for update: each row's next token (BEAM_ROW for a beam search's rows), the
+    model calls it made, and the rows whose token choice raised (their sequences fail)."""
 
     tokens: np.ndarray  # (rows,) int64
     calls: list[ModelCall]
+    failures: dict[int, Exception]  # by row

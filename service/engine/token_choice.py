@@ -67,22 +67,29 @@ class TokenChoice:
         kind = rows.kind
         return all(kind[i] == SAMPLED and holders[i].params.sampling.temperature > 0 for i in logit_rows)
 
-    def processed(self, step, rows: list[int], holders: list, tokens_of) -> np.ndarray:
+    def processed(self, step, rows: list[int], holders: list, tokens_of, failures: dict | None = None) -> np.ndarray:
         """The logits of some rows (float32, a copy) through their sequences' rules, where they have any,
         then with the suppressed tokens left out. tokens_of(i): row i's tokens so far, the forced ones
-        included, as its rules read them."""
+        included, as its rules read them. failures: as choose's (None: a rule's error is raised)."""
         # row_logits gives a new array (its rows picked by index): no second copy where it is float32 already
         logits = np.asarray(step.row_logits(rows), np.float32)
         for i, row_logits in zip(rows, logits):
             rules = owner(holders[i]).params.rules
-            if rules is not None:
+            if rules is None:
+                continue
+            try:
                 rules.apply(row_logits, tokens_of(i))
+            except Exception as error:
+                if failures is None:
+                    raise
+                failures[i] = error
         logits[:, self.suppressed_ids] = -np.inf
         return logits
 
-    def choose(self, step, rows: RowState, holders: list) -> np.ndarray:
+    def choose(self, step, rows: RowState, holders: list, failures: dict[int, Exception]) -> np.ndarray:
         """The next token of each greedy or sampled row (BEAM_ROW for beam rows), over the step's rows at
-        once; holders in row order (a sampled row's generator is its sequence's)."""
+        once; holders in row order (a sampled row's generator is its sequence's). A row whose own rules or
+        sampling raise gets eos and its error in failures (by row): its sequence fails, not the step."""
         count = len(holders)
         forcing = rows.forced_now(count)
         if rows.all_greedy and not self.rules.forced_eos and forcing is None and not rows.scoring and not rows.ruling:
@@ -98,10 +105,10 @@ class TokenChoice:
         if step.device_logits is not None:  # every logit row samples (samples_on_device)
             self._sampled_on_device(tokens, step, holders, rows, free)
         elif wanted:
-            logits = self.processed(step, wanted, holders, rows.generated)
+            logits = self.processed(step, wanted, holders, rows.generated, failures)
             if rows.scoring:  # scored before the penalties change the sampled rows' logits in place
                 scored_logits = {i: logits[n].copy() for n, i in enumerate(wanted) if scored[i]}
-            self._sampled(tokens, logits, wanted, holders, rows, free & (kind == SAMPLED))
+            self._sampled(tokens, logits, wanted, holders, rows, free & (kind == SAMPLED), failures=failures)
             for n, i in enumerate(wanted):
                 if free[i] and kind[i] != SAMPLED and ruled[i]:
                     tokens[i] = int(logits[n].argmax())
@@ -110,30 +117,39 @@ class TokenChoice:
         if forcing is not None:  # the forced tokens, whatever the logits say
             tokens[forcing] = rows.forced_tokens_now(forcing)
         tokens[at_limit] = self.eos_id
+        if failures:
+            tokens[list(failures)] = self.eos_id
         tokens[kind == BEAM] = BEAM_ROW
         return tokens
 
-    def _sampled(self, tokens: np.ndarray, logits: np.ndarray, wanted: list[int], holders: list, rows, sampled) -> None:
+    def _sampled(
+        self, tokens, logits: np.ndarray, wanted: list[int], holders: list, rows, sampled, *, failures
+    ) -> None:
         """The sampled rows' tokens, all at once (row_sampling.py); a row of temperature 0 with a penalty is
-        the argmax of its penalized logits."""
+        the argmax of its penalized logits. A row that raises: its error into failures, by row."""
         drawn, penalized_greedy = [], []
         for n, i in enumerate(wanted):
             if sampled[i]:
                 params = holders[i].params.sampling
                 (drawn if params.temperature > 0 else penalized_greedy).append((n, i))
         for n, i in penalized_greedy:
-            penalized(logits[n], rows.generated(i), holders[i].params.sampling)
+            try:
+                penalized(logits[n], rows.generated(i), holders[i].params.sampling)
+            except Exception as error:
+                failures[i] = error
             tokens[i] = int(logits[n].argmax())
         if drawn:
-            at = [n for n, _ in drawn]
+            at, failed = [n for n, _ in drawn], {}
             # logits is this step's own copy: the rows are drawn from it in place where they are all of it
             chosen = self.sampler.sample(
                 logits if len(at) == logits.shape[0] else logits[at],
                 [rows.generated(i) for _, i in drawn],
                 [holders[i].params.sampling for _, i in drawn],
                 [holders[i].rng for _, i in drawn],
+                failed,
             )
             tokens[[i for _, i in drawn]] = chosen
+            failures.update((drawn[k][1], error) for k, error in failed.items())
 
     def _sampled_on_device(self, tokens: np.ndarray, step, holders: list, rows: RowState, free: np.ndarray) -> None:
         """The sampled rows' tokens from the logits left on the device, drawn by the sampling graph: one
