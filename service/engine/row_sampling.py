@@ -51,8 +51,7 @@ class Row:
 
     def scaled(self, tokens=slice(None)) -> np.ndarray:
         """(logit - max) / temperature of some tokens, float32: the same values whichever tokens are asked."""
-        with np.errstate(over="ignore"):  # a tiny temperature sends the others to -inf: exp() makes them 0
-            return (self.logits[tokens] - self.top) / self.temperature
+        return (self.logits[tokens] - self.top) / self.temperature
 
     def group_maxima(self) -> np.ndarray:
         """The maximum logit of each group of tokens spaced vocab // 64 apart (token t in group t mod
@@ -169,8 +168,7 @@ class RowSampler:
         if self.work.shape[0] != vocab:
             self.work = np.empty(vocab, np.float32)
         np.subtract(row.logits, row.top, out=self.work)
-        with np.errstate(over="ignore"):  # as in Row.scaled: -inf is what a tiny temperature means
-            np.divide(self.work, row.temperature, out=self.work)
+        np.divide(self.work, row.temperature, out=self.work)
         np.exp(self.work, out=self.work)
         return np.add.reduceat(self.work, np.arange(0, vocab, BLOCK))
 
@@ -189,15 +187,18 @@ class RowSampler:
         the others are drawn as they would be without it; else the error is raised."""
         logits = np.asarray(logits, np.float32)  # the rules are float32 (the server's logits are already)
         chosen = np.empty(len(params), np.int64)
-        for i, row_params in enumerate(params):
-            try:
-                penalized(logits[i], generated[i], row_params)
-                row = Row(logits[i], logits[i].max(), row_params.float32_temperature)
-                # Rows without top_k need every token's weight: exp over the vocabulary, summed by block.
-                sums = self.block_sums(row) if row_params.top_k <= 0 else None
-                chosen[i] = draw(row, sums, kept_tokens(row, sums, row_params), rngs[i].random())
-            except Exception as error:
-                if failures is None:
-                    raise
-                failures[i], chosen[i] = error, -1
+        # A temperature near float32's smallest sends the others' scaled logits to -inf, which exp() makes
+        # 0: what it means, not an overflow to warn of (an errstate a call: one a row cost 1 us each).
+        with np.errstate(over="ignore"):
+            for i, row_params in enumerate(params):
+                try:
+                    penalized(logits[i], generated[i], row_params)
+                    row = Row(logits[i], logits[i].max(), row_params.float32_temperature)
+                    # Rows without top_k need every token's weight: exp over the vocabulary, summed by block.
+                    sums = self.block_sums(row) if row_params.top_k <= 0 else None
+                    chosen[i] = draw(row, sums, kept_tokens(row, sums, row_params), rngs[i].random())
+                except Exception as error:
+                    if failures is None:
+                        raise
+                    failures[i], chosen[i] = error, -1
         return chosen
