@@ -22,6 +22,7 @@ from service.engine.sequence import LENGTH, Event, GenerationParams
 from service.engine.steps import SchedulerSettings
 from service.engine.token_choice import GenerationRules, TokenChoice
 from service.errors import Unavailable
+from service.ops.metrics import ModelMetrics
 from service.runner.cache_memory import CacheGeometry, CacheMemory, CrossLayout, one_buffer_resize
 from service.runner.seq2seq import EncoderOutput, StepOutput
 
@@ -196,10 +197,15 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def serving(
-    rows: int, max_waiting: int = 64, runner: FakeRunner | None = None, start: bool = True, cross_tokens: int = 0
+    rows: int,
+    max_waiting: int = 64,
+    runner: FakeRunner | None = None,
+    start: bool = True,
+    cross_tokens: int = 0,
+    metrics: ModelMetrics | None = None,
 ):
     """A scheduler over a cache of `rows` rows (and cross_tokens source positions, 0: room for the
-    longest source in each), its model thread one worker; stopped after."""
+    longest source in each), its model thread one worker, reporting to `metrics`; stopped after."""
     runner = runner or FakeRunner()
     cache = GenerationCache(
         CacheMemory(GEOMETRY, rows, "cpu", SESSIONS, MIN_SOURCE_CAPACITY, cross_tokens=cross_tokens)
@@ -208,7 +214,14 @@ async def serving(
     health = HealthRecord()
     with ThreadPoolExecutor(1) as executor:
         scheduler = Scheduler(
-            settings, runner, cache, Words(), TokenChoice(GenerationRules(eos_id=EOS)), executor=executor, health=health
+            settings,
+            runner,
+            cache,
+            Words(),
+            TokenChoice(GenerationRules(eos_id=EOS)),
+            executor=executor,
+            health=health,
+            metrics=metrics,
         )
         if start:
             scheduler.start()
@@ -256,6 +269,16 @@ def assert_answer(outcome: Outcome, prompt: list[int], max_new_tokens: int) -> N
 
 
 def assert_idle(served: Served) -> None:
-    cache = served.cache
+    cache, rows = served.cache, served.scheduler.rows
     assert cache.used == 0 and cache.reserved_tokens == 0 and cache.holders == []
+    counters = (
+        rows.beams,
+        rows.sampled,
+        rows.ignoring_eos,
+        rows.awaiting_first,
+        rows.forcing,
+        rows.scoring,
+        rows.ruling,
+    )
+    assert counters == (0,) * 7, counters
     assert not served.scheduler.waiting and served.scheduler.running == 0

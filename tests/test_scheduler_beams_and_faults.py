@@ -13,6 +13,7 @@ from service.engine.beam_search import BeamSettings, log_softmax
 from service.engine.sampling import SamplingParams
 from service.engine.sequence import EOS as EOS_REASON
 from service.engine.sequence import LENGTH, GenerationParams
+from service.ops.metrics import Metrics, ModelMetrics
 
 from .fake_seq2seq import (
     BEAM_PROMPT,
@@ -30,6 +31,7 @@ from .fake_seq2seq import (
     run,
     serving,
     until,
+    word,
 )
 
 
@@ -178,6 +180,18 @@ FAILING = {
         GenerationParams(max_new_tokens=6, rules=RaisingRules(after=2), beams=BeamSettings(num_beams=2)),
         ValueError,
     ),
+    "rules on a forced step; ignore_eos, scores": (
+        GenerationParams(
+            max_new_tokens=6,
+            rules=RaisingRules(after=1),
+            forced_tokens=(word(3), word(4)),
+            ignore_eos=True,
+            scores=True,
+            sampling=HOT,
+            seed=5,
+        ),
+        ValueError,
+    ),
     "sampling, drawn": (
         GenerationParams(max_new_tokens=6, sampling=SamplingParams(temperature=1.0, top_k=None)),
         TypeError,
@@ -195,7 +209,7 @@ def test_a_sequence_whose_own_token_choice_raises_fails_alone(kind):
     would alone (a seeded sampled row draws the same tokens), every step is the model's success (health),
     and the failed sequence's rows are freed."""
     failing, error_type = FAILING[kind]
-    sampled = GenerationParams(max_new_tokens=8, sampling=HOT, seed=7)
+    sampled = GenerationParams(max_new_tokens=8, sampling=HOT, seed=7, scores=True)
 
     async def main():
         async with serving(rows=4) as served:
@@ -209,8 +223,34 @@ def test_a_sequence_whose_own_token_choice_raises_fails_alone(kind):
             assert type(results[0]) is error_type, results[0]
             assert_answer(results[1], [7, 8], 8)
             assert results[2].ids == alone.ids and len(alone.ids) > 2, (results[2].ids, alone.ids)
+            assert results[2].last.token_log_probs == pytest.approx(alone.last.token_log_probs, rel=1e-6)
             assert set(served.health.calls) == {"succeeded"}, served.health.calls
             assert_idle(served)
             assert_answer(await generate(served.scheduler, [3, 4], greedy(5)), [3, 4], 5)
+
+    run(main)
+
+
+def test_a_sequence_whose_first_token_choice_fails_is_not_in_the_token_metrics():
+    """No time to a first token and no token generated for a sequence that failed at its first choice (an
+    eos put in its place would count where eos does not end it)."""
+    metrics = Metrics()
+    failing = GenerationParams(max_new_tokens=6, sampling=SamplingParams(temperature=1.0, top_k=None), ignore_eos=True)
+
+    def sample(name: str) -> float:
+        return metrics.registry.get_sample_value(name, {"model": "fake"})
+
+    async def main():
+        async with serving(rows=2, metrics=ModelMetrics(metrics, "fake", "seq2seq")) as served:
+            results = await asyncio.gather(
+                generate(served.scheduler, [5, 6], failing),
+                generate(served.scheduler, [7, 8], greedy(8)),
+                return_exceptions=True,
+            )
+            assert type(results[0]) is TypeError, results[0]
+            assert_answer(results[1], [7, 8], 8)
+            assert_idle(served)
+        assert sample("attnserve_time_to_first_token_seconds_count") == 1
+        assert sample("attnserve_generated_tokens_total") == len(results[1].ids)
 
     run(main)

@@ -5,7 +5,8 @@ turn of the loop has three parts:
 - execute, in the model thread: the sources admitted this turn go through the encoder together, then
   one decoder step runs for every running row at once, and each row's next token is chosen
   (token_choice.py); beam searches step, and their rows follow their parents (the cache moves them).
-  A failed model call fails the step's sequences; a sequence whose own rules or sampling raise fails alone;
+  A failed model call fails the step's sequences; a sequence whose own rules or host sampling raise fails
+  alone (the sampling graph draws every row at once: its failure is the step's);
 - update, on the event loop: tokens become text (held back where a stop sequence might begin), events
   go to the callers, and finished sequences leave at once.
 """
@@ -256,11 +257,15 @@ class Scheduler:
         count, holders, state, tokens = plan.rows, plan.holders, self.rows, result.tokens
         for i, error in result.failures.items():
             sequence = owner(holders[i])
-            if not sequence.gone:  # once, for a search whose beams all failed
+            if not sequence.gone:  # a caller that left, or a search whose first beam failed it already
                 log.error("model %s: a sequence's token choice failed; it fails alone", self.name, exc_info=error)
                 sequence.fail(error)
                 sequence.gone = True  # it leaves at the start of the next turn, as a caller that left does
         chosen = None if state.beams == 0 else state.kind[:count] != BEAM  # None: every row
+        if result.failures:  # their sequences failed: nothing of theirs goes into the books or the metrics
+            failed = np.zeros(count, np.bool_)
+            failed[list(result.failures)] = True
+            chosen = ~failed if chosen is None else chosen & ~failed
         forced = state.forced_now(count)  # before the counts grow
         ended = tokens == self.eos_id  # never a beam row's: its token is BEAM_ROW
         if state.ignoring_eos:

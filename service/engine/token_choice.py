@@ -89,7 +89,8 @@ class TokenChoice:
     def choose(self, step, rows: RowState, holders: list, failures: dict[int, Exception]) -> np.ndarray:
         """The next token of each greedy or sampled row (BEAM_ROW for beam rows), over the step's rows at
         once; holders in row order (a sampled row's generator is its sequence's). A row whose own rules or
-        sampling raise gets eos and its error in failures (by row): its sequence fails, not the step."""
+        sampling on the host raise has its first error in failures (by row): its sequence fails, not the
+        step. (The sampling graph's draw is every row's: its failure is the step's.)"""
         count = len(holders)
         forcing = rows.forced_now(count)
         if rows.all_greedy and not self.rules.forced_eos and forcing is None and not rows.scoring and not rows.ruling:
@@ -112,13 +113,13 @@ class TokenChoice:
             for n, i in enumerate(wanted):
                 if free[i] and kind[i] != SAMPLED and ruled[i]:
                     tokens[i] = int(logits[n].argmax())
+            if failures:  # a token of the vocabulary for the scores to read (never reported: the row leaves)
+                tokens[list(failures)] = self.eos_id
             if rows.scoring:
                 self._score(rows, tokens, scored_logits, np.flatnonzero(scored))
         if forcing is not None:  # the forced tokens, whatever the logits say
             tokens[forcing] = rows.forced_tokens_now(forcing)
         tokens[at_limit] = self.eos_id
-        if failures:
-            tokens[list(failures)] = self.eos_id
         tokens[kind == BEAM] = BEAM_ROW
         return tokens
 
@@ -136,7 +137,7 @@ class TokenChoice:
             try:
                 penalized(logits[n], rows.generated(i), holders[i].params.sampling)
             except Exception as error:
-                failures[i] = error
+                failures.setdefault(i, error)  # its rules' error, where they raised first
             tokens[i] = int(logits[n].argmax())
         if drawn:
             at, failed = [n for n, _ in drawn], {}
@@ -149,7 +150,8 @@ class TokenChoice:
                 failed,
             )
             tokens[[i for _, i in drawn]] = chosen
-            failures.update((drawn[k][1], error) for k, error in failed.items())
+            for k, error in failed.items():
+                failures.setdefault(drawn[k][1], error)  # its rules' error, where they raised first
 
     def _sampled_on_device(self, tokens: np.ndarray, step, holders: list, rows: RowState, free: np.ndarray) -> None:
         """The sampled rows' tokens from the logits left on the device, drawn by the sampling graph: one
