@@ -188,7 +188,7 @@ class RowSampler:
         logits = np.asarray(logits, np.float32)  # the rules are float32 (the server's logits are already)
         chosen = np.empty(len(params), np.int64)
         # A temperature near float32's smallest sends the others' scaled logits to -inf, which exp() makes
-        # 0: what it means, not an overflow to warn of (an errstate a call: one a row cost 1 us each).
+        # 0: what it means, not an overflow to warn of (one errstate a call: one a division cost 1 us each).
         with np.errstate(over="ignore"):
             for i, row_params in enumerate(params):
                 try:

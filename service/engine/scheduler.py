@@ -231,7 +231,7 @@ class Scheduler:
         else:
             step = self.runner.step(last, lengths, layout, logit_rows, cache.memory, rows, logits_on_device=on_device)
         cache.advance(rows)
-        failures: dict[int, Exception] = {}  # by row: a sequence whose own rules or numbers raise fails alone
+        failures: dict[int, Exception] = {}  # by row: a sequence whose own rules or sampling raise fails alone
         tokens = self.choice.choose(step, state, holders, failures)
         for sequence in {id(h.sequence): h.sequence for h in holders if isinstance(h, BeamRow)}.values():
             try:
